@@ -1,0 +1,74 @@
+"""modular-rag: the Modular RAG taxonomy as working software.
+
+Pick one of six prebuilt LangGraph flow patterns, swap operators in a config file, run the graph::
+
+    from modular_rag import build_flow, load_config
+
+    flow = build_flow("my-flow.yaml")
+    result = flow.invoke({"query": "What does error E07 mean?"})
+    print(result["answer"]["text"], result["answer"]["citations"])
+
+Names are imported lazily so ``import modular_rag`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "build_flow",
+    "load_config",
+    "FlowConfig",
+    "Providers",
+    "RAGState",
+    "catalogue",
+    "template_path",
+    "demo_corpus_path",
+    "ModularRagError",
+    "ConfigError",
+]
+
+_LAZY = {
+    "build_flow": "modular_rag.builder",
+    "load_config": "modular_rag.config",
+    "FlowConfig": "modular_rag.config",
+    "Providers": "modular_rag.providers",
+    "RAGState": "modular_rag.state",
+    "catalogue": "modular_rag.registry",
+    "ModularRagError": "modular_rag.errors",
+    "ConfigError": "modular_rag.errors",
+}
+
+_HERE = Path(__file__).resolve().parent
+
+
+def template_path(pattern: str) -> Path:
+    """The YAML template users start from for a pattern (``linear``, ``conditional``, ...).
+
+    Raises:
+        ConfigError: If there is no template of that name (the message lists the templates).
+    """
+    path = _HERE / "templates" / f"{pattern}.yaml"
+    if not path.exists():
+        from modular_rag.errors import ConfigError
+
+        names = ", ".join(sorted(p.stem for p in (_HERE / "templates").glob("*.yaml")))
+        raise ConfigError("pattern", f"no template named {pattern!r}; templates: {names}")
+    return path
+
+
+def demo_corpus_path() -> Path:
+    """The bundled demo corpus folder (36 short Markdown documents written for the kit)."""
+    return _HERE / "demo" / "corpus"
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'modular_rag' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

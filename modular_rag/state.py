@@ -1,0 +1,194 @@
+"""The one state schema every flow shares, and the stage contracts (ports) between operators.
+
+The stages hand each other fixed shapes so that swapping an implementation never changes a port:
+
+``Chunk`` (indexing) -> ``Hit`` list in ``candidates`` (retrieval, post-retrieval)
+-> ``Evidence`` list in ``evidence`` (the context given to the model) -> ``Answer`` in ``answer`` (generation).
+
+Keys that parallel branches, loops or every node write (``branches``, ``rounds``, ``tree``, ``verdicts``,
+``trace``, ``ledger``) carry an append reducer, so LangGraph merges concurrent writes instead of raising
+``InvalidUpdateError``. State holds only JSON-serialisable data: models, clients and indexes are bound to the
+operators when they are built, never stored here.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, Literal
+
+from typing_extensions import NotRequired, TypedDict
+
+__all__ = [
+    "Chunk",
+    "Hit",
+    "Evidence",
+    "Citation",
+    "Answer",
+    "Round",
+    "Branch",
+    "TreeNode",
+    "Verdict",
+    "TraceEvent",
+    "LedgerEntry",
+    "RAGState",
+    "STATE_KEYS",
+    "APPEND_KEYS",
+]
+
+
+class Chunk(TypedDict):
+    """A unit of the corpus, as written to the indexes.
+
+    ``chunk_id`` is derived from the document id and the chunk text, so re-indexing the same content adds nothing.
+    """
+
+    chunk_id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+class Hit(TypedDict):
+    """A retrieved candidate: a chunk with the score and the channel (retriever) that produced it."""
+
+    chunk_id: str
+    text: str
+    score: float
+    channel: str
+    metadata: dict[str, Any]
+
+
+class Evidence(TypedDict):
+    """One numbered entry of the evidence pack: the context the generator sees, cited as ``[ref]``."""
+
+    ref: int
+    chunk_id: str
+    text: str
+    score: float
+    metadata: dict[str, Any]
+
+
+class Citation(TypedDict):
+    """A link from the answer to an evidence entry. ``method`` is ``model`` (the model wrote ``[ref]``) or
+    ``attributed`` (the kit matched an answer sentence to the evidence after generation)."""
+
+    ref: int
+    chunk_id: str
+    method: Literal["model", "attributed"]
+
+
+class Answer(TypedDict):
+    """The generation stage's output."""
+
+    text: str
+    citations: list[Citation]
+    refused: bool
+    unsupported: NotRequired[list[str]]
+    confidence: NotRequired[float]
+
+
+class Round(TypedDict):
+    """One round of a loop pattern (iterative, adaptive): the query used and what it produced."""
+
+    step: int
+    query: str
+    answer: str
+    chunk_ids: list[str]
+
+
+class Branch(TypedDict):
+    """The output of one parallel branch (a sub-query's retrieval, or a per-document generation)."""
+
+    branch: int
+    query: str
+    weight: float
+    candidates: list[Hit]
+    answer: NotRequired[Answer]
+    token_logprobs: NotRequired[list[float]]
+
+
+class TreeNode(TypedDict):
+    """A node of the recursive pattern's tree of clarifications."""
+
+    node_id: str
+    parent: str | None
+    depth: int
+    question: str
+    answer: str
+    chunk_ids: list[str]
+    kept: bool
+    reason: str
+
+
+class Verdict(TypedDict):
+    """A judge's decision: ``stop`` or ``continue``, with a reason code (``confident``, ``budget``, ...)."""
+
+    judge: str
+    decision: Literal["stop", "continue"]
+    reason: str
+    score: NotRequired[float]
+    step: NotRequired[int]
+
+
+class TraceEvent(TypedDict):
+    """What one node did: name, operator, timing, a short summary of what it read and wrote, status."""
+
+    node: str
+    operator: str
+    status: Literal["ok", "skipped", "error"]
+    start: float
+    ms: float
+    summary: str
+    error: NotRequired[str]
+
+
+class LedgerEntry(TypedDict):
+    """Cost of one node run: LLM calls and tokens (from the model's usage metadata), retrievals, embeddings."""
+
+    node: str
+    operator: str
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    retrievals: int
+    embed_calls: int
+    ms: float
+
+
+class RAGState(TypedDict, total=False):
+    """The state every pattern's graph carries. Operators return partial updates of it.
+
+    Input is ``{"query": ...}`` (optionally ``filter``). Stage ports: ``queries`` (pre-retrieval output),
+    ``candidates`` (retrieval / post-retrieval), ``evidence`` (context building), ``answer`` (generation).
+    """
+
+    # input
+    query: str
+    filter: dict[str, Any] | None
+    # pre-retrieval
+    queries: list[str]
+    query_embedding: list[float] | None
+    # retrieval / post-retrieval
+    candidates: list[Hit]
+    evidence: list[Evidence]
+    # generation
+    answer: Answer
+    draft: str
+    # orchestration
+    route: str
+    route_confidence: float
+    step: int
+    rounds: Annotated[list[Round], operator.add]
+    branches: Annotated[list[Branch], operator.add]
+    tree: Annotated[list[TreeNode], operator.add]
+    frontier: list[str]
+    verdicts: Annotated[list[Verdict], operator.add]
+    # observability
+    trace: Annotated[list[TraceEvent], operator.add]
+    ledger: Annotated[list[LedgerEntry], operator.add]
+
+
+STATE_KEYS: frozenset[str] = frozenset(RAGState.__annotations__)
+"""Every key of :class:`RAGState`."""
+
+APPEND_KEYS: frozenset[str] = frozenset({"rounds", "branches", "tree", "verdicts", "trace", "ledger"})
+"""Keys with an append reducer: an update adds to them, never replaces them."""

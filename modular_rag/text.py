@@ -1,0 +1,112 @@
+"""Text analysis shared by the sparse index, lexical routers and selection operators.
+
+Case folding, accent stripping, word tokenisation, English stop words and Snowball stemming (PyStemmer, a C
+extension), with a per-analyzer cache of stemmed words. Also sentence splitting and a token-count estimate.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Iterable
+from functools import lru_cache
+
+__all__ = ["Analyzer", "ENGLISH_STOPWORDS", "split_sentences", "estimate_tokens", "fold"]
+
+ENGLISH_STOPWORDS: frozenset[str] = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having
+    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
+    nor not now of off on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too under until up very
+    was we were what when where which while who whom why will with would you your yours yourself yourselves
+    s t don""".split()
+)
+"""A compact English stop-word list (function words only; negations other than 'not'/'no' are kept out)."""
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+@lru_cache(maxsize=65536)
+def _fold_word(word: str) -> str:
+    if word.isascii():
+        return word
+    decomposed = unicodedata.normalize("NFKD", word)
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def fold(text: str) -> str:
+    """Lower-case and strip accents (``Café`` -> ``cafe``)."""
+    lowered = text.lower()
+    return lowered if lowered.isascii() else "".join(_fold_word(w) for w in re.split(r"(\W+)", lowered))
+
+
+class Analyzer:
+    """Turns text into index terms: fold case and accents, split words, drop stop words, stem.
+
+    Args:
+        stemmer: ``"english"`` (Snowball via PyStemmer) or ``"none"``.
+        stopwords: ``"english"`` or ``"none"``.
+
+    Raises:
+        MissingDependencyError: If stemming is asked for and PyStemmer is not installed.
+    """
+
+    def __init__(self, stemmer: str = "english", stopwords: str = "english") -> None:
+        self.stemmer_name = stemmer
+        self.stopwords_name = stopwords
+        self._stop = ENGLISH_STOPWORDS if stopwords == "english" else frozenset()
+        self._stem_cache: dict[str, str] = {}
+        self._stemmer = None
+        if stemmer == "english":
+            try:
+                import Stemmer
+            except ImportError as exc:  # pragma: no cover - PyStemmer is a core dependency
+                from modular_rag.errors import MissingDependencyError
+
+                raise MissingDependencyError(
+                    "stemming needs PyStemmer: pip install PyStemmer (or set sparse.stemmer: none)"
+                ) from exc
+            self._stemmer = Stemmer.Stemmer("english")
+
+    def __repr__(self) -> str:
+        return f"Analyzer(stemmer={self.stemmer_name!r}, stopwords={self.stopwords_name!r})"
+
+    def __call__(self, text: str) -> list[str]:
+        """The index terms of ``text``, in order (duplicates kept)."""
+        words = [w for w in _WORD.findall(fold(text)) if w not in self._stop]
+        if self._stemmer is None:
+            return words
+        cache = self._stem_cache
+        missing = [w for w in set(words) if w not in cache]
+        if missing:
+            for word, stem in zip(missing, self._stemmer.stemWords(missing), strict=True):
+                cache[word] = stem
+        return [cache[w] for w in words]
+
+    def many(self, texts: Iterable[str]) -> list[list[str]]:
+        """Analyse several texts."""
+        return [self(t) for t in texts]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split prose into sentences on terminal punctuation followed by a capital or digit; keeps each non-empty."""
+    parts = []
+    for block in re.split(r"\n\s*\n", text):
+        block = " ".join(block.split())
+        parts.extend(s.strip() for s in _SENTENCE_END.split(block) if s.strip())
+    return parts
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate the LLM tokens of ``text`` without a tokenizer: the larger of chars/4 and words*4/3.
+
+    BPE tokenizers of current chat models average 3.5-4.5 characters per English token; the estimate errs high so
+    token budgets hold.
+    """
+    if not text:
+        return 0
+    words = len(text.split())
+    return max(math.ceil(len(text) / 4), math.ceil(words * 4 / 3))

@@ -1,0 +1,79 @@
+"""Cost metering: what each node spends (LLM calls, tokens, retrievals, embedding calls).
+
+The builder opens a :class:`Meter` around every node run; providers record into the current meter through
+:func:`record`. The meter is found through a context variable, so operators never pass it around, and a node's
+own worker threads see it when started with :func:`contextvars.copy_context`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Meter", "metered", "record", "current_meter", "totals", "LEDGER_FIELDS"]
+
+
+@dataclass
+class Meter:
+    """Counters for one node run. Thread-safe: a node may fan work out to threads."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retrievals: int = 0
+    embed_calls: int = 0
+    cache_hits: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        """Add to one or more counters (``llm_calls=1, prompt_tokens=42``)."""
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+_CURRENT: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("modular_rag_meter", default=None)
+
+
+def current_meter() -> Meter | None:
+    """The meter of the node running in this context, or ``None`` outside a flow."""
+    return _CURRENT.get()
+
+
+def record(**counts: int) -> None:
+    """Record costs into the current node's meter; a no-op outside a flow (plain Python use of a provider)."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.add(**counts)
+
+
+@contextmanager
+def metered() -> Iterator[Meter]:
+    """Open a fresh meter for the enclosed work and make it current.
+
+    Nested meters do not propagate upward: each node run is accounted for on its own.
+    """
+    meter = Meter()
+    token = _CURRENT.set(meter)
+    try:
+        yield meter
+    finally:
+        _CURRENT.reset(token)
+
+
+LEDGER_FIELDS = ("llm_calls", "prompt_tokens", "completion_tokens", "retrievals", "embed_calls", "ms")
+"""The counters of a ledger entry, in display order."""
+
+
+def totals(ledger: list[Mapping[str, Any]] | None) -> dict[str, float]:
+    """Sum a run's ledger entries into one row of costs (``llm_calls``, tokens, ``retrievals``, ``ms`` ...)."""
+    out: dict[str, float] = dict.fromkeys(LEDGER_FIELDS, 0)
+    for entry in ledger or []:
+        for key in LEDGER_FIELDS:
+            out[key] += entry.get(key, 0) or 0
+    out["ms"] = round(out["ms"], 3)
+    return out

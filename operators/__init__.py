@@ -1,0 +1,16 @@
+"""The bricks: operators of the Modular RAG taxonomy, one file per module.
+
+Importing this package registers every operator (the registry finds it through the ``modular_rag.plugins``
+entry point). Orchestration is split into routing, judging and fusion.
+"""
+
+from operators import (  # noqa: F401  (imported to register)
+    fusion,
+    generation,
+    indexing,
+    post_retrieval,
+    pre_retrieval,
+    retrieval,
+)
+
+__all__ = ["fusion", "generation", "indexing", "post_retrieval", "pre_retrieval", "retrieval"]

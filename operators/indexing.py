@@ -1,0 +1,421 @@
+"""Indexing module: loaders (.txt, .md, .jsonl and folders of them), chunkers, and the indexing run that writes
+the dense and sparse indexes together.
+
+Loaders turn a file into documents; chunkers turn a document into chunks whose ids derive from the document id
+and the chunk text, so indexing the same files again adds nothing. Every file read is either indexed or skipped
+with a reason, and the summary's counts reconcile (``files_read == files_indexed + files_skipped``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from modular_rag.config import OperatorSpec, validate_params
+from modular_rag.errors import IndexingError
+from modular_rag.providers import Providers
+from modular_rag.registry import Port, get_operator, operator
+from modular_rag.state import Chunk
+from modular_rag.text import split_sentences
+
+__all__ = [
+    "Document",
+    "FileReport",
+    "IndexSummary",
+    "LOADER_BY_SUFFIX",
+    "chunk_id",
+    "iter_files",
+    "load_file",
+    "index_paths",
+]
+
+
+class Document(TypedDict):
+    """A loaded document, before chunking."""
+
+    doc_id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+def chunk_id(doc_id: str, text: str) -> str:
+    """The content-derived id of a chunk: 24 hex digits of SHA-256 over the document id and the chunk text."""
+    return hashlib.sha256(f"{doc_id}\x00{text}".encode()).hexdigest()[:24]
+
+
+class _P(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -------------------------------------------------------------------------------------------------------- loaders
+
+
+class LoaderParams(_P):
+    max_file_mb: float = Field(64.0, gt=0, description="files larger than this are skipped")
+
+
+@dataclass
+class FileReport:
+    """What happened to one file: indexed (with documents and notes) or skipped (with the reason)."""
+
+    path: str
+    documents: int = 0
+    skipped: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+Loader = Callable[[Path, str], tuple[list[Document], list[str]]]
+
+
+def _read_text(path: Path) -> tuple[str, list[str]]:
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise _Skip("empty file")
+    if b"\x00" in raw[:8192]:
+        raise _Skip("binary file (NUL bytes)")
+    try:
+        return raw.decode("utf-8-sig"), []
+    except UnicodeDecodeError as exc:
+        return raw.decode("cp1252", errors="replace"), [f"not UTF-8 ({exc.reason} at byte {exc.start}); read as cp1252"]
+
+
+class _Skip(Exception):
+    """A file is skipped; the message is the reason."""
+
+
+def _front_matter(text: str) -> tuple[dict[str, Any], str]:
+    if not text.startswith("---"):
+        return {}, text
+    end = text.find("\n---", 3)
+    if end < 0:
+        return {}, text
+    try:
+        meta = yaml.safe_load(text[3:end]) or {}
+    except yaml.YAMLError:
+        return {}, text
+    if not isinstance(meta, dict):
+        return {}, text
+    body = text[end + 4 :].lstrip("\n")
+    return {str(k): v for k, v in meta.items() if isinstance(v, str | int | float | bool)}, body
+
+
+@operator("indexing", "loading", "text", port=Port.LOAD)
+def text_loader(params: LoaderParams, env: Providers) -> Loader:
+    """Plain text: one document per file, titled by the file name."""
+
+    def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
+        text, notes = _read_text(path)
+        return [Document(doc_id=doc_id, text=text.strip(), metadata={"title": path.stem})], notes
+
+    return load
+
+
+@operator("indexing", "loading", "markdown", port=Port.LOAD)
+def markdown_loader(params: LoaderParams, env: Providers) -> Loader:
+    """Markdown: optional YAML front matter becomes metadata (year, source, ...); title from it or the first heading."""
+
+    def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
+        text, notes = _read_text(path)
+        meta, body = _front_matter(text)
+        title = meta.pop("title", None)
+        if title is None:
+            heading = next((ln[2:].strip() for ln in body.splitlines() if ln.startswith("# ")), None)
+            title = heading or path.stem
+        if not body.strip():
+            raise _Skip("no text after the front matter")
+        return [Document(doc_id=doc_id, text=body.strip(), metadata={"title": str(title), **meta})], notes
+
+    return load
+
+
+@operator("indexing", "loading", "jsonl", port=Port.LOAD)
+def jsonl_loader(params: LoaderParams, env: Providers) -> Loader:
+    """JSON lines in BEIR corpus form: ``{"id" | "_id", "title", "text", ...}``; other scalar fields become metadata."""
+
+    def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
+        text, notes = _read_text(path)
+        docs: list[Document] = []
+        seen: set[str] = set()
+        broken = duplicates = empty = 0
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                broken += 1
+                continue
+            if not isinstance(row, dict):
+                broken += 1
+                continue
+            rid = row.get("id", row.get("_id"))
+            body = row.get("text")
+            if rid is None or not isinstance(body, str):
+                broken += 1
+                continue
+            if not body.strip():
+                empty += 1
+                continue
+            rid = str(rid)
+            if rid in seen:
+                duplicates += 1
+                continue
+            seen.add(rid)
+            meta = {
+                k: v for k, v in row.items()
+                if k not in ("id", "_id", "text") and isinstance(v, str | int | float | bool)
+            }  # fmt: skip
+            meta.setdefault("title", "")
+            docs.append(Document(doc_id=rid, text=body.strip(), metadata=meta))
+        for count, what in ((broken, "broken lines skipped"), (duplicates, "duplicate ids skipped (first kept)"),
+                            (empty, "rows with empty text skipped")):  # fmt: skip
+            if count:
+                notes.append(f"{count} {what}")
+        if not docs:
+            raise _Skip("no valid rows" + (f" ({'; '.join(notes)})" if notes else ""))
+        return docs, notes
+
+    return load
+
+
+LOADER_BY_SUFFIX: dict[str, str] = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown",
+                                    ".jsonl": "jsonl"}  # fmt: skip
+"""Which loader reads which file suffix."""
+
+
+def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
+    """Every file under the given files and folders, as ``(file, root)``, sorted, hidden entries left out.
+
+    Raises:
+        IndexingError: If a path does not exist.
+    """
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise IndexingError(f"no such file or folder: {root}")
+        if root.is_file():
+            yield root, root.parent
+            continue
+        for file in sorted(root.rglob("*")):
+            rel = file.relative_to(root)
+            if file.is_file() and not any(part.startswith(".") for part in rel.parts):
+                yield file, root
+
+
+def load_file(path: Path, root: Path, env: Providers, *, max_file_mb: float = 64.0) -> tuple[list[Document], FileReport]:
+    """Load one file with the loader for its suffix; never raises for a bad file (it is skipped with a reason)."""
+    rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    report = FileReport(path=rel)
+    name = LOADER_BY_SUFFIX.get(path.suffix.lower())
+    if name is None:
+        report.skipped = f"unsupported file type {path.suffix or '(none)'!r}; supported: {', '.join(LOADER_BY_SUFFIX)}"
+        return [], report
+    try:
+        size_mb = path.stat().st_size / 1e6
+        if size_mb > max_file_mb:
+            raise _Skip(f"{size_mb:.1f} MB is larger than max_file_mb={max_file_mb:g}")
+        loader = get_operator(Port.LOAD, name).factory(LoaderParams(max_file_mb=max_file_mb), env)
+        doc_id = rel.rsplit(".", 1)[0] if name != "jsonl" else rel
+        docs, notes = loader(path, doc_id)
+        for d in docs:
+            d["metadata"].setdefault("path", rel)
+    except _Skip as reason:
+        report.skipped = str(reason)
+        return [], report
+    except OSError as exc:
+        report.skipped = f"unreadable: {exc.strerror or exc}"
+        return [], report
+    report.documents, report.notes = len(docs), notes
+    return docs, report
+
+
+# ------------------------------------------------------------------------------------------------------- chunkers
+
+Chunker = Callable[[Document], list[Chunk]]
+
+
+class SizeParams(_P):
+    chunk_size: int = Field(1000, gt=20, le=100_000, description="characters per chunk")
+    chunk_overlap: int = Field(150, ge=0, description="characters shared by neighbouring chunks")
+    prepend_title: bool = Field(True, description="start each chunk with the document title")
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> SizeParams:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})")
+        return self
+
+
+def _make_chunks(doc: Document, pieces: Sequence[str], prepend_title: bool,
+                 extra: Sequence[dict[str, Any]] | None = None) -> list[Chunk]:  # fmt: skip
+    title = str(doc["metadata"].get("title") or "")
+    chunks = []
+    for i, piece in enumerate(p for p in pieces if p.strip()):
+        text = f"{title}\n{piece.strip()}" if prepend_title and title and not piece.startswith(title) else piece.strip()
+        meta = {**doc["metadata"], "doc_id": doc["doc_id"], "position": i}
+        if extra:
+            meta.update(extra[i])
+        chunks.append(Chunk(chunk_id=chunk_id(doc["doc_id"], text), text=text, metadata=meta))
+    return chunks
+
+
+@operator("indexing", "chunking", "fixed", port=Port.CHUNK)
+def fixed_chunker(params: SizeParams, env: Providers) -> Chunker:
+    """Fixed-size windows of ``chunk_size`` characters on word boundaries, overlapping by ``chunk_overlap``."""
+    from langchain_text_splitters import CharacterTextSplitter
+
+    splitter = CharacterTextSplitter(separator=" ", chunk_size=params.chunk_size, chunk_overlap=params.chunk_overlap)
+
+    def chunk(doc: Document) -> list[Chunk]:
+        return _make_chunks(doc, splitter.split_text(" ".join(doc["text"].split())), params.prepend_title)
+
+    return chunk
+
+
+@operator("indexing", "chunking", "recursive", port=Port.CHUNK)
+def recursive_chunker(params: SizeParams, env: Providers) -> Chunker:
+    """Recursive splitting: paragraphs first, then lines, sentences, words, to fit ``chunk_size`` characters."""
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    splitter = RecursiveCharacterTextSplitter(
+        separators=["\n\n", "\n", ". ", "? ", "! ", "; ", " ", ""],
+        chunk_size=params.chunk_size, chunk_overlap=params.chunk_overlap, keep_separator="end",
+    )  # fmt: skip
+
+    def chunk(doc: Document) -> list[Chunk]:
+        return _make_chunks(doc, splitter.split_text(doc["text"]), params.prepend_title)
+
+    return chunk
+
+
+class WindowParams(_P):
+    window: int = Field(2, ge=0, le=20, description="sentences kept on each side in metadata 'window'")
+    prepend_title: bool = Field(False, description="start each sentence chunk with the document title")
+
+
+@operator("indexing", "chunking", "sentence_window", port=Port.CHUNK)
+def sentence_window_chunker(params: WindowParams, env: Providers) -> Chunker:
+    """One chunk per sentence (precise matching); the surrounding sentences are kept in metadata ``window``, which
+    the context builder gives the model instead of the bare sentence."""
+
+    def chunk(doc: Document) -> list[Chunk]:
+        sentences = split_sentences(doc["text"])
+        windows = [
+            {"window": " ".join(sentences[max(0, i - params.window) : i + params.window + 1])}
+            for i in range(len(sentences))
+        ]
+        return _make_chunks(doc, sentences, params.prepend_title, windows)
+
+    return chunk
+
+
+class DocumentParams(_P):
+    prepend_title: bool = Field(True, description="start the chunk with the document title")
+
+
+@operator("indexing", "chunking", "document", port=Port.CHUNK)
+def document_chunker(params: DocumentParams, env: Providers) -> Chunker:
+    """The whole document as one chunk (short documents such as abstracts or FAQ entries)."""
+
+    def chunk(doc: Document) -> list[Chunk]:
+        return _make_chunks(doc, [doc["text"]], params.prepend_title)
+
+    return chunk
+
+
+# ----------------------------------------------------------------------------------------------------- indexing run
+
+
+@dataclass
+class IndexSummary:
+    """What an indexing run did. ``files_read == files_indexed + files_skipped`` always holds."""
+
+    files_read: int
+    files_indexed: int
+    files_skipped: int
+    documents: int
+    chunks: int
+    added: int
+    existing: int
+    seconds: float
+    files: list[FileReport]
+    index_chunks: int
+
+    def lines(self) -> list[str]:
+        """A human-readable summary (what ``modular-rag index`` prints)."""
+        out = [
+            f"files: {self.files_read} read, {self.files_indexed} indexed, {self.files_skipped} skipped",
+            f"documents: {self.documents}   chunks: {self.chunks} ({self.added} added, {self.existing} already "
+            f"indexed)   index now holds {self.index_chunks} chunks   {self.seconds:.1f}s",
+        ]
+        for rep in self.files:
+            if rep.skipped:
+                out.append(f"  skipped {rep.path}: {rep.skipped}")
+            for note in rep.notes:
+                out.append(f"  note {rep.path}: {note}")
+        return out
+
+
+def index_paths(
+    paths: Sequence[str | Path],
+    env: Providers,
+    *,
+    chunker: OperatorSpec | None = None,
+    batch_size: int = 256,
+    max_file_mb: float = 64.0,
+    progress: bool = True,
+) -> IndexSummary:
+    """Load, chunk and index files and folders into the providers' knowledge index (dense and sparse together).
+
+    Args:
+        paths: Files and folders (.txt, .md, .jsonl).
+        env: The providers whose index receives the chunks.
+        chunker: The chunker spec (default: ``recursive``).
+        batch_size: Chunks embedded per batch.
+        max_file_mb: Files larger than this are skipped with a reason.
+        progress: Show a progress bar on stderr.
+
+    Returns:
+        The run's summary.
+
+    Raises:
+        IndexingError: If a path does not exist, or embedding / writing fails (rerun to resume).
+        ConfigError: If the chunker spec is invalid.
+    """
+    start = time.perf_counter()
+    spec = chunker or OperatorSpec(name="recursive")
+    info = get_operator(Port.CHUNK, spec.name)
+    chunk_fn = info.factory(validate_params(info.params, spec.params, "indexing.chunker.params"), env)
+    reports: list[FileReport] = []
+    chunks: list[Chunk] = []
+    documents = 0
+    for path, root in iter_files(paths):
+        docs, report = load_file(path, root, env, max_file_mb=max_file_mb)
+        reports.append(report)
+        documents += len(docs)
+        for doc in docs:
+            chunks.extend(chunk_fn(doc))
+    bar = None
+    if progress and chunks:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(chunks), desc="indexing", unit="chunk", leave=False)
+    try:
+        added = env.index.add(chunks, batch_size=batch_size, progress=bar.update if bar else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    skipped = sum(1 for r in reports if r.skipped)
+    return IndexSummary(
+        files_read=len(reports), files_indexed=len(reports) - skipped, files_skipped=skipped, documents=documents,
+        chunks=added.chunks, added=added.added, existing=added.existing, seconds=time.perf_counter() - start,
+        files=reports, index_chunks=env.index.count(),
+    )  # fmt: skip

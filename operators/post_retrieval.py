@@ -1,0 +1,174 @@
+"""Post-retrieval module: rerank, selection, compression and context building.
+
+Rerankers and selectors read and write ``candidates`` (port ``rerank``), so they chain; context builders read
+``candidates`` and write the numbered ``evidence`` pack the generator sees (port ``context``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from modular_rag.errors import MissingDependencyError, ProviderError
+from modular_rag.providers import Providers
+from modular_rag.registry import Operator, Port, operator
+from modular_rag.state import Evidence, Hit
+from modular_rag.text import estimate_tokens
+
+__all__ = ["chunk_vectors", "rescored", "CrossEncoderScorer"]
+
+
+class _P(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _query(state: Mapping[str, Any]) -> str:
+    return str(state.get("query", ""))
+
+
+def chunk_vectors(env: Providers, hits: list[Hit]) -> np.ndarray:
+    """Embeddings of the hits' chunks: stored vectors from the dense store when it has them, else encoded now."""
+    getter = getattr(env.index.dense, "get_vectors", None)
+    stored = getter([h["chunk_id"] for h in hits]) if getter else {}
+    missing = [i for i, h in enumerate(hits) if h["chunk_id"] not in stored]
+    fresh = env.encoder.encode([hits[i]["text"] for i in missing]) if missing else np.zeros((0, 0), np.float32)
+    rows = []
+    j = 0
+    for h in hits:
+        if h["chunk_id"] in stored:
+            rows.append(stored[h["chunk_id"]])
+        else:
+            rows.append(fresh[j])
+            j += 1
+    return np.vstack(rows).astype(np.float32) if rows else np.zeros((0, 0), np.float32)
+
+
+def rescored(hits: list[Hit], scores: np.ndarray | list[float], channel: str, top_k: int | None) -> list[Hit]:
+    """The hits with new scores, sorted best first (stable for ties), cut to ``top_k``."""
+    order = sorted(range(len(hits)), key=lambda i: -float(scores[i]))
+    out = [Hit(**{**hits[i], "score": float(scores[i]), "channel": channel}) for i in order]  # type: ignore[typeddict-item]
+    return out[:top_k] if top_k else out
+
+
+class RerankParams(_P):
+    top_k: int | None = Field(None, gt=0, le=1000, description="keep the best top_k (all when unset)")
+
+
+class EmbeddingRerankParams(RerankParams):
+    weight: float = Field(1.0, ge=0.0, le=1.0, description="share of the cosine score; the rest is the prior rank")
+
+
+@operator("post_retrieval", "rerank", "embedding", port=Port.RERANK)
+def embedding_rerank(params: EmbeddingRerankParams, env: Providers) -> Operator:
+    """Re-score candidates by cosine similarity of query and chunk embeddings (blended with the prior rank)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        hits = list(state.get("candidates") or [])
+        if not hits:
+            return {"candidates": []}
+        q = env.encoder.encode_query(_query(state))
+        cos = chunk_vectors(env, hits) @ q
+        prior = 1.0 - np.arange(len(hits)) / max(len(hits), 1)  # 1 for the first hit, falling linearly
+        scores = params.weight * cos + (1.0 - params.weight) * prior
+        return {"candidates": rescored(hits, scores, "embedding", params.top_k)}
+
+    return run
+
+
+class CrossEncoderParams(RerankParams):
+    model: str = Field(..., min_length=1, description="a local cross-encoder folder (or a model name, online only)")
+    batch_size: int = Field(32, gt=0, le=1024)
+    max_length: int = Field(512, gt=8, le=8192, description="query+passage tokens per pair")
+
+
+class CrossEncoderScorer:
+    """A sentence-transformers ``CrossEncoder`` loaded on first use."""
+
+    def __init__(self, model: str, *, max_length: int = 512) -> None:
+        self.model_name, self.max_length = model, max_length
+        self._lock = threading.Lock()
+
+    @cached_property
+    def model(self) -> Any:
+        """The loaded cross-encoder."""
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            from sentence_transformers import CrossEncoder
+        except ImportError as exc:
+            raise MissingDependencyError("cross_encoder needs sentence-transformers: pip install 'modular-rag[local]'") from exc
+        try:
+            return CrossEncoder(self.model_name, device="cpu", max_length=self.max_length)
+        except Exception as exc:
+            where = "folder" if Path(self.model_name).exists() else "model (not a local folder; no network here?)"
+            raise ProviderError(f"cannot load cross-encoder {where} {self.model_name!r}: {exc}") from exc
+
+    def score(self, query: str, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        """Relevance scores of ``(query, text)`` pairs."""
+        from modular_rag.trace import record
+
+        record(embed_calls=1)
+        with self._lock:
+            scores = self.model.predict([(query, t) for t in texts], batch_size=batch_size, show_progress_bar=False)
+        return np.asarray(scores, dtype=np.float32).reshape(len(texts), -1)[:, -1]
+
+
+@operator("post_retrieval", "rerank", "cross_encoder", port=Port.RERANK)
+def cross_encoder(params: CrossEncoderParams, env: Providers) -> Operator:
+    """Cross-encoder rerank (sentence-transformers ``CrossEncoder``; the user supplies the model folder)."""
+    scorer = CrossEncoderScorer(params.model, max_length=params.max_length)
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        hits = list(state.get("candidates") or [])
+        if not hits:
+            return {"candidates": []}
+        scores = scorer.score(_query(state), [h["text"] for h in hits], params.batch_size)
+        return {"candidates": rescored(hits, scores, "cross_encoder", params.top_k)}
+
+    return run
+
+
+class BudgetParams(_P):
+    max_tokens: int = Field(900, gt=0, le=1_000_000, description="token budget of the evidence pack (estimated)")
+    max_chunks: int = Field(5, gt=0, le=1000, description="at most this many chunks")
+    use_window: bool = Field(True, description="give a sentence chunk's surrounding window instead of the sentence")
+    min_tail_tokens: int = Field(60, ge=0, description="truncate the chunk that overflows if this much budget is left")
+
+
+def _evidence(hits: list[Hit], params: BudgetParams) -> list[Evidence]:
+    pack: list[Evidence] = []
+    used = 0
+    for hit in hits:
+        if len(pack) >= params.max_chunks:
+            break
+        text = str(hit["metadata"].get("window") or hit["text"]) if params.use_window else hit["text"]
+        cost = estimate_tokens(text)
+        left = params.max_tokens - used
+        if cost > left:
+            if left < params.min_tail_tokens or left <= 0:
+                break
+            text = text[: left * 4].rsplit(" ", 1)[0] + " ..."
+            cost = estimate_tokens(text)
+        pack.append(Evidence(ref=len(pack) + 1, chunk_id=hit["chunk_id"], text=text, score=hit["score"],
+                             metadata=dict(hit["metadata"])))  # fmt: skip
+        used += cost
+        if used >= params.max_tokens:
+            break
+    return pack
+
+
+@operator("post_retrieval", "context", "budget", port=Port.CONTEXT)
+def budget(params: BudgetParams, env: Providers) -> Operator:
+    """Number the candidates into an evidence pack, best first, within a token budget."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        return {"evidence": _evidence(list(state.get("candidates") or []), params)}
+
+    return run

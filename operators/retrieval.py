@@ -1,0 +1,151 @@
+"""Retrieval module: dense (Chroma / any vector store), sparse (BM25) and hybrid retrievers.
+
+Each reads ``queries`` (or ``query``), an optional Chroma ``where`` filter from state (``filter``) and/or from
+its params, and writes ``candidates``. Several queries (multi-query, step-back) are retrieved one by one and
+merged by reciprocal rank fusion. The candidate pool per channel (``pool``) is separate from the final ``k``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from modular_rag.providers import Providers
+from modular_rag.registry import Operator, Port, operator, register_adapter
+from modular_rag.state import Hit
+from operators.fusion import fuse
+
+__all__ = ["queries_of", "where_of", "DenseParams", "BM25Params", "HybridParams"]
+
+
+def queries_of(state: Mapping[str, Any]) -> list[str]:
+    """The queries to retrieve with: ``queries`` when a pre-retrieval operator wrote them, else ``[query]``."""
+    queries = [q for q in state.get("queries") or [] if isinstance(q, str) and q.strip()]
+    return queries or [str(state.get("query", ""))]
+
+
+def where_of(state: Mapping[str, Any], static: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The metadata filter: the state's ``filter`` and the operator's own, combined with ``$and``."""
+    parts = [dict(f) for f in (state.get("filter"), static) if f]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+class _P(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DenseParams(_P):
+    k: int = Field(10, gt=0, le=1000, description="hits returned")
+    filter: dict[str, Any] | None = Field(None, description="a Chroma where filter applied to every query")
+
+
+class BM25Params(DenseParams):
+    pass
+
+
+class HybridParams(DenseParams):
+    pool: int = Field(50, gt=0, le=5000, description="candidates taken from each channel before fusion")
+    fusion: Literal["rrf", "convex", "weighted"] = Field(
+        "rrf", description="rrf: reciprocal rank; convex: min-max normalised scores; weighted: z-scored scores"
+    )
+    weights: tuple[float, float] = Field((1.0, 1.0), description="(dense, sparse) weights")
+    rrf_k: int = Field(60, gt=0, description="RRF rank constant")
+
+    @model_validator(mode="after")
+    def _pool_covers_k(self) -> HybridParams:
+        if self.pool < self.k:
+            raise ValueError(f"pool ({self.pool}) must be >= k ({self.k})")
+        if min(self.weights) < 0 or sum(self.weights) <= 0:
+            raise ValueError(f"weights must be >= 0 and not both 0 (got {self.weights})")
+        return self
+
+
+def _multi(lists: list[list[Hit]], k: int) -> list[Hit]:
+    return fuse(lists, "rrf", k=k, channel=lists[0][0]["channel"] if lists and lists[0] else "rrf")
+
+
+@operator("retrieval", "dense", "dense", port=Port.RETRIEVE)
+def dense(params: DenseParams, env: Providers) -> Operator:
+    """Dense retrieval: cosine similarity of embeddings in the vector store (uses ``query_embedding`` if set)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        where = where_of(state, params.filter)
+        queries = queries_of(state)
+        vector = state.get("query_embedding")
+        if vector is not None:
+            hits = env.index.search_dense(queries[0], params.k, where, vector=np.asarray(vector, dtype=np.float32))
+        else:
+            hits = _multi([env.index.search_dense(q, params.k, where) for q in queries], params.k)
+        return {"candidates": hits}
+
+    return run
+
+
+@operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE)
+def bm25(params: BM25Params, env: Providers) -> Operator:
+    """BM25 over the sparse index (case folding, stop words, Snowball stemming)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        where = where_of(state, params.filter)
+        lists = [env.index.search_sparse(q, params.k, where) for q in queries_of(state)]
+        return {"candidates": _multi(lists, params.k)}
+
+    return run
+
+
+@operator("retrieval", "hybrid", "hybrid", port=Port.RETRIEVE)
+def hybrid(params: HybridParams, env: Providers) -> Operator:
+    """Dense + BM25, each taking ``pool`` candidates, fused by RRF, convex or weighted score fusion to ``k``."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        where = where_of(state, params.filter)
+        vector = state.get("query_embedding")
+        per_query = []
+        for i, q in enumerate(queries_of(state)):
+            vec = np.asarray(vector, dtype=np.float32) if vector is not None and i == 0 else None
+            dense_hits = env.index.search_dense(q, params.pool, where, vector=vec)
+            sparse_hits = env.index.search_sparse(q, params.pool, where)
+            per_query.append(
+                fuse([dense_hits, sparse_hits], params.fusion, k=params.pool, weights=params.weights,
+                     rrf_k=params.rrf_k, channel="hybrid")
+            )  # fmt: skip
+        hits = per_query[0][: params.k] if len(per_query) == 1 else fuse(per_query, "rrf", k=params.k, channel="hybrid")
+        return {"candidates": hits}
+
+    return run
+
+
+def _langchain_retriever(obj: Any, env: Providers) -> Operator:
+    """A LangChain ``BaseRetriever`` in a retrieval slot: ``invoke(query)`` per query, documents become hits."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        from modular_rag.trace import record
+        from operators.indexing import chunk_id
+
+        lists = []
+        for q in queries_of(state):
+            record(retrievals=1)
+            docs = obj.invoke(q)
+            lists.append([
+                Hit(chunk_id=d.id or d.metadata.get("chunk_id") or chunk_id("retriever", d.page_content),
+                    text=d.page_content, score=float(d.metadata.get("score", 1.0 / (rank + 1))),
+                    channel=type(obj).__name__, metadata=dict(d.metadata))
+                for rank, d in enumerate(docs)
+            ])  # fmt: skip
+        return {"candidates": lists[0] if len(lists) == 1 else fuse(lists, "rrf", channel=type(obj).__name__)}
+
+    return run
+
+
+def _register_retriever_adapter() -> None:
+    from langchain_core.retrievers import BaseRetriever
+
+    register_adapter(BaseRetriever, Port.RETRIEVE)(_langchain_retriever)
+
+
+_register_retriever_adapter()

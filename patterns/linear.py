@@ -1,0 +1,65 @@
+"""Linear pattern: rewrite -> retrieve -> rerank -> context -> generate (Rewrite-Retrieve-Read and naive RAG).
+
+Every slot is swappable by config, and every slot but ``retrieve`` may be ``none`` (left out of the graph).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.graph.state import CompiledStateGraph
+from pydantic import BaseModel, ConfigDict
+
+from modular_rag.builder import FlowBuilder
+from modular_rag.config import FlowConfig
+from modular_rag.providers import Providers
+from modular_rag.registry import Port, SlotSpec, register_pattern
+
+__all__ = ["build_linear", "LinearParams", "SLOTS", "REWRITE", "RETRIEVE", "RERANK", "CONTEXT", "GENERATE"]
+
+REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE = "rewrite", "retrieve", "rerank", "context", "generate"
+
+SLOTS = {
+    REWRITE: SlotSpec(Port.QUERY, chain=True, doc="pre-retrieval: rewrite / expand / filter extraction"),
+    RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="dense, bm25 or hybrid retrieval"),
+    RERANK: SlotSpec(Port.RERANK, chain=True, doc="post-retrieval: rerank, select, compress (a list chains)"),
+    CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="evidence pack within a token budget"),
+    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="the answer, citing the evidence"),
+}
+
+
+class LinearParams(BaseModel):
+    """The linear pattern has no loop, so no bounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@register_pattern("linear", slots=SLOTS, params=LinearParams)
+def build_linear(
+    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    checkpointer: Any = None,
+    providers: Providers | None = None,
+) -> CompiledStateGraph:
+    """Build the linear flow: rewrite -> retrieve -> rerank -> context -> generate.
+
+    Args:
+        config: A flow config (object, dict or YAML path) with ``pattern: linear``.
+        checkpointer: Optional LangGraph checkpointer.
+        providers: Optional providers to share with other flows.
+
+    Returns:
+        The compiled graph; one LLM call per active LLM slot, one retrieval per query.
+
+    Example:
+        >>> from patterns import build_linear
+        >>> flow = build_linear({"pattern": "linear", "operators": {"retrieve": "bm25", "generate": "none"},
+        ...                      "providers": {"vectorstore": {"in_memory": True}}})
+        >>> sorted(flow.get_graph().nodes)
+        ['__end__', '__start__', 'context', 'retrieve']
+    """
+    flow = FlowBuilder(config, "linear", providers=providers)
+    nodes = flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE])
+    return flow.compile(checkpointer=checkpointer, max_steps=len(nodes))

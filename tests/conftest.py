@@ -1,0 +1,70 @@
+"""Shared fixtures: the demo corpus indexed once per session into a real Chroma store with BM25 beside it,
+the real local LLM (llama-server + SmolLM2), and scripted fake chat models where a test needs exact output."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from modular_rag import demo_corpus_path  # noqa: E402
+from modular_rag.config import ChromaConfig, ProvidersConfig  # noqa: E402
+from modular_rag.providers import Providers  # noqa: E402
+
+DEMO = demo_corpus_path()
+QUESTIONS = DEMO.parent / "questions.jsonl"
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+DATASETS = Path(os.environ.get("MODULAR_RAG_DATASETS", SHARED / "datasets"))
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A persistent Chroma folder holding the demo corpus (indexed once per session)."""
+    from operators.indexing import index_paths
+
+    folder = tmp_path_factory.mktemp("demo-index")
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(folder), collection="demo")))
+    summary = index_paths([DEMO], env, progress=False)
+    assert summary.files_indexed == 36 and summary.index_chunks > 0
+    return folder
+
+
+def providers_config(demo_dir: Path, llm: Any = None) -> ProvidersConfig:
+    """Providers over the session's demo index, with the given chat model (default: the local LLM)."""
+    cfg = ProvidersConfig(vectorstore=ChromaConfig(path=str(demo_dir), collection="demo"))
+    if llm is not None:
+        cfg.llm = llm
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def demo_env(demo_dir: Path) -> Providers:
+    """Providers over the demo index with the real local LLM (started on first use)."""
+    return Providers(providers_config(demo_dir))
+
+
+def fake_llm(*responses: str) -> Any:
+    """A scripted chat model that answers with ``responses`` in turn (cycling)."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    return FakeListChatModel(responses=list(responses))
+
+
+def fake_env(demo_dir: Path, *responses: str) -> Providers:
+    """Providers over the demo index with a scripted chat model."""
+    return Providers(providers_config(demo_dir, fake_llm(*responses)))
+
+
+def demo_flow(demo_dir: Path, pattern: str = "linear", **extra: Any) -> dict[str, Any]:
+    """A config dict over the demo index (local LLM unless ``providers`` is overridden)."""
+    config: dict[str, Any] = {
+        "pattern": pattern,
+        "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}},
+    }
+    config.update(extra)
+    return config

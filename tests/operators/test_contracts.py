@@ -1,0 +1,53 @@
+"""Every registered state operator keeps its port's contract on real components (bundled embedder, Chroma,
+BM25, the local llama-server): it returns a dict with only the keys its port may write and never mutates its
+input. A new operator without a case here fails ``test_every_operator_has_a_contract_case``."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modular_rag.providers import Providers
+from modular_rag.registry import PORT_WRITES, OperatorInfo, Port, catalogue
+
+STATE_PORTS = {p for p in Port if p not in (Port.LOAD, Port.CHUNK)}
+
+# operator name -> params for the contract run ("<cross_encoder>" is replaced by the fixture's folder)
+CASES: dict[str, dict[str, Any]] = {
+    "rewrite": {"max_tokens": 24},
+    "dense": {"k": 5},
+    "bm25": {"k": 5},
+    "hybrid": {"k": 5, "pool": 20},
+    "embedding": {"top_k": 4},
+    "cross_encoder": {"model": "<cross_encoder>", "top_k": 4},
+    "budget": {"max_tokens": 300},
+    "cited_answer": {"max_tokens": 40},
+}
+
+
+def state_operators() -> list[OperatorInfo]:
+    return [i for i in catalogue() if i.port in STATE_PORTS]
+
+
+@pytest.mark.unit
+def test_every_operator_has_a_contract_case() -> None:
+    missing = [i.name for i in state_operators() if i.name not in CASES]
+    assert not missing, f"add contract cases for: {missing}"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("info", state_operators(), ids=lambda i: f"{i.port.value}-{i.name}")
+def test_operator_keeps_its_contract(
+    info: OperatorInfo, demo_env: Providers, base_state: dict[str, Any], cross_encoder_dir: Path
+) -> None:
+    raw = {k: (str(cross_encoder_dir) if v == "<cross_encoder>" else v) for k, v in CASES[info.name].items()}
+    op = info.factory(info.params.model_validate(raw), demo_env)
+    before = copy.deepcopy(base_state)
+    update = op(base_state)
+    assert isinstance(update, dict)
+    assert update, f"{info.name} changed nothing"
+    assert set(update) <= PORT_WRITES[info.port], f"{info.name} wrote {set(update) - PORT_WRITES[info.port]}"
+    assert base_state == before, f"{info.name} mutated its input"

@@ -1,0 +1,128 @@
+"""Indexing: loaders, chunkers, content ids, the run summary, dense and sparse written together."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from modular_rag.config import ChromaConfig, OperatorSpec, ProvidersConfig, load_config
+from modular_rag.errors import ConfigError, IndexingError
+from modular_rag.providers import Providers
+from modular_rag.registry import Port, get_operator
+from operators.indexing import Document, chunk_id, index_paths, iter_files, load_file
+from tests.conftest import DEMO
+
+
+def chunker(name: str, **params: object):
+    info = get_operator(Port.CHUNK, name)
+    return info.factory(info.params.model_validate(params), None)
+
+
+DOC = Document(doc_id="d", text="First paragraph here. It has two sentences.\n\nSecond paragraph. Short.",
+               metadata={"title": "T"})  # fmt: skip
+
+
+@pytest.mark.unit
+def test_chunk_ids_derive_from_content() -> None:
+    assert chunk_id("a", "text") == chunk_id("a", "text")
+    assert chunk_id("a", "text") != chunk_id("b", "text") != chunk_id("a", "text2")
+
+
+@pytest.mark.unit
+def test_chunkers_split_and_attach_metadata() -> None:
+    rec = chunker("recursive", chunk_size=40, chunk_overlap=0)(DOC)
+    assert len(rec) >= 2 and all(c["text"].startswith("T\n") for c in rec)
+    assert [c["metadata"]["position"] for c in rec] == list(range(len(rec)))
+    assert all(c["metadata"]["doc_id"] == "d" and c["metadata"]["title"] == "T" for c in rec)
+    fixed = chunker("fixed", chunk_size=30, chunk_overlap=10, prepend_title=False)(DOC)
+    assert all(len(c["text"]) <= 30 for c in fixed)
+    assert fixed[0]["text"].split()[-1] in fixed[1]["text"]  # overlap carries words over
+    win = chunker("sentence_window", window=1)(DOC)
+    assert [c["text"] for c in win] == ["First paragraph here.", "It has two sentences.", "Second paragraph.",
+                                        "Short."]  # fmt: skip
+    assert win[1]["metadata"]["window"] == "First paragraph here. It has two sentences. Second paragraph."
+    whole = chunker("document")(DOC)
+    assert len(whole) == 1 and whole[0]["chunk_id"] == chunk_id("d", whole[0]["text"])
+
+
+@pytest.mark.unit
+def test_markdown_front_matter_becomes_metadata() -> None:
+    path = DEMO / "warranty-policy-2019.md"
+    docs, report = load_file(path, DEMO, Providers())
+    assert report.skipped is None and len(docs) == 1
+    meta = docs[0]["metadata"]
+    assert meta["year"] == 2019 and meta["source"] == "policy" and meta["path"] == "warranty-policy-2019.md"
+    assert docs[0]["doc_id"] == "warranty-policy-2019"
+    assert not docs[0]["text"].startswith("---")
+
+
+@pytest.mark.unit
+def test_bad_files_are_skipped_with_reasons(tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "bin.txt").write_bytes(b"\x00\x01\x02abc")
+    (tmp_path / "latin.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (tmp_path / "img.png").write_bytes(b"\x89PNG")
+    rows = ['{"id": "1", "title": "a", "text": "alpha"}', "{broken", '{"id": "1", "text": "dup"}',
+            '{"id": "2", "text": ""}', '{"_id": "3", "text": "gamma"}']  # fmt: skip
+    (tmp_path / "c.jsonl").write_text("\n".join(rows))
+    env = Providers()
+    reports = {p.name: load_file(p, tmp_path, env) for p, _ in iter_files([tmp_path])}
+    assert reports["empty.txt"][1].skipped == "empty file"
+    assert "binary" in reports["bin.txt"][1].skipped
+    assert "unsupported file type '.png'" in reports["img.png"][1].skipped
+    docs, rep = reports["latin.txt"]
+    assert docs[0]["text"] == "café au lait" and "not UTF-8" in rep.notes[0]
+    docs, rep = reports["c.jsonl"]
+    assert [d["doc_id"] for d in docs] == ["1", "3"]
+    assert rep.notes == ["1 broken lines skipped", "1 duplicate ids skipped (first kept)", "1 rows with empty text skipped"]
+
+
+@pytest.mark.integration
+def test_indexing_the_same_folder_twice_gives_the_same_counts(tmp_path: Path) -> None:
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path), collection="twice")))
+    first = index_paths([DEMO], env, chunker=OperatorSpec(name="recursive", params={"chunk_size": 400}), progress=False)
+    second = index_paths([DEMO], env, chunker=OperatorSpec(name="recursive", params={"chunk_size": 400}), progress=False)
+    assert first.files_read == second.files_read == 36
+    assert first.files_read == first.files_indexed + first.files_skipped
+    assert first.chunks == second.chunks > 36  # 400-character chunks split the documents
+    assert first.added == first.chunks and second.added == 0 and second.existing == first.chunks
+    assert env.index.count() == first.chunks == len(env.index.sparse.ids)
+    assert sorted(env.index.sparse.ids) == env.index.sparse.ids
+
+
+@pytest.mark.integration
+def test_stale_sparse_index_is_rebuilt_from_the_dense_store(tmp_path: Path) -> None:
+    cfg = ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path), collection="stale"))
+    env = Providers(cfg)
+    index_paths([DEMO / "display-error-e07.md"], env, progress=False)
+    sparse_file = env.index.sparse_file
+    assert sparse_file is not None and sparse_file.exists()
+    saved = sparse_file.read_bytes()
+    index_paths([DEMO / "display-error-e12.md"], env, progress=False)
+    sparse_file.write_bytes(saved)  # as if killed between the dense write and the sparse write
+    from modular_rag.index import KnowledgeIndex
+
+    fresh = KnowledgeIndex(env.index.dense, env.encoder, sparse_file=sparse_file, analyzer=env.index.analyzer)
+    assert len(fresh.sparse.ids) == fresh.count() == 2
+    assert fresh.search_sparse("E12 battery", 1)[0]["metadata"]["doc_id"] == "display-error-e12"
+
+
+@pytest.mark.unit
+def test_missing_path_and_bad_chunker_params(tmp_path: Path) -> None:
+    with pytest.raises(IndexingError, match="no such file"):
+        list(iter_files([tmp_path / "nope"]))
+    with pytest.raises(ConfigError, match="indexing.chunker.params.chunk_size"):
+        index_paths([tmp_path], Providers(), chunker=OperatorSpec(name="fixed", params={"chunk_size": -1}))
+    assert load_config({"pattern": "linear", "indexing": {"chunker": "sentence_window"}})
+
+
+@pytest.mark.unit
+def test_summary_counts_reconcile(tmp_path: Path) -> None:
+    from operators.indexing import IndexSummary
+
+    summary = IndexSummary(3, 2, 1, 2, 4, 4, 0, 0.1, [], 4)
+    assert summary.files_read == summary.files_indexed + summary.files_skipped
+    assert "3 read, 2 indexed, 1 skipped" in summary.lines()[0]
+    json.dumps(summary.__dict__, default=str)

@@ -1,0 +1,97 @@
+"""Step controls apply to any slot without code changes: disable, skip_when, timeout, on_error; trace and ledger."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modular_rag.builder import build_flow, evaluate_condition
+from modular_rag.config import Condition
+from modular_rag.errors import OperatorError, OperatorTimeout
+from tests.conftest import demo_flow
+
+pytestmark = pytest.mark.integration
+
+Q = {"query": "What does display code E17 report?"}
+
+
+def flow(demo_dir: Path, **operators: Any):
+    return build_flow(demo_flow(demo_dir, operators={"generate": "none", **operators}, allow_imports=True))
+
+
+def test_skip_when_skips_the_step_and_says_so(demo_dir: Path) -> None:
+    out = flow(demo_dir, retrieve="bm25",
+               rerank={"name": "embedding", "skip_when": {"key": "len:candidates", "op": "lt", "value": 50}}).invoke(Q)
+    step = next(e for e in out["trace"] if e["node"] == "rerank")
+    assert step["status"] == "skipped"
+    assert all(h["channel"] == "bm25" for h in out["candidates"])
+
+
+def test_timeout_and_on_error_skip(demo_dir: Path) -> None:
+    def slow(state: Mapping[str, Any]) -> dict[str, Any]:
+        time.sleep(2)
+        return {"candidates": []}
+
+    def boom(state: Mapping[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("reranker exploded")
+
+    from modular_rag.config import OperatorSpec, load_config
+
+    config = load_config(demo_flow(demo_dir, operators={"retrieve": "bm25", "generate": "none"}))
+    spec = OperatorSpec.from_object(slow)
+    spec.timeout_s = 0.2
+    config.operators["rerank"] = spec
+    t0 = time.perf_counter()
+    with pytest.raises(OperatorTimeout, match=r"rerank \(<slow>\): timed out after 0.2s"):
+        build_flow(config).invoke(Q)
+    assert time.perf_counter() - t0 < 1.5
+    spec.on_error = "skip"
+    out = build_flow(config).invoke(Q)
+    event = next(e for e in out["trace"] if e["node"] == "rerank")
+    assert event["status"] == "error" and "timed out" in event["error"]
+    assert out["candidates"][0]["channel"] == "bm25"  # the retrieval's hits survive the skipped step
+
+    boom_spec = OperatorSpec.from_object(boom)
+    config.operators["rerank"] = boom_spec
+    with pytest.raises(OperatorError, match="reranker exploded"):
+        build_flow(config).invoke(Q)
+
+
+def test_chained_operators_each_get_a_trace_and_ledger_entry(demo_dir: Path) -> None:
+    out = flow(demo_dir, retrieve={"name": "hybrid", "params": {"k": 6}},
+               rerank=[{"name": "embedding", "params": {"top_k": 4}}, {"name": "tests.helpers.custom_ops:keep_two"}]
+               ).invoke({"query": "Which display code means a motor controller communication fault?"})  # fmt: skip
+    steps = [(e["node"], e["operator"]) for e in out["trace"]]
+    assert steps[:3] == [("retrieve", "hybrid"), ("rerank", "embedding"), ("rerank", "tests.helpers.custom_ops:keep_two")]
+    assert len(out["candidates"]) == 2 and out["candidates"][0]["channel"] == "embedding"
+    assert len(out["ledger"]) == len(out["trace"])
+    assert out["ledger"][0]["retrievals"] == 2 and out["ledger"][0]["embed_calls"] == 1  # a query not seen before
+
+
+def test_unknown_state_keys_are_refused(demo_dir: Path) -> None:
+    from modular_rag.config import OperatorSpec, load_config
+
+    config = load_config(demo_flow(demo_dir, operators={"retrieve": "bm25", "generate": "none"}))
+    config.operators["rerank"] = OperatorSpec.from_object(lambda state: {"candidatez": []})
+    with pytest.raises(OperatorError, match="unknown state keys"):
+        build_flow(config).invoke(Q)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("condition", "state", "expected"),
+    [
+        ({"key": "route", "op": "eq", "value": "exact"}, {"route": "exact"}, True),
+        ({"key": "route", "op": "eq", "value": "exact"}, {}, False),
+        ({"key": "candidates", "op": "empty"}, {"candidates": []}, True),
+        ({"key": "answer.refused", "op": "eq", "value": True}, {"answer": {"refused": True}}, True),
+        ({"key": "len:queries", "op": "ge", "value": 2}, {"queries": ["a", "b"]}, True),
+        ({"key": "step", "op": "gt", "value": 1}, {"step": "x"}, False),
+    ],
+)
+def test_conditions(condition: dict, state: dict, expected: bool) -> None:
+    assert evaluate_condition(Condition(**condition), state) is expected

@@ -1,0 +1,51 @@
+"""The stage contracts are pinned: swapping an implementation must never change a port."""
+
+from __future__ import annotations
+
+import operator
+import typing
+
+import pytest
+
+from modular_rag import state
+from modular_rag.registry import PORT_WRITES, Port
+
+pytestmark = pytest.mark.unit
+
+
+def test_stage_contract_fields_are_pinned() -> None:
+    assert set(state.Chunk.__annotations__) == {"chunk_id", "text", "metadata"}
+    assert set(state.Hit.__annotations__) == {"chunk_id", "text", "score", "channel", "metadata"}
+    assert set(state.Evidence.__annotations__) == {"ref", "chunk_id", "text", "score", "metadata"}
+    assert set(state.Answer.__annotations__) == {"text", "citations", "refused", "unsupported", "confidence"}
+    assert set(state.Citation.__annotations__) == {"ref", "chunk_id", "method"}
+    assert set(state.LedgerEntry.__annotations__) == {
+        "node", "operator", "llm_calls", "prompt_tokens", "completion_tokens", "retrievals", "embed_calls", "ms",
+    }  # fmt: skip
+
+
+def test_keys_written_by_parallel_branches_have_append_reducers() -> None:
+    hints = typing.get_type_hints(state.RAGState, include_extras=True)
+    for key in state.APPEND_KEYS:
+        assert typing.get_origin(hints[key]) is typing.Annotated, key
+        assert hints[key].__metadata__[0] is operator.add, key
+    plain = set(hints) - state.APPEND_KEYS
+    for key in plain:
+        assert typing.get_origin(hints[key]) is not typing.Annotated, f"{key} has a reducer but is not listed"
+
+
+def test_every_port_writes_only_state_keys() -> None:
+    for port in Port:
+        assert PORT_WRITES[port] <= state.STATE_KEYS, port
+
+
+def test_state_graph_accepts_the_schema() -> None:
+    from langgraph.graph import START, StateGraph
+
+    graph = StateGraph(state.RAGState)
+    graph.add_node("a", lambda s: {"trace": [{"node": "a"}]})
+    graph.add_node("b", lambda s: {"trace": [{"node": "b"}]})
+    graph.add_edge(START, "a")
+    graph.add_edge(START, "b")
+    out = graph.compile().invoke({"query": "q"})
+    assert sorted(e["node"] for e in out["trace"]) == ["a", "b"]  # parallel writes merged, not rejected
