@@ -1,0 +1,93 @@
+"""Retrieval metrics (via pytrec_eval, the TREC evaluation tool's Python binding) and answer metrics (SQuAD
+exact match and token F1).
+
+Retrieval runs map query id -> {document id: score}; higher scores rank first.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+from modular_rag.errors import MissingDependencyError
+
+__all__ = ["retrieval_metrics", "normalize_answer", "exact_match", "token_f1", "best_answer_scores", "mean"]
+
+
+def mean(values: Iterable[float]) -> float:
+    """Arithmetic mean (0 for no values)."""
+    vals = list(values)
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def _top(run: Mapping[str, float], k: int) -> dict[str, float]:
+    return dict(sorted(run.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
+
+
+def retrieval_metrics(
+    qrels: Mapping[str, Mapping[str, int]],
+    run: Mapping[str, Mapping[str, float]],
+    *,
+    recall_at: Sequence[int] = (10, 100),
+) -> dict[str, dict[str, float]]:
+    """Per-query nDCG@10, MRR@10 and recall@k, computed by pytrec_eval; key ``"mean"`` holds the means.
+
+    Queries in ``qrels`` that the run lacks count as zero (trec_eval's ``-c`` convention).
+
+    Raises:
+        MissingDependencyError: If pytrec-eval-terrier is not installed.
+    """
+    try:
+        import pytrec_eval
+    except ImportError as exc:
+        raise MissingDependencyError("retrieval metrics need pytrec-eval: pip install 'modular-rag[eval]'") from exc
+    qrels = {q: dict(d) for q, d in qrels.items()}
+    full = {q: {d: float(s) for d, s in run.get(q, {}).items()} for q in qrels}
+    measures = {"ndcg_cut.10"} | {f"recall.{k}" for k in recall_at}
+    scores = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate({q: r or {"__none__": 0.0} for q, r in full.items()})
+    top10 = {q: _top(r, 10) or {"__none__": 0.0} for q, r in full.items()}
+    rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    per_query: dict[str, dict[str, float]] = {}
+    for q in qrels:
+        row = {"ndcg@10": scores[q]["ndcg_cut_10"], "mrr@10": rr[q]["recip_rank"]}
+        for k in recall_at:
+            row[f"recall@{k}"] = scores[q][f"recall_{k}"]
+        per_query[q] = row
+    names = list(next(iter(per_query.values())).keys()) if per_query else []
+    per_query["mean"] = {name: mean(r[name] for q, r in per_query.items() if q != "mean") for name in names}
+    return per_query
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower-case, drop punctuation and articles (a, an, the), squeeze whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    """1.0 when the normalised strings are equal."""
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """SQuAD token F1 between normalised prediction and gold."""
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred or not ref:
+        return float(pred == ref)
+    common = Counter(pred) & Counter(ref)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def best_answer_scores(prediction: str, answers: Sequence[str]) -> tuple[float, float]:
+    """(EM, F1) against the best-matching accepted answer."""
+    if not answers:
+        return 0.0, 0.0
+    return max(exact_match(prediction, a) for a in answers), max(token_f1(prediction, a) for a in answers)

@@ -1,0 +1,69 @@
+"""The BM25 scorers: exact scores by hand, the two backends agree, filters, persistence."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modular_rag.index import SparseIndex, matches_where
+from modular_rag.sparse import PostingsBM25, RankBM25
+from modular_rag.text import Analyzer
+
+pytestmark = pytest.mark.unit
+
+DOCS = [["cat", "sat", "mat"], ["dog", "sat"], ["cat", "cat", "dog", "bird"], []]
+
+
+def test_bm25_score_by_hand() -> None:
+    index = PostingsBM25.build(DOCS, k1=1.2, b=0.75)
+    docs, scores = index.top_k(["cat"], 4)
+    n, df, avgdl = 4, 2, (3 + 2 + 4 + 0) / 4
+    idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    def bm25(tf: int, dl: int) -> float:
+        return idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * dl / avgdl))
+
+    assert list(docs) == [2, 0]
+    assert scores.tolist() == pytest.approx([bm25(2, 4), bm25(1, 3)], rel=1e-6)
+
+
+def test_backends_agree_with_okapi_idf() -> None:
+    corpus = [Analyzer()(t) for t in (Path(__file__).parents[1] / "modular_rag/demo/corpus").glob("*.md") for t in [t.read_text()]]
+    fast, slow = PostingsBM25.build(corpus, idf="okapi"), RankBM25(corpus)
+    for query in ("error code battery", "chain lube wax", "warranty aluminium frame years"):
+        q = Analyzer()(query)
+        (a, sa), (b, sb) = fast.top_k(q, 10), slow.top_k(q, 10)
+        assert list(a) == list(b) and sa == pytest.approx(sb, rel=1e-5)
+
+
+def test_mask_and_unknown_terms() -> None:
+    index = PostingsBM25.build(DOCS)
+    docs, _ = index.top_k(["cat", "dog"], 4, mask=np.array([False, True, False, True]))
+    assert list(docs) == [1]
+    assert len(index.top_k(["zebra"], 3)[0]) == 0
+
+
+def test_analyzer_folds_stems_and_drops_stop_words() -> None:
+    assert Analyzer()("The Cafés were running quickly!") == ["cafe", "run", "quick"]
+    assert Analyzer(stemmer="none", stopwords="none")("The Cats") == ["the", "cats"]
+
+
+def test_where_filters_match_chroma_semantics() -> None:
+    meta = {"year": 2021, "source": "policy"}
+    assert matches_where(meta, {"year": {"$gte": 2020}})
+    assert not matches_where(meta, {"$and": [{"year": {"$gte": 2020}}, {"source": "manual"}]})
+    assert matches_where(meta, {"$or": [{"year": 1999}, {"source": {"$in": ["policy", "faq"]}}]})
+    assert not matches_where({}, {"year": {"$gt": 1}})
+
+
+def test_sparse_index_saves_and_loads_atomically(tmp_path: Path) -> None:
+    index = SparseIndex.build(["a", "b"], ["red bicycle", "blue car"], [{"n": 1}, {"n": 2}], analyzer=Analyzer())
+    file = tmp_path / "s.npz"
+    index.save(file)
+    loaded = SparseIndex.load(file)
+    assert loaded.ids == ["a", "b"] and loaded.search("bicycles", 1)[0]["chunk_id"] == "a"
+    assert loaded.search("car", 5, where={"n": 1}) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["s.npz"]
