@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 
@@ -42,6 +43,8 @@ __all__ = [
     "FlowBuilder",
     "build_flow",
     "make_node",
+    "run_chain",
+    "internal_node",
     "resolve_operator",
     "evaluate_condition",
     "summarise",
@@ -190,12 +193,25 @@ def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str,
 
 
 class _Step:
-    """One configured operator with its step controls."""
+    """One operator in a node, with its step controls (from its spec) and the keys it reads (for the trace)."""
 
-    def __init__(self, slot: str, spec: OperatorSpec, port: Port, env: Providers, path: str, allow_imports: bool):
-        self.slot, self.spec, self.port = slot, spec, port
-        self.name, self.fn = resolve_operator(spec, port, env, path=path, allow_imports=allow_imports)
-        self.reads = PORT_READS.get(port, ())
+    def __init__(
+        self,
+        slot: str,
+        name: str,
+        fn: Callable[[Mapping[str, Any]], dict[str, Any]],
+        spec: OperatorSpec,
+        reads: Sequence[str] = (),
+    ) -> None:
+        self.slot, self.name, self.fn, self.spec, self.reads = slot, name, fn, spec, tuple(reads)
+
+    @classmethod
+    def configured(
+        cls, slot: str, spec: OperatorSpec, port: Port, env: Providers, path: str, allow_imports: bool
+    ) -> _Step:
+        """Resolve a configured operator for a slot of the given port."""
+        name, fn = resolve_operator(spec, port, env, path=path, allow_imports=allow_imports)
+        return cls(slot, name, fn, spec, PORT_READS.get(port, ()))
 
     def run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
         started = time.time()
@@ -229,8 +245,35 @@ class _Step:
                 self.slot, self.name, f"wrote unknown state keys {unknown}; state keys: {', '.join(sorted(STATE_KEYS))}"
             )
         summary = f"{summarise(state, self.reads)} -> {summarise(update)}".strip()
+        if meter.notes:
+            summary += " | " + "; ".join(meter.notes)
         event, entry = _events(self.slot, self.name, "ok", started, ms, summary, meter)
         return dict(update), event, entry
+
+
+def run_chain(steps: Sequence[_Step], state: Mapping[str, Any]) -> dict[str, Any]:
+    """Run operators in order on ``state``, each seeing the previous ones' updates; returns the merged update
+    with one trace event and one ledger entry per operator. Append keys accumulate; other keys: last write wins."""
+    merged: dict[str, Any] = {}
+    events: list[TraceEvent] = []
+    entries: list[LedgerEntry] = []
+    view: dict[str, Any] = dict(state)
+    for step in steps:
+        update, event, entry = step.run(view)
+        events.append(event)
+        entries.append(entry)
+        for key, value in update.items():
+            if key in ("trace", "ledger"):
+                continue
+            if key in APPEND_KEYS:
+                merged[key] = merged.get(key, []) + list(value)
+                view[key] = list(view.get(key, [])) + list(value)
+            else:
+                merged[key] = value
+                view[key] = value
+    merged["trace"] = events
+    merged["ledger"] = entries
+    return merged
 
 
 def make_node(steps: Sequence[_Step]) -> Callable[[RAGState], dict[str, Any]]:
@@ -247,28 +290,19 @@ def make_node(steps: Sequence[_Step]) -> Callable[[RAGState], dict[str, Any]]:
         return node
 
     def chain_node(state: RAGState) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        events: list[TraceEvent] = []
-        entries: list[LedgerEntry] = []
-        view: dict[str, Any] = dict(state)
-        for step in steps:
-            update, event, entry = step.run(view)
-            events.append(event)
-            entries.append(entry)
-            for key, value in update.items():
-                if key in ("trace", "ledger"):
-                    continue
-                if key in APPEND_KEYS:
-                    merged[key] = merged.get(key, []) + list(value)
-                    view[key] = list(view.get(key, [])) + list(value)
-                else:
-                    merged[key] = value
-                    view[key] = value
-        merged["trace"] = events
-        merged["ledger"] = entries
-        return merged
+        return run_chain(steps, state)
 
     return chain_node
+
+
+def internal_node(name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Callable[[RAGState], dict[str, Any]]:
+    """Instrument a pattern's own bookkeeping function (a loop counter, a fan-out) like an operator node."""
+    return make_node([_Step(name, "pattern", fn, OperatorSpec(name="pattern"))])
+
+
+_SUBFLOW_KEYS = frozenset(
+    {"queries", "candidates", "evidence", "answer", "rounds", "branches", "tree", "verdicts", "step"}
+)
 
 
 class FlowBuilder:
@@ -299,49 +333,128 @@ class FlowBuilder:
         self.graph: StateGraph = StateGraph(RAGState)
         self._built: dict[str, bool] = {}
 
-    def steps(self, slot: str) -> list[_Step]:
-        """The active operators of a slot (configured, or the slot's default), built; empty when disabled."""
+    def steps(
+        self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None
+    ) -> list[_Step]:
+        """The active operators of a slot (configured, or the slot's default), built; empty when disabled.
+
+        Args:
+            slot: The slot name.
+            inject: Parameters the pattern adds to every operator of the slot (the config is not changed).
+            default: Overrides the slot's registered default (a pattern mode may need another one): a name, or a
+                spec with parameters.
+        """
         spec_info = self.info.slots[slot]
         specs = self.config.slot(slot)
-        if slot not in self.config.operators and spec_info.default and spec_info.default != "none":
-            specs = [OperatorSpec(name=spec_info.default, params=dict(spec_info.default_params))]
+        if slot not in self.config.operators:
+            if isinstance(default, OperatorSpec):
+                specs = [default] if default.active else []
+            elif default not in (None, "none"):
+                specs = [OperatorSpec(name=default)]
+            elif default is None and spec_info.default not in (None, "none"):
+                specs = [OperatorSpec(name=spec_info.default, params=dict(spec_info.default_params))]
         raw = self.config.operators.get(slot)
         out = []
         for i, spec in enumerate(specs):
             if not spec.active:
                 continue
+            if inject and spec.object is None:
+                spec = spec.model_copy(update={"params": {**spec.params, **inject}})
             path = f"operators.{slot}" + (f".{i}" if isinstance(raw, list) else "")
-            out.append(_Step(slot, spec, spec_info.port, self.env, path, self.config.allow_imports))
+            out.append(_Step.configured(slot, spec, spec_info.port, self.env, path, self.config.allow_imports))
         return out
 
-    def operator(self, slot: str) -> Callable[[RAGState], dict[str, Any]] | None:
+    def operator(
+        self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None
+    ) -> Callable[[RAGState], dict[str, Any]] | None:
         """The slot's node function (instrumented), or ``None`` when the slot is disabled."""
-        steps = self.steps(slot)
+        steps = self.steps(slot, inject=inject, default=default)
         return make_node(steps) if steps else None
 
-    def add(self, slot: str, node: Callable[..., Any] | None = None, **kwargs: Any) -> bool:
+    def add(
+        self, slot: str, node: Callable[..., Any] | None = None, *, inject: Mapping[str, Any] | None = None,
+        default: str | OperatorSpec | None = None, **kwargs: Any,
+    ) -> bool:
         """Add a slot as a node (or ``node`` under the slot's name). Returns whether a node was added."""
-        fn = node if node is not None else self.operator(slot)
+        fn = node if node is not None else self.operator(slot, inject=inject, default=default)
         self._built[slot] = fn is not None
         if fn is None:
             return False
         self.graph.add_node(slot, fn, **kwargs)
         return True
 
-    def chain(self, slots: Sequence[str], *, start: str = START, end: str | None = END) -> list[str]:
+    def chain(
+        self,
+        slots: Sequence[str],
+        *,
+        start: str | None = START,
+        end: str | None = END,
+        defaults: Mapping[str, str | OperatorSpec] | None = None,
+    ) -> list[str]:
         """Add the active slots in order and connect ``start -> ... -> end``; disabled slots are skipped.
+
+        Args:
+            slots: Slot names in flow order.
+            start: The node the chain follows (``None``: the pattern connects the first node itself).
+            end: The node the chain leads to (``None``: leave the last node open).
+            defaults: Per-slot default overrides (see :meth:`steps`).
 
         Returns:
             The node names added, in order.
         """
-        added = [s for s in slots if self.add(s)]
-        previous = start
+        added = [s for s in slots if self.add(s, default=(defaults or {}).get(s))]
+        previous: str | None = start
         for name in added:
-            self.graph.add_edge(previous, name)
+            if previous is not None:
+                self.graph.add_edge(previous, name)
             previous = name
-        if end is not None:
+        if end is not None and previous is not None:
             self.graph.add_edge(previous, end)
         return added
+
+    def runner(
+        self, slots: Sequence[str], *, label: str, defaults: Mapping[str, str | OperatorSpec] | None = None
+    ) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+        """A function running the given slots' operators in order on a sub-state (a branch, a tree node), returning
+        the merged update with trace and ledger entries named ``label`` (``{branch}`` is filled from the state).
+
+        Raises:
+            ConfigError: If none of the slots is active.
+        """
+        steps = [step for slot in slots for step in self.steps(slot, default=(defaults or {}).get(slot))]
+        if not steps:
+            raise ConfigError(f"operators.{slots[0]}", f"the pattern needs an operator in one of: {', '.join(slots)}")
+
+        def run(state: Mapping[str, Any]) -> dict[str, Any]:
+            update = run_chain(steps, state)
+            name = label.format(branch=state.get("branch", ""))
+            for key in ("trace", "ledger"):
+                update[key] = [{**item, "node": f"{name}/{item['node']}"} for item in update[key]]
+            return update
+
+        return run
+
+    def subflow(self, name: str, config: FlowConfig) -> Callable[..., dict[str, Any]]:
+        """A node running a whole flow (another pattern's graph) on the query; it shares this flow's providers
+        unless its config names its own. Its trace and ledger come back with node names prefixed ``name/``."""
+        env = self.env if "providers" not in config.model_fields_set else None
+        sub = build_flow(config, providers=env)
+        limit = sub.config.get("recursion_limit", 25)  # type: ignore[union-attr]
+
+        def node(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
+            inputs = {key: state[key] for key in ("query", "filter") if key in state}  # type: ignore[literal-required]
+            out = sub.invoke(inputs, {**config, "recursion_limit": limit})
+            update = {k: v for k, v in out.items() if k in _SUBFLOW_KEYS}
+            for key in ("trace", "ledger"):
+                update[key] = [{**item, "node": f"{name}/{item['node']}"} for item in out.get(key, [])]
+            return update
+
+        return node
+
+    def internal(self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]]) -> str:
+        """Add a pattern-internal node (bookkeeping, fan-out preparation), traced like an operator."""
+        self.graph.add_node(name, internal_node(name, fn))
+        return name
 
     def branch(
         self, source: str, decide: Callable[..., Hashable], path_map: Mapping[Hashable, str] | Sequence[str]

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["main", "print_result"]
+__all__ = ["main", "print_result", "catalogue_markdown"]
 
 DEMO_QUESTION = "What does error code E07 mean on the e-bike display?"
 
@@ -141,6 +141,9 @@ def _cmd_catalogue(args: argparse.Namespace) -> int:
         from modular_rag.errors import ConfigError
 
         raise ConfigError("--module", f"unknown module {args.module!r}; modules: {', '.join(MODULES)}")
+    if args.markdown:
+        print(catalogue_markdown(infos))
+        return 0
     if args.json:
         data = [
             {"module": i.module, "submodule": i.submodule, "name": i.name, "port": i.port.value,
@@ -161,6 +164,18 @@ def _cmd_catalogue(args: argparse.Namespace) -> int:
         for name, default, desc in info.param_rows():
             print(f"{'':<26}- {name} = {default}" + (f": {desc}" if desc else ""))
     return 0
+
+
+def catalogue_markdown(infos: Sequence[Any] | None = None) -> str:
+    """The operator catalogue as a Markdown table (the README's copy is checked against it)."""
+    from modular_rag.registry import catalogue
+
+    rows = ["| module | sub-module | operator | port | what it does | parameters |", "|---|---|---|---|---|---|"]
+    for info in infos if infos is not None else catalogue():
+        params = ", ".join(f"`{name}`={default}" for name, default, _ in info.param_rows()) or "-"
+        summary = info.summary.replace("|", "\\|") + (" (LLM)" if info.needs_llm else "")
+        rows.append(f"| {info.module} | {info.submodule} | `{info.name}` | {info.port.value} | {summary} | {params} |")
+    return "\n".join(rows)
 
 
 def _cmd_draw(args: argparse.Namespace) -> int:
@@ -238,6 +253,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("catalogue", help="list every registered operator with its parameters")
     p.add_argument("--module", help="only this module")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="as a Markdown table")
     p.set_defaults(func=_cmd_catalogue)
 
     p = sub.add_parser("draw", help="print a pattern's graph as mermaid")

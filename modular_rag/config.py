@@ -102,6 +102,7 @@ class OpenAILLMConfig(_LLMCommon):
     base_url: str | None = Field(None, description="endpoint URL; default: OPENAI_BASE_URL or OpenAI")
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
     logprobs: bool = Field(True, description="ask for token log-probabilities (judges and REPLUG use them)")
+    prefill: bool = Field(False, description="the server continues a final assistant message (llama.cpp, vLLM)")
 
 
 LLMConfig = Annotated[LocalLLMConfig | OpenAILLMConfig, Field(discriminator="name")]
@@ -431,7 +432,9 @@ def check_flow(config: FlowConfig, *, path: str = "") -> FlowConfig:
             except RegistryError as exc:
                 raise ConfigError(f"{spec_path}.name", f"{exc} (slot {slot_name!r})") from None
             validate_params(info.params, spec.params, f"{spec_path}.params")
-    validate_params(pattern.params, config.params, at("params"))
+    params = validate_params(pattern.params, config.params, at("params"))
+    if pattern.check is not None:
+        pattern.check(params, at("params"))
     if not isinstance(config.indexing.chunker, OperatorSpec):  # pragma: no cover - pydantic guarantees it
         raise ConfigError(at("indexing.chunker"), "must be an operator spec")
     try:

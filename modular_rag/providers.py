@@ -429,10 +429,34 @@ class ChatClient:
         describe: A label for messages (never includes a key).
     """
 
-    def __init__(self, model: Any, *, openai_compatible: bool, describe: str) -> None:
+    def __init__(
+        self, model: Any, *, openai_compatible: bool, describe: str, prefill: bool = False, logprobs: bool = True
+    ) -> None:
         self.model = model
         self.openai_compatible = openai_compatible
         self.describe = describe
+        self.prefill = prefill
+        self.logprobs = logprobs and openai_compatible
+
+    def next_token(
+        self, prompt: str, prefix: str, *, system: str | None = None, top_logprobs: int = 10
+    ) -> tuple[tuple[str, float], ...]:
+        """The model's most likely next tokens after ``prefix`` (an assistant message it continues), with their
+        log-probabilities. Needs a server that continues a final assistant message (``prefill``; llama-server does);
+        an empty token means end of message.
+
+        Raises:
+            ProviderError: If the model does not continue assistant messages or returns no log-probabilities.
+        """
+        if not self.prefill:
+            raise ProviderError(f"{self.describe} does not continue a partial assistant message (prefill)")
+        messages = [*_messages(prompt, system), ("ai", prefix)] if prefix else _messages(prompt, system)
+        completion = self.complete(messages, max_tokens=1, logprobs=True, top_logprobs=top_logprobs)
+        if not completion.tokens:
+            if completion.text == prefix or not completion.text:
+                return (("", 0.0),)
+            raise ProviderError(f"{self.describe} returned no token log-probabilities")
+        return completion.tokens[0].top or ((completion.tokens[0].token, completion.tokens[0].logprob),)
 
     def complete(
         self,
@@ -463,7 +487,7 @@ class ChatClient:
             kwargs: dict[str, Any] = {}
             if max_tokens is not None:
                 kwargs["max_tokens"] = max_tokens
-            if logprobs:
+            if logprobs and self.logprobs:
                 kwargs["logprobs"] = True
                 if top_logprobs:
                     kwargs["top_logprobs"] = top_logprobs
@@ -509,7 +533,7 @@ def _build_local_chat(cfg: LocalLLMConfig) -> ChatClient:
     model = _chat_openai(
         model=model_path.stem, base_url=server.base_url, api_key="local-no-key", cfg=cfg
     )
-    return ChatClient(model, openai_compatible=True, describe=f"local llama-server ({model_path.name})")
+    return ChatClient(model, openai_compatible=True, describe=f"local llama-server ({model_path.name})", prefill=True)
 
 
 def _chat_openai(*, model: str, base_url: str | None, api_key: str, cfg: LocalLLMConfig | OpenAILLMConfig) -> Any:
@@ -540,7 +564,8 @@ def _build_openai_chat(cfg: OpenAILLMConfig) -> ChatClient:
         key = "no-key"
     model = _chat_openai(model=cfg.model, base_url=base_url, api_key=key, cfg=cfg)
     where = base_url or "api.openai.com"
-    return ChatClient(model, openai_compatible=True, describe=f"openai-compatible {cfg.model} at {where}")
+    return ChatClient(model, openai_compatible=True, describe=f"openai-compatible {cfg.model} at {where}",
+                      prefill=cfg.prefill, logprobs=cfg.logprobs)  # fmt: skip
 
 
 _LLM_BUILDERS: dict[type, Callable[[Any], ChatClient]] = {

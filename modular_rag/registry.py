@@ -157,6 +157,7 @@ class OperatorInfo:
     params: type[BaseModel]
     summary: str
     needs_llm: bool = False
+    tags: frozenset[str] = frozenset()
 
     def param_rows(self) -> list[tuple[str, str, str]]:
         """The parameters as ``(name, default, description)`` rows, for the catalogue."""
@@ -188,6 +189,7 @@ class PatternInfo:
     params: type[BaseModel]
     factory: Callable[..., CompiledStateGraph]
     summary: str
+    check: Callable[[Any, str], None] | None = None
 
 
 _OPERATORS: dict[tuple[Port, str], OperatorInfo] = {}
@@ -227,12 +229,12 @@ def _params_model(factory: Callable[..., Any]) -> type[BaseModel]:
 
 
 def _summary(obj: Any) -> str:
-    doc = inspect.getdoc(obj) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    doc = (inspect.getdoc(obj) or "").strip()
+    return " ".join(doc.split("\n\n")[0].split()) if doc else ""
 
 
 def operator(
-    module: str, submodule: str, name: str, *, port: Port, needs_llm: bool = False
+    module: str, submodule: str, name: str, *, port: Port, needs_llm: bool = False, tags: tuple[str, ...] = ()
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register an operator factory under ``module / submodule / name`` for ``port``.
 
@@ -245,6 +247,7 @@ def operator(
         name: The name configs use; unique within the port.
         port: The stage contract the operator fits.
         needs_llm: Whether building the operator needs the flow's chat model (shown in the catalogue).
+        tags: Finer contract hints a pattern may check (fusion operators: ``candidates`` or ``answer``).
 
     Returns:
         The decorator, which returns the factory unchanged.
@@ -271,6 +274,7 @@ def operator(
             params=_params_model(factory),
             summary=_summary(factory),
             needs_llm=needs_llm,
+            tags=frozenset(tags),
         )
         with _LOCK:
             existing = _OPERATORS.get((port, name))
@@ -380,8 +384,16 @@ def register_pattern(
     *,
     slots: Mapping[str, SlotSpec],
     params: type[BaseModel],
+    check: Callable[[Any, str], None] | None = None,
 ) -> Callable[[Callable[..., CompiledStateGraph]], Callable[..., CompiledStateGraph]]:
     """Register a pattern factory ``build_<name>(config, *, checkpointer=None)`` with its slots and params.
+
+    Args:
+        name: The pattern name configs use.
+        slots: The pattern's operator slots.
+        params: The model of its ``params`` (loop bounds and knobs).
+        check: Optional deeper check of validated params (for example nested sub-flow configs), called with the
+            params and their config path; raises ``ConfigError``.
 
     Raises:
         RegistryError: If the pattern name is taken.
@@ -392,7 +404,7 @@ def register_pattern(
             existing = _PATTERNS.get(name)
             if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
                 raise RegistryError(f"pattern {name!r} is already registered")
-            _PATTERNS[name] = PatternInfo(name, dict(slots), params, factory, _summary(factory))
+            _PATTERNS[name] = PatternInfo(name, dict(slots), params, factory, _summary(factory), check)
         return factory
 
     return register

@@ -28,6 +28,7 @@ __all__ = [
     "Branch",
     "TreeNode",
     "Verdict",
+    "Draft",
     "TraceEvent",
     "LedgerEntry",
     "RAGState",
@@ -115,18 +116,32 @@ class TreeNode(TypedDict):
     question: str
     answer: str
     chunk_ids: list[str]
-    kept: bool
-    reason: str
+    evidence: NotRequired[list[Hit]]
+    refused: NotRequired[bool]
 
 
 class Verdict(TypedDict):
-    """A judge's decision: ``stop`` or ``continue``, with a reason code (``confident``, ``budget``, ...)."""
+    """A judge's decision: ``stop`` or ``continue``, with a reason code (``confident``, ``budget``, ...).
+
+    In loops, ``continue`` means "retrieve / iterate again" and ``stop`` means "accept". A pruning judge gives
+    one verdict per tree node, naming it in ``target`` (``stop`` = drop the node).
+    """
 
     judge: str
     decision: Literal["stop", "continue"]
     reason: str
     score: NotRequired[float]
     step: NotRequired[int]
+    target: NotRequired[str]
+
+
+class Draft(TypedDict):
+    """A tentative generation with its token log-probabilities (adaptive / FLARE)."""
+
+    text: str
+    tokens: list[str]
+    logprobs: list[float]
+    done: bool
 
 
 class TraceEvent(TypedDict):
@@ -172,15 +187,16 @@ class RAGState(TypedDict, total=False):
     evidence: list[Evidence]
     # generation
     answer: Answer
-    draft: str
+    draft: Draft
     # orchestration
     route: str
     route_confidence: float
     step: int
+    branch: int
     rounds: Annotated[list[Round], operator.add]
     branches: Annotated[list[Branch], operator.add]
     tree: Annotated[list[TreeNode], operator.add]
-    frontier: list[str]
+    frontier: list[dict[str, Any]]
     verdicts: Annotated[list[Verdict], operator.add]
     # observability
     trace: Annotated[list[TraceEvent], operator.add]

@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import math
 import re
+import string
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 
-__all__ = ["Analyzer", "ENGLISH_STOPWORDS", "split_sentences", "estimate_tokens", "fold"]
+__all__ = [
+    "Analyzer",
+    "ENGLISH_STOPWORDS",
+    "split_sentences",
+    "estimate_tokens",
+    "fold",
+    "normalize_answer",
+    "exact_match",
+    "token_f1",
+]
 
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     """a about above after again against all am an and any are as at be because been before being below
@@ -110,3 +121,29 @@ def estimate_tokens(text: str) -> int:
         return 0
     words = len(text.split())
     return max(math.ceil(len(text) / 4), math.ceil(words * 4 / 3))
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower-case, drop punctuation and articles (a, an, the), squeeze whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    """1.0 when the normalised strings are equal."""
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """SQuAD token F1 between normalised prediction and gold."""
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred or not ref:
+        return float(pred == ref)
+    common = Counter(pred) & Counter(ref)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)

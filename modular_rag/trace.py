@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Meter", "metered", "record", "current_meter", "totals", "LEDGER_FIELDS"]
+__all__ = ["Meter", "metered", "record", "note", "current_meter", "totals", "LEDGER_FIELDS"]
 
 
 @dataclass
@@ -27,6 +27,7 @@ class Meter:
     retrievals: int = 0
     embed_calls: int = 0
     cache_hits: int = 0
+    notes: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -42,6 +43,14 @@ _CURRENT: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("modular
 def current_meter() -> Meter | None:
     """The meter of the node running in this context, or ``None`` outside a flow."""
     return _CURRENT.get()
+
+
+def note(text: str) -> None:
+    """Add a remark to the current node's trace event (a fallback taken, a retry, a degraded result)."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        with meter._lock:
+            meter.notes.append(text)
 
 
 def record(**counts: int) -> None:

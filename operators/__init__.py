@@ -8,9 +8,11 @@ from operators import (  # noqa: F401  (imported to register)
     fusion,
     generation,
     indexing,
+    judging,
     post_retrieval,
     pre_retrieval,
     retrieval,
+    routing,
 )
 
-__all__ = ["fusion", "generation", "indexing", "post_retrieval", "pre_retrieval", "retrieval"]
+__all__ = ["fusion", "generation", "indexing", "judging", "post_retrieval", "pre_retrieval", "retrieval", "routing"]

@@ -12,14 +12,21 @@ pattern's fusion operators:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
-from modular_rag.state import Hit
+from modular_rag.providers import Providers
+from modular_rag.registry import Operator, Port, operator
+from modular_rag.state import Answer, Branch, Citation, Evidence, Hit
+from modular_rag.text import token_f1
+from modular_rag.trace import note
+from operators.generation import DATA_RULE, REFUSAL, SYSTEM, format_evidence, make_answer
 
-__all__ = ["rrf", "score_fusion", "fuse"]
+__all__ = ["rrf", "score_fusion", "fuse", "replug_weights"]
 
 Norm = Literal["minmax", "zscore"]
 
@@ -129,3 +136,194 @@ def fuse(
     if method == "rrf":
         return rrf(lists, k=k, weights=weights, rrf_k=rrf_k, channel=channel)
     return score_fusion(lists, k=k, weights=weights, norm="minmax" if method == "convex" else "zscore", channel=channel)
+
+
+# ------------------------------------------------------------------------------------------------ fusion operators
+
+
+class _P(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _branches(state: Mapping[str, Any]) -> list[Branch]:
+    return sorted(state.get("branches") or [], key=lambda b: b["branch"])
+
+
+class RRFParams(_P):
+    k: int = Field(10, gt=0, le=1000, description="hits kept after fusion")
+    rrf_k: int = Field(60, gt=0, description="rank constant")
+    weights: list[float] | None = Field(None, description="per-branch weights in branch order (default equal)")
+
+
+@operator("orchestration", "fusion", "rrf", port=Port.FUSE, tags=("candidates",))
+def rrf_fusion(params: RRFParams, env: Providers) -> Operator:
+    """Reciprocal rank fusion of the branches' ranked candidates (optionally weighted per branch)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        lists = [b["candidates"] for b in _branches(state)]
+        return {"candidates": rrf(lists, k=params.k, weights=params.weights, rrf_k=params.rrf_k, channel="rrf")}
+
+    return run
+
+
+class WeightedParams(_P):
+    k: int = Field(10, gt=0, le=1000, description="hits kept after fusion")
+    weights: list[float] = Field([1.0, 0.95, 0.9], description="per-branch weights in branch order (extra branches "
+                                                               "get the last)")  # fmt: skip
+    norm: Literal["minmax", "zscore"] = Field("minmax", description="score normalisation within each branch")
+
+
+@operator("orchestration", "fusion", "weighted", port=Port.FUSE, tags=("candidates",))
+def weighted_fusion(params: WeightedParams, env: Providers) -> Operator:
+    """Weighted sum of per-branch normalised scores (e.g. 1.0 / 0.95 / 0.90 for the first three rewrites)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        lists = [b["candidates"] for b in _branches(state)]
+        return {"candidates": score_fusion(lists, k=params.k, weights=params.weights, norm=params.norm,
+                                           channel="weighted")}  # fmt: skip
+
+    return run
+
+
+def replug_weights(scores: Sequence[float], temperature: float) -> np.ndarray:
+    """Eq. 24: lambda(d, q) = softmax of the retrieval scores (divided by ``temperature``)."""
+    x = np.asarray(scores, dtype=np.float64) / temperature
+    x = np.exp(x - x.max()) if len(x) else x
+    return x / x.sum() if len(x) else x
+
+
+class ReplugParams(_P):
+    level: Literal["auto", "token", "answer"] = Field(
+        "auto", description="token: mix next-token distributions (needs prefill + logprobs); answer: weighted vote; "
+                            "auto: token when the model allows it"
+    )  # fmt: skip
+    temperature: float = Field(0.1, gt=0.0, le=100.0, description="softmax temperature over retrieval scores")
+    max_tokens: int = Field(64, gt=0, le=1024, description="token-level decoding length cap")
+    top_logprobs: int = Field(10, gt=0, le=20, description="alternatives read per document and step")
+
+
+def _vote(branches: list[Branch], weights: np.ndarray) -> tuple[str, list[int]]:
+    """Weighted voting: answers grouped by normalised text (token F1 >= 0.8 joins a group); heaviest group wins."""
+    groups: list[tuple[str, float, list[int]]] = []
+    for b, w in zip(branches, weights, strict=True):
+        text = (b.get("answer") or {}).get("text", "")
+        if not text or (b.get("answer") or {}).get("refused"):
+            continue
+        for i, (rep, total, members) in enumerate(groups):
+            if token_f1(text, rep) >= 0.8:
+                groups[i] = (rep, total + float(w), [*members, b["branch"]])
+                break
+        else:
+            groups.append((text, float(w), [b["branch"]]))
+    if not groups:
+        return "", []
+    rep, _, members = max(groups, key=lambda g: g[1])
+    return rep, members
+
+
+def _decode(env: Providers, prompts: list[str], weights: np.ndarray, params: ReplugParams) -> str:
+    """Eq. 23: p(y_t | q, D) = sum_d lambda_d p(y_t | d, q, y_<t); greedy over the mixture, one step at a time."""
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    prefix = ""
+    with ThreadPoolExecutor(max_workers=max(1, len(prompts)), thread_name_prefix="replug") as pool:
+        for _ in range(params.max_tokens):
+            futures = [
+                pool.submit(contextvars.copy_context().run, env.llm.next_token, p, prefix, system=SYSTEM,
+                            top_logprobs=params.top_logprobs)
+                for p in prompts
+            ]  # fmt: skip
+            mixture: dict[str, float] = {}
+            for weight, fut in zip(weights, futures, strict=True):
+                for token, logprob in fut.result():
+                    mixture[token] = mixture.get(token, 0.0) + float(weight) * math.exp(logprob)
+            token = max(mixture, key=lambda t: (mixture[t], t))
+            if token == "":
+                break
+            prefix += token
+    return prefix
+
+
+@operator("orchestration", "fusion", "replug", port=Port.FUSE, needs_llm=True, tags=("answer",))
+def replug(params: ReplugParams, env: Providers) -> Operator:
+    """REPLUG ensemble of per-document branches, weighted by lambda = softmax(retrieval scores) (Eq. 23-24): mixes
+    next-token distributions when the model gives them, else a weighted vote over the per-document answers."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        branches = [b for b in _branches(state) if b["candidates"]]
+        if not branches:
+            return {"answer": Answer(text=REFUSAL, citations=[], refused=True)}
+        weights = replug_weights([b["candidates"][0]["score"] for b in branches], params.temperature)
+        evidence = [Evidence(ref=i + 1, chunk_id=b["candidates"][0]["chunk_id"], text=b["candidates"][0]["text"],
+                             score=float(w), metadata=dict(b["candidates"][0]["metadata"]))
+                    for i, (b, w) in enumerate(zip(branches, weights, strict=True))]  # fmt: skip
+        level = params.level
+        if level == "auto":
+            level = "token" if env.llm.prefill and env.llm.logprobs else "answer"
+        if level == "token":
+            prompts = [f"{format_evidence([{**ev, 'ref': 1}])}\n\nQuestion: {state.get('query', '')}\nAnswer:"
+                       for ev in evidence]  # fmt: skip
+            text = _decode(env, prompts, weights, params)
+            note(f"token-level ensemble over {len(prompts)} documents")
+            return {"answer": make_answer(text, evidence), "evidence": evidence}
+        text, members = _vote(branches, weights)
+        note(f"answer-level weighted vote; winner backed by branches {members}")
+        if not text:
+            return {"answer": Answer(text=REFUSAL, citations=[], refused=True), "evidence": evidence}
+        answer = make_answer(text, evidence)
+        refs = {evidence[i]["ref"] for i, b in enumerate(branches) if b["branch"] in members}
+        answer["citations"] = [Citation(ref=r, chunk_id=evidence[r - 1]["chunk_id"], method="attributed")
+                               for r in sorted(refs)]  # fmt: skip
+        return {"answer": answer, "evidence": evidence}
+
+    return run
+
+
+class LLMFusionParams(_P):
+    max_tokens: int = Field(256, gt=0, le=4096)
+    max_evidence: int = Field(8, gt=0, le=50, description="passages given to the model with the branch answers")
+
+
+FUSION_PROMPT = (
+    "{passages}\n\nPartial answers found for parts of the question:\n{partials}\n\n"
+    "Question: {query}\nWrite one short answer to the question that combines the partial answers, using only the "
+    "passages, citing them like [1].\nAnswer:"
+)
+
+
+def _partials(state: Mapping[str, Any]) -> list[tuple[str, str, list[Hit]]]:
+    """(question, answer, hits) per branch, or per kept tree node (recursive pattern)."""
+    out: list[tuple[str, str, list[Hit]]] = []
+    for b in _branches(state):
+        ans = b.get("answer")
+        if ans and not ans.get("refused"):
+            out.append((b["query"], ans["text"], list(b["candidates"])))
+    dropped = {v.get("target") for v in state.get("verdicts") or [] if v["decision"] == "stop" and v.get("target")}
+    for node in state.get("tree") or []:
+        if node["node_id"] not in dropped and node.get("answer") and not node.get("refused"):
+            out.append((node["question"], node["answer"], list(node.get("evidence") or [])))
+    return out
+
+
+@operator("orchestration", "fusion", "llm_fusion", port=Port.FUSE, needs_llm=True, tags=("answer",))
+def llm_fusion(params: LLMFusionParams, env: Providers) -> Operator:
+    """LLM fusion: one answer synthesised from the branch (or tree-node) answers and their passages, with citations."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        partials = _partials(state)
+        seen: dict[str, Evidence] = {}
+        for _, _, hits in partials:
+            for h in hits:
+                if h["chunk_id"] not in seen and len(seen) < params.max_evidence:
+                    seen[h["chunk_id"]] = Evidence(ref=len(seen) + 1, chunk_id=h["chunk_id"], text=h["text"],
+                                                   score=float(h.get("score", 0.0)), metadata=dict(h["metadata"]))
+        evidence = list(seen.values())
+        if not partials or not evidence:
+            return {"answer": Answer(text=REFUSAL, citations=[], refused=True), "evidence": evidence}
+        listing = "\n".join(f"- {q} -> {a}" for q, a, _ in partials)
+        prompt = FUSION_PROMPT.format(passages=format_evidence(evidence), partials=listing, query=state.get("query", ""))
+        completion = env.llm.complete(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
+        return {"answer": make_answer(completion.text, evidence), "evidence": evidence}
+
+    return run

@@ -8,9 +8,10 @@ marked ``method: attributed`` so they are never mistaken for the model's own.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +30,7 @@ __all__ = [
     "make_answer",
     "clean_completion",
     "trim_loops",
+    "parse_yes_no",
 ]
 
 REFUSAL = "I don't know: the provided documents do not contain the answer."
@@ -163,6 +165,24 @@ def make_answer(text: str, evidence: Sequence[Evidence], *, attribute_threshold:
     return Answer(text=text, citations=citations, refused=False)
 
 
+def parse_yes_no(text: str, top: tuple[tuple[str, float], ...] = ()) -> tuple[str | None, float | None]:
+    """Read a yes/no reply: first from the first token's alternatives (probability of yes vs no), then from the
+    text (a leading yes/no, else the first yes/no word). Returns ``(None, None)`` when it says neither."""
+    p = {"yes": 0.0, "no": 0.0}
+    for token, logprob in top:
+        word = token.strip().lower()
+        if word in p:
+            p[word] += math.exp(logprob)
+    if p["yes"] + p["no"] > 0:
+        share = p["yes"] / (p["yes"] + p["no"])
+        return ("yes" if share >= 0.5 else "no"), share
+    lowered = text.strip().lower()
+    match = re.match(r"\W*(yes|no)\b", lowered) or re.search(r"\b(yes|no)\b", lowered)
+    if match:
+        return match.group(1), None
+    return None, None
+
+
 class _P(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -174,6 +194,10 @@ class CitedAnswerParams(_P):
         0.5, ge=0.0, le=1.0, description="term overlap needed to attribute an uncited sentence (null: never)"
     )
     max_evidence: int = Field(8, gt=0, le=100, description="evidence entries used when no context builder ran")
+    without_evidence: Literal["refuse", "answer"] = Field(
+        "refuse", description="with no evidence: refuse without calling the model, or answer from the model alone"
+    )
+    logprobs: bool = Field(False, description="ask for token log-probabilities; sets answer.confidence (min token p)")
 
 
 SYSTEM = (
@@ -190,10 +214,68 @@ def cited_answer(params: CitedAnswerParams, env: Providers) -> Operator:
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         evidence = evidence_of(state, params.max_evidence)
-        if not evidence:
+        if not evidence and params.without_evidence == "refuse":
             return {"answer": Answer(text=REFUSAL, citations=[], refused=True)}
-        prompt = f"{format_evidence(evidence)}\n\nQuestion: {state.get('query', '')}\nAnswer:"
-        completion = env.llm.complete(prompt, system=system, max_tokens=params.max_tokens)
-        return {"answer": make_answer(completion.text, evidence, attribute_threshold=params.attribute_threshold)}
+        if evidence:
+            prompt = f"{format_evidence(evidence)}\n\nQuestion: {state.get('query', '')}\nAnswer:"
+            completion = env.llm.complete(prompt, system=system, max_tokens=params.max_tokens, logprobs=params.logprobs)
+        else:
+            prompt = f"Question: {state.get('query', '')}\nAnswer briefly.\nAnswer:"
+            completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
+        answer = make_answer(completion.text, evidence, attribute_threshold=params.attribute_threshold)
+        if completion.tokens:
+            answer["confidence"] = round(min(math.exp(t.logprob) for t in completion.tokens), 6)
+        return {"answer": answer}
+
+    return run
+
+
+class DraftParams(_P):
+    max_tokens: int = Field(48, gt=0, le=512, description="tokens generated for the tentative sentence")
+
+
+DRAFT_PROMPT = "{passages}Question: {query}\nAnswer in a few sentences.{so_far}"
+
+
+def _first_sentence(tokens: Sequence[Any], text: str) -> tuple[str, list[str], list[float], bool]:
+    """Cut a completion at its first sentence end; returns (sentence, tokens, logprobs, more text followed)."""
+    match = re.search(r"[.!?](\s|$)|\n", text)
+    end = match.end() if match else len(text)
+    kept_tokens: list[str] = []
+    kept_lp: list[float] = []
+    length = 0
+    for tok in tokens:
+        if length >= end:
+            break
+        kept_tokens.append(tok.token)
+        kept_lp.append(tok.logprob)
+        length += len(tok.token)
+    return text[:end].strip(), kept_tokens, kept_lp, bool(text[end:].strip())
+
+
+@operator("generation", "generator", "draft_sentence", port=Port.GENERATE, needs_llm=True)
+def draft_sentence(params: DraftParams, env: Providers) -> Operator:
+    """FLARE's look-ahead: the next sentence of the answer, with its token log-probabilities, continuing the answer
+    accepted so far (by prefill when the model allows it); ``done`` when the model ends the answer."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        evidence = evidence_of(state)
+        so_far = (state.get("answer") or {}).get("text", "")
+        passages = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
+        if env.llm.prefill and so_far:
+            prompt: Any = [("human", DRAFT_PROMPT.format(passages=passages, query=state.get("query", ""), so_far="")),
+                           ("ai", so_far + " ")]  # fmt: skip
+        else:
+            tail = f"\nAnswer so far: {so_far}\nContinue with the next sentence only." if so_far else ""
+            prompt = DRAFT_PROMPT.format(passages=passages, query=state.get("query", ""), so_far=tail)
+        completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True)
+        text = completion.text
+        if env.llm.prefill and so_far and text.startswith(so_far):
+            text = text[len(so_far) :]
+        tokens = completion.tokens or ()
+        sentence, toks, lps, more = _first_sentence(tokens, text.lstrip())
+        ended = completion.meta.get("finish") == "stop" and not more
+        return {"draft": {"text": trim_loops(sentence), "tokens": toks, "logprobs": lps,
+                          "done": ended or not sentence}}  # fmt: skip
 
     return run

@@ -6,12 +6,10 @@ Retrieval runs map query id -> {document id: score}; higher scores rank first.
 
 from __future__ import annotations
 
-import re
-import string
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from modular_rag.errors import MissingDependencyError
+from modular_rag.text import exact_match, normalize_answer, token_f1
 
 __all__ = ["retrieval_metrics", "normalize_answer", "exact_match", "token_f1", "best_answer_scores", "mean"]
 
@@ -58,32 +56,6 @@ def retrieval_metrics(
     names = list(next(iter(per_query.values())).keys()) if per_query else []
     per_query["mean"] = {name: mean(r[name] for q, r in per_query.items() if q != "mean") for name in names}
     return per_query
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower-case, drop punctuation and articles (a, an, the), squeeze whitespace."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def exact_match(prediction: str, gold: str) -> float:
-    """1.0 when the normalised strings are equal."""
-    return float(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def token_f1(prediction: str, gold: str) -> float:
-    """SQuAD token F1 between normalised prediction and gold."""
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not pred or not ref:
-        return float(pred == ref)
-    common = Counter(pred) & Counter(ref)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
 
 
 def best_answer_scores(prediction: str, answers: Sequence[str]) -> tuple[float, float]:

@@ -26,8 +26,25 @@ def base_state(demo_env: Providers) -> dict[str, Any]:
     ]
     answer = {"text": "E07 means the speed sensor signal was lost [1].", "citations": [
         {"ref": 1, "chunk_id": evidence[0]["chunk_id"], "method": "model"}], "refused": False}
+    branches = [
+        {"branch": i, "query": E07, "weight": 1.0, "candidates": [h], "answer": {
+            "text": f"E07 means the speed sensor signal was lost [{1}].", "citations": [], "refused": False}}
+        for i, h in enumerate(candidates[:2])
+    ]
+    tree = [
+        {"node_id": "n0", "parent": None, "depth": 0, "question": E07, "answer": "Speed sensor signal lost.",
+         "chunk_ids": [candidates[0]["chunk_id"]], "evidence": candidates[:2], "refused": False},
+        {"node_id": "n1", "parent": "n0", "depth": 1, "question": "What should I check when E07 appears?",
+         "answer": "The speed sensor magnet.", "chunk_ids": [candidates[0]["chunk_id"]], "evidence": candidates[:1],
+         "refused": False},
+    ]
+    rounds = [{"step": 1, "query": E07, "answer": "Speed sensor signal lost.", "chunk_ids": []},
+              {"step": 2, "query": E07, "answer": "The speed sensor signal was lost.", "chunk_ids": []}]
+    draft = {"text": "E07 means the speed sensor lost its signal.", "tokens": [" E", "07", " means", " lost"],
+             "logprobs": [-0.1, -0.2, -1.9, -0.3], "done": False}
     return {"query": E07, "queries": [E07], "candidates": candidates, "evidence": evidence, "answer": answer,
-            "step": 1, "rounds": [], "branches": [], "verdicts": [], "trace": [], "ledger": []}
+            "draft": draft, "step": 2, "rounds": rounds, "branches": branches, "tree": tree, "verdicts": [],
+            "trace": [], "ledger": []}
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,17 @@ from modular_rag.registry import PORT_WRITES, OperatorInfo, Port, catalogue
 
 STATE_PORTS = {p for p in Port if p not in (Port.LOAD, Port.CHUNK)}
 
-# operator name -> params for the contract run ("<cross_encoder>" is replaced by the fixture's folder)
+ROUTES = {
+    "routes": {
+        "exact": {"description": "error codes and part numbers", "keywords": ["error", "code"],
+                  "examples": ["What does E12 mean?"]},
+        "open": {"description": "open questions about riding", "examples": ["How do I fit a helmet?"]},
+    },
+    "fallback": "open",
+}  # fmt: skip
+
+# operator name (or name@port where a name is used by two ports) -> params for the contract run
+# ("<cross_encoder>" is replaced by the fixture's folder)
 CASES: dict[str, dict[str, Any]] = {
     "rewrite": {"max_tokens": 24},
     "dense": {"k": 5},
@@ -25,6 +35,24 @@ CASES: dict[str, dict[str, Any]] = {
     "cross_encoder": {"model": "<cross_encoder>", "top_k": 4},
     "budget": {"max_tokens": 300},
     "cited_answer": {"max_tokens": 40},
+    "multi_query": {"styles": ["standalone", "synonyms"], "max_tokens": 24},
+    "decompose": {"max_questions": 2, "max_tokens": 40},
+    "llm_critique": {"max_candidates": 3},
+    "llm_pointwise": {"max_candidates": 3},
+    "draft_sentence": {"max_tokens": 24},
+    "keyword": {**ROUTES},
+    "embedding@route": {**ROUTES},
+    "hybrid@route": {**ROUTES},
+    "llm": {**ROUTES},
+    "token_confidence": {"tau": 0.4},
+    "llm_judge": {"criterion": "supported"},
+    "budget@judge": {"max_steps": 5},
+    "no_progress": {},
+    "prune": {},
+    "rrf@fuse": {"k": 5},
+    "weighted": {"k": 5},
+    "replug": {"max_tokens": 8},
+    "llm_fusion": {"max_tokens": 40},
 }
 
 
@@ -32,9 +60,13 @@ def state_operators() -> list[OperatorInfo]:
     return [i for i in catalogue() if i.port in STATE_PORTS]
 
 
+def case(info: OperatorInfo) -> dict[str, Any] | None:
+    return CASES.get(f"{info.name}@{info.port.value}", CASES.get(info.name))
+
+
 @pytest.mark.unit
 def test_every_operator_has_a_contract_case() -> None:
-    missing = [i.name for i in state_operators() if i.name not in CASES]
+    missing = [f"{i.name}@{i.port.value}" for i in state_operators() if case(i) is None]
     assert not missing, f"add contract cases for: {missing}"
 
 
@@ -43,7 +75,7 @@ def test_every_operator_has_a_contract_case() -> None:
 def test_operator_keeps_its_contract(
     info: OperatorInfo, demo_env: Providers, base_state: dict[str, Any], cross_encoder_dir: Path
 ) -> None:
-    raw = {k: (str(cross_encoder_dir) if v == "<cross_encoder>" else v) for k, v in CASES[info.name].items()}
+    raw = {k: (str(cross_encoder_dir) if v == "<cross_encoder>" else v) for k, v in (case(info) or {}).items()}
     op = info.factory(info.params.model_validate(raw), demo_env)
     before = copy.deepcopy(base_state)
     update = op(base_state)

@@ -11,16 +11,14 @@ from modular_rag.builder import build_flow
 from modular_rag.config import load_config
 from patterns import build_linear
 from tests.conftest import demo_flow, fake_llm
-
-SNAPSHOTS = Path(__file__).parent / "snapshots"
-
+from tests.patterns.conftest import snapshot
 
 @pytest.mark.unit
 def test_template_graph_matches_snapshot() -> None:
     cfg = load_config(template_path("linear"))
     cfg.providers.vectorstore.in_memory = True
     mermaid = build_linear(cfg).get_graph().draw_mermaid()
-    assert mermaid == (SNAPSHOTS / "linear.mmd").read_text()
+    assert mermaid == snapshot("linear", mermaid)
 
 
 @pytest.mark.unit

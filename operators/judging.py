@@ -1,0 +1,220 @@
+"""Orchestration / scheduling: judges decide whether a loop retrieves again (``continue``) or stops (``stop``).
+
+Each judge appends a :class:`~modular_rag.state.Verdict` with a reason code and the loop step it judged; the loop
+patterns stop when any verdict of the current step says ``stop``, and always at their configured bound.
+
+* ``token_confidence`` - FLARE's rule: continue (retrieve) when any token's probability is below ``tau``. Needs
+  token log-probabilities; a model that gives none raises :class:`~modular_rag.errors.JudgeError`.
+* ``llm_judge`` - a prompted yes/no question (supported? complete? needs retrieval?), parsed robustly.
+* ``budget`` - stop when steps, LLM calls or tokens reach a budget (from the run's ledger).
+* ``no_progress`` - stop when the answer stopped changing between rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modular_rag.errors import JudgeError
+from modular_rag.providers import Providers
+from modular_rag.registry import Operator, Port, operator
+from modular_rag.state import Verdict
+from modular_rag.text import token_f1
+from modular_rag.trace import totals
+from operators.generation import DATA_RULE, evidence_of, format_evidence, parse_yes_no
+
+__all__ = ["verdict", "stop_now", "CRITERIA"]
+
+
+def verdict(judge: str, decision: Literal["stop", "continue"], reason: str, state: Mapping[str, Any],
+            score: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """The update a judge returns: one verdict for the state's current step."""
+    v = Verdict(judge=judge, decision=decision, reason=reason, step=int(state.get("step", 0) or 0))
+    if score is not None:
+        v["score"] = round(float(score), 6)
+    return {"verdicts": [v]}
+
+
+def stop_now(state: Mapping[str, Any]) -> bool:
+    """Whether any loop verdict (not a per-node pruning verdict) given at the current step says ``stop``."""
+    step = int(state.get("step", 0) or 0)
+    return any(
+        v.get("step", step) == step and v["decision"] == "stop" and not v.get("target")
+        for v in state.get("verdicts") or []
+    )
+
+
+class _P(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TokenConfidenceParams(_P):
+    tau: float = Field(0.4, gt=0.0, lt=1.0, description="minimum token probability to accept without retrieval")
+    target: Literal["draft", "answer"] = Field("draft", description="judge the tentative draft or the answer")
+
+
+@operator("orchestration", "scheduling", "token_confidence", port=Port.JUDGE)
+def token_confidence(params: TokenConfidenceParams, env: Providers) -> Operator:
+    """FLARE's gate: continue (retrieve) when any generated token's probability is below tau, else stop."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        if params.target == "draft":
+            logprobs = list((state.get("draft") or {}).get("logprobs") or [])
+            lowest = math.exp(min(logprobs)) if logprobs else None
+        else:
+            lowest = (state.get("answer") or {}).get("confidence")
+        if lowest is None:
+            raise JudgeError(
+                f"token_confidence judge: the {params.target} carries no token log-probabilities; use a model that "
+                "returns them (the local llama-server, or an OpenAI-compatible endpoint with logprobs: true) and "
+                "a generator that asks for them, or another judge (llm_judge, no_progress, budget)"
+            )
+        if lowest < params.tau:
+            return verdict("token_confidence", "continue", "low_confidence", state, lowest)
+        return verdict("token_confidence", "stop", "confident", state, lowest)
+
+    return run
+
+
+CRITERIA: dict[str, tuple[str, Literal["yes", "no"]]] = {
+    "supported": ("Is every statement in the answer supported by the passages?", "no"),
+    "complete": ("Does the answer fully answer the question?", "no"),
+    "useful": ("Is the answer useful for the question?", "no"),
+    "needs_retrieval": ("Does answering the question need facts from documents (not general knowledge)?", "yes"),
+}
+"""Built-in yes/no questions and the answer that means ``continue``."""
+
+
+class LLMJudgeParams(_P):
+    criterion: Literal["supported", "complete", "useful", "needs_retrieval", "custom"] = Field(
+        "supported", description="which yes/no question to ask"
+    )
+    question: str = Field("", description="the yes/no question when criterion is custom")
+    continue_on: Literal["yes", "no"] | None = Field(None, description="reply that means continue (custom criterion)")
+    on_unclear: Literal["stop", "continue"] = Field("stop", description="decision when the reply is neither yes nor no")
+    max_tokens: int = Field(4, gt=0, le=64)
+
+
+JUDGE_PROMPT = "{context}Question: {query}\n{answer}\n{ask} Reply with yes or no."
+
+
+@operator("orchestration", "scheduling", "llm_judge", port=Port.JUDGE, needs_llm=True)
+def llm_judge(params: LLMJudgeParams, env: Providers) -> Operator:
+    """A prompted yes/no judge (supported / complete / useful / needs retrieval, or a custom question), read from the
+    reply's first-token probabilities when available, else from its text; unclear replies follow on_unclear."""
+    if params.criterion == "custom":
+        if not params.question or params.continue_on is None:
+            raise JudgeError("llm_judge: criterion 'custom' needs both question and continue_on (yes or no)")
+        ask, continue_on = params.question, params.continue_on
+    else:
+        ask, default = CRITERIA[params.criterion]
+        continue_on = params.continue_on or default
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        evidence = evidence_of(state)
+        context = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence and params.criterion != "needs_retrieval" else ""
+        answer = (state.get("answer") or {}).get("text") or (state.get("draft") or {}).get("text") or ""
+        prompt = JUDGE_PROMPT.format(context=context, query=state.get("query", ""),
+                                     answer=f"Answer: {answer}" if answer else "", ask=ask)  # fmt: skip
+        completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True, top_logprobs=10)
+        first = next((t for t in completion.tokens or () if t.token.strip()), None)
+        reply, p_yes = parse_yes_no(completion.text, first.top if first is not None else ())
+        if reply is None:
+            return verdict("llm_judge", params.on_unclear, "unclear", state)
+        decision: Literal["stop", "continue"] = "continue" if reply == continue_on else "stop"
+        return verdict("llm_judge", decision, f"{params.criterion}:{reply}", state, p_yes)
+
+    return run
+
+
+class BudgetParams(_P):
+    max_steps: int | None = Field(None, gt=0, le=1000, description="stop at this loop step")
+    max_llm_calls: int | None = Field(None, gt=0, description="stop when the run has made this many LLM calls")
+    max_tokens: int | None = Field(None, gt=0, description="stop when prompt + completion tokens reach this")
+
+
+@operator("orchestration", "scheduling", "budget", port=Port.JUDGE)
+def budget(params: BudgetParams, env: Providers) -> Operator:
+    """Stop when the loop step, the run's LLM calls or its tokens (from the ledger) reach a budget; else continue."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        spent = totals(state.get("ledger"))
+        step = int(state.get("step", 0) or 0)
+        if params.max_steps is not None and step >= params.max_steps:
+            return verdict("budget", "stop", "max_steps", state, step)
+        if params.max_llm_calls is not None and spent["llm_calls"] >= params.max_llm_calls:
+            return verdict("budget", "stop", "max_llm_calls", state, spent["llm_calls"])
+        used = spent["prompt_tokens"] + spent["completion_tokens"]
+        if params.max_tokens is not None and used >= params.max_tokens:
+            return verdict("budget", "stop", "max_tokens", state, used)
+        return verdict("budget", "continue", "within_budget", state)
+
+    return run
+
+
+class NoProgressParams(_P):
+    threshold: float = Field(0.9, gt=0.0, le=1.0, description="token F1 between the last two answers that counts "
+                                                                "as unchanged")  # fmt: skip
+
+
+@operator("orchestration", "scheduling", "no_progress", port=Port.JUDGE)
+def no_progress(params: NoProgressParams, env: Providers) -> Operator:
+    """Stop when the answer stopped changing: token F1 of the last two rounds' answers >= threshold."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        rounds = list(state.get("rounds") or [])
+        if len(rounds) < 2:
+            return verdict("no_progress", "continue", "first_round", state)
+        similarity = token_f1(rounds[-1]["answer"], rounds[-2]["answer"])
+        if similarity >= params.threshold:
+            return verdict("no_progress", "stop", "no_progress", state, similarity)
+        return verdict("no_progress", "continue", "progress", state, similarity)
+
+    return run
+
+
+class PruneParams(_P):
+    min_relevance: float = Field(0.25, ge=-1.0, le=1.0, description="drop a node whose question's cosine with the "
+                                                                     "root question is below this")  # fmt: skip
+    max_similarity: float = Field(0.95, ge=0.0, le=1.0, description="drop a node whose question is this close to an "
+                                                                    "earlier node's (duplicate)")  # fmt: skip
+    drop_unanswered: bool = Field(True, description="drop a node whose answer is a refusal")
+
+
+@operator("orchestration", "scheduling", "prune", port=Port.JUDGE)
+def prune(params: PruneParams, env: Providers) -> Operator:
+    """Tree pruning judge: for each node of the newest level, ``stop`` (drop) when its question is irrelevant to the
+    root question, duplicates an earlier node's, or its answer is a refusal; else ``continue`` (keep)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        tree = list(state.get("tree") or [])
+        level = max((n["depth"] for n in tree), default=0)
+        newest = [n for n in tree if n["depth"] == level]
+        earlier = [n for n in tree if n["depth"] < level]
+        if not newest:
+            return {"verdicts": []}
+        root = env.encoder.encode_query(str(state.get("query", "")))
+        vectors = env.encoder.encode([n["question"] for n in earlier + newest])
+        out: list[Verdict] = []
+        kept: list[int] = list(range(len(earlier)))
+        for i, node in enumerate(newest, start=len(earlier)):
+            relevance = float(vectors[i] @ root)
+            duplicate = max((float(vectors[i] @ vectors[j]) for j in kept), default=0.0)
+            if node["depth"] > 0 and relevance < params.min_relevance:
+                decision, reason = "stop", "irrelevant"
+            elif node["depth"] > 0 and duplicate >= params.max_similarity:
+                decision, reason = "stop", "duplicate"
+            elif params.drop_unanswered and node.get("refused") and node["depth"] > 0:
+                decision, reason = "stop", "unanswered"
+            else:
+                decision, reason = "continue", "kept"
+                kept.append(i)
+            out.append(Verdict(judge="prune", decision=decision, reason=reason, step=level, target=node["node_id"],
+                               score=round(relevance, 4)))  # type: ignore[typeddict-item]  # fmt: skip
+        return {"verdicts": out}
+
+    return run

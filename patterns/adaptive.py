@@ -1,0 +1,213 @@
+"""Adaptive pattern: the model decides when to retrieve and when to stop.
+
+* ``mode: flare`` (FLARE): draft the next sentence; the judge (``token_confidence``, tau) accepts it when every token
+  is likely enough, otherwise a query is built from the sentence with its low-confidence tokens masked, evidence is
+  retrieved, and the sentence is drafted again and accepted. Stops at the end of the answer or at ``max_steps``
+  sentences. Citations are attributed over all the evidence shown.
+* ``mode: self_rag`` (Self-RAG style): a gate judge decides whether to retrieve at all; retrieved chunks are graded
+  (``llm_critique``); after generation a judge checks the answer is supported; if not, the query is rewritten and the
+  loop retrieves again, at most ``max_steps`` rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from langgraph.graph import END, START
+from langgraph.graph.state import CompiledStateGraph
+from pydantic import BaseModel, ConfigDict, Field
+
+from modular_rag.builder import FlowBuilder
+from modular_rag.config import FlowConfig, OperatorSpec
+from modular_rag.providers import Providers
+from modular_rag.registry import Port, SlotSpec, register_pattern
+from modular_rag.state import Answer, Evidence, RAGState, Round
+from operators.generation import make_answer
+from operators.judging import stop_now
+
+__all__ = ["build_adaptive", "AdaptiveParams", "SLOTS"]
+
+GATE, REWRITE, RETRIEVE, RERANK, CONTEXT = "gate", "rewrite", "retrieve", "rerank", "context"
+DRAFT, GENERATE, JUDGE = "draft", "generate", "judge"
+REQUERY, ACCEPT, REDRAFT, FINISH, ADVANCE = "requery", "accept", "redraft", "finish", "advance"
+
+SLOTS = {
+    GATE: SlotSpec(Port.JUDGE, default=None, doc="self_rag: continue = retrieve (default llm_judge needs_retrieval)"),
+    REWRITE: SlotSpec(Port.QUERY, default=None, doc="self_rag: rewrites the query before another round"),
+    RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False),
+    RERANK: SlotSpec(Port.RERANK, default=None, chain=True, doc="self_rag default: llm_critique"),
+    CONTEXT: SlotSpec(Port.CONTEXT, default="budget"),
+    DRAFT: SlotSpec(Port.GENERATE, default="draft_sentence", doc="flare: the tentative next sentence"),
+    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="self_rag: the answer"),
+    JUDGE: SlotSpec(Port.JUDGE, default=None, chain=True,
+                    doc="flare default: token_confidence; self_rag default: llm_judge (supported)"),
+}  # fmt: skip
+
+_DEFAULTS: dict[str, dict[str, str | OperatorSpec]] = {
+    "flare": {JUDGE: "token_confidence", RERANK: "none"},
+    "self_rag": {
+        GATE: OperatorSpec(name="llm_judge", params={"criterion": "needs_retrieval", "on_unclear": "continue"}),
+        REWRITE: "rewrite",
+        RERANK: "llm_critique",
+        GENERATE: OperatorSpec(name="cited_answer", params={"without_evidence": "answer"}),
+        JUDGE: OperatorSpec(name="llm_judge", params={"criterion": "supported"}),
+    },
+}
+
+
+class AdaptiveParams(BaseModel):
+    """Which adaptive scheme, its bound, and FLARE's query masking."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["flare", "self_rag"] = Field("flare", description="FLARE or Self-RAG-style control")
+    max_steps: int = Field(4, ge=1, le=20, description="flare: sentences; self_rag: retrieval rounds")
+    mask_below: float = Field(0.4, gt=0.0, lt=1.0, description="flare: tokens below this probability are masked "
+                                                               "out of the retrieval query")  # fmt: skip
+    initial_retrieval: bool = Field(True, description="flare: retrieve with the question before the first sentence")
+
+
+def masked_query(question: str, tokens: list[str], logprobs: list[float], below: float) -> str:
+    """FLARE's implicit query: the draft sentence without its low-confidence tokens (with the question when little
+    is left)."""
+    kept = "".join(t for t, lp in zip(tokens, logprobs, strict=False) if math.exp(lp) >= below).strip()
+    return kept if len(kept.split()) >= 4 else f"{question} {kept}".strip()
+
+
+def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any) -> CompiledStateGraph:
+    defaults = _DEFAULTS["flare"]
+    fetch = flow.runner([RETRIEVE, RERANK, CONTEXT], label="retrieve", defaults=defaults)
+    draft = flow.runner([DRAFT], label=DRAFT)
+
+    def start(state: Mapping[str, Any]) -> dict[str, Any]:
+        update = fetch(state) if params.initial_retrieval else {"trace": [], "ledger": []}
+        sources = list(update.get("candidates") or [])
+        return {**update, "step": 0, "answer": Answer(text="", citations=[], refused=False), "branches": [
+            {"branch": 0, "query": state["query"], "weight": 1.0, "candidates": sources}]}
+
+    def requery(state: Mapping[str, Any]) -> dict[str, Any]:
+        d = state.get("draft") or {}
+        query = masked_query(state["query"], list(d.get("tokens") or []), list(d.get("logprobs") or []),
+                             params.mask_below)  # fmt: skip
+        update = fetch({**state, "queries": [query]})
+        again = draft({**state, **{k: v for k, v in update.items() if k not in ("trace", "ledger")}})
+        step = int(state.get("step", 0) or 0)
+        return {**update, "draft": again["draft"], "queries": [query],
+                "trace": update["trace"] + again["trace"], "ledger": update["ledger"] + again["ledger"],
+                "branches": [{"branch": step + 1, "query": query, "weight": 1.0,
+                              "candidates": list(update.get("candidates") or [])}]}  # fmt: skip
+
+    def accept(state: Mapping[str, Any]) -> dict[str, Any]:
+        d = state.get("draft") or {}
+        so_far = (state.get("answer") or {}).get("text", "")
+        text = f"{so_far} {d.get('text', '')}".strip()
+        step = int(state.get("step", 0) or 0) + 1
+        return {"answer": Answer(text=text, citations=[], refused=False), "step": step,
+                "rounds": [Round(step=step, query=(state.get("queries") or [state["query"]])[0],
+                                 answer=d.get("text", ""), chunk_ids=[])]}  # fmt: skip
+
+    def finish(state: Mapping[str, Any]) -> dict[str, Any]:
+        seen: dict[str, Evidence] = {}
+        for b in state.get("branches") or []:
+            for h in b["candidates"][:3]:
+                if h["chunk_id"] not in seen and len(seen) < 10:
+                    seen[h["chunk_id"]] = Evidence(ref=len(seen) + 1, chunk_id=h["chunk_id"], text=h["text"],
+                                                   score=h["score"], metadata=h["metadata"])  # fmt: skip
+        evidence = list(seen.values())
+        return {"answer": make_answer((state.get("answer") or {}).get("text", ""), evidence), "evidence": evidence}
+
+    def judged(state: RAGState) -> Literal["retrieve", "accept"]:
+        return "accept" if stop_now(state) else "retrieve"
+
+    def more(state: RAGState) -> Literal["draft", "finish"]:
+        done = bool((state.get("draft") or {}).get("done"))
+        return "finish" if done or int(state.get("step", 0) or 0) >= params.max_steps else "draft"
+
+    flow.internal("start", start)
+    flow.graph.add_edge(START, "start")
+    flow.internal(DRAFT, draft)
+    flow.graph.add_edge("start", DRAFT)
+    last = JUDGE if flow.add(JUDGE, default=defaults[JUDGE]) else DRAFT
+    if last == JUDGE:
+        flow.graph.add_edge(DRAFT, JUDGE)
+    flow.internal(REQUERY, requery)
+    flow.internal(ACCEPT, accept)
+    flow.internal(FINISH, finish)
+    flow.branch(last, judged, {"retrieve": REQUERY, "accept": ACCEPT})
+    flow.graph.add_edge(REQUERY, ACCEPT)
+    flow.branch(ACCEPT, more, {"draft": DRAFT, "finish": FINISH})
+    flow.graph.add_edge(FINISH, END)
+    return flow.compile(checkpointer=checkpointer, max_steps=2 + params.max_steps * 4)
+
+
+def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any) -> CompiledStateGraph:
+    defaults = _DEFAULTS["self_rag"]
+
+    def advance(state: Mapping[str, Any]) -> dict[str, Any]:
+        step = int(state.get("step", 0) or 0) + 1
+        return {"step": step, "rounds": [Round(step=step, query=(state.get("queries") or [state["query"]])[-1],
+                                               answer=(state.get("answer") or {}).get("text", ""),
+                                               chunk_ids=[h["chunk_id"] for h in state.get("candidates") or []])]}
+
+    gate = flow.add(GATE, default=defaults[GATE])
+    body = flow.chain([RETRIEVE, RERANK, CONTEXT], start=None, end=None, defaults=defaults)
+    flow.add(GENERATE, default=defaults[GENERATE])
+    flow.graph.add_edge(body[-1], GENERATE)
+    flow.internal(ADVANCE, advance)
+    flow.graph.add_edge(GENERATE, ADVANCE)
+    last = JUDGE if flow.add(JUDGE, default=defaults[JUDGE]) else ADVANCE
+    if last == JUDGE:
+        flow.graph.add_edge(ADVANCE, JUDGE)
+    rewrite = flow.add(REWRITE, default=defaults[REWRITE])
+    if rewrite:
+        flow.graph.add_edge(REWRITE, body[0])
+
+    def needs_retrieval(state: RAGState) -> Literal["retrieve", "answer"]:
+        return "answer" if stop_now(state) else "retrieve"
+
+    def again(state: RAGState) -> Literal["again", "done"]:
+        if int(state.get("step", 0) or 0) >= params.max_steps or stop_now(state):
+            return "done"
+        return "again"
+
+    if gate:
+        flow.graph.add_edge(START, GATE)
+        flow.branch(GATE, needs_retrieval, {"retrieve": body[0], "answer": GENERATE})
+    else:
+        flow.graph.add_edge(START, body[0])
+    flow.branch(last, again, {"again": REWRITE if rewrite else body[0], "done": END})
+    per_round = len(body) + 2 + (last == JUDGE) + bool(rewrite)
+    return flow.compile(checkpointer=checkpointer, max_steps=1 + params.max_steps * per_round)
+
+
+@register_pattern("adaptive", slots=SLOTS, params=AdaptiveParams)
+def build_adaptive(
+    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    checkpointer: Any = None,
+    providers: Providers | None = None,
+) -> CompiledStateGraph:
+    """Build the adaptive flow (FLARE or Self-RAG style).
+
+    Args:
+        config: A flow config with ``pattern: adaptive``.
+        checkpointer: Optional LangGraph checkpointer.
+        providers: Optional providers to share.
+
+    Returns:
+        The compiled graph. Cost: flare = 1 draft per sentence + 1 retrieval and 1 redraft per low-confidence
+        sentence; self_rag = per round 1 generation + judge, grading and rewrite calls.
+
+    Example:
+        >>> flow = build_adaptive({"pattern": "adaptive", "params": {"mode": "flare", "max_steps": 3},
+        ...                        "providers": {"vectorstore": {"in_memory": True}}})
+        >>> sorted(flow.get_graph().nodes)
+        ['__end__', '__start__', 'accept', 'draft', 'finish', 'judge', 'requery', 'start']
+    """
+    flow = FlowBuilder(config, "adaptive", providers=providers)
+    params: AdaptiveParams = flow.params
+    builder = _flare if params.mode == "flare" else _self_rag
+    return builder(flow, params, checkpointer)

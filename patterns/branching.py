@@ -1,0 +1,140 @@
+"""Branching pattern: fan out in parallel with LangGraph ``Send``, then fuse.
+
+* ``mode: queries`` (pre-retrieval branching, multi-query): ``expand`` writes N queries; each is retrieved in its
+  own branch; ``fuse`` merges the ranked lists (``rrf`` or ``weighted``); one generation follows.
+* ``mode: documents`` (post-retrieval branching, REPLUG): one retrieval; one generation per retrieved document, in
+  parallel; ``fuse`` combines them (``replug``: weighted by softmax of retrieval scores, at the token level when the
+  model allows, else by weighted vote; or ``llm_fusion``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from langgraph.graph import END, START
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Send
+from pydantic import BaseModel, ConfigDict, Field
+
+from modular_rag.builder import FlowBuilder
+from modular_rag.config import FlowConfig
+from modular_rag.errors import ConfigError
+from modular_rag.providers import Providers
+from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
+from modular_rag.state import Branch, Evidence, RAGState
+from operators.retrieval import queries_of
+
+__all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "BRANCH", "FUSE", "RERANK",
+           "CONTEXT", "GENERATE"]  # fmt: skip
+
+EXPAND, RETRIEVE, BRANCH, FUSE = "expand", "retrieve", "branch", "fuse"
+RERANK, CONTEXT, GENERATE = "rerank", "context", "generate"
+
+SLOTS = {
+    EXPAND: SlotSpec(Port.QUERY, default="multi_query", chain=True, doc="queries mode: writes the branch queries"),
+    RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per branch (queries) or once"),
+    RERANK: SlotSpec(Port.RERANK, chain=True),
+    CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="queries mode"),
+    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="once, or per document (required there)"),
+    FUSE: SlotSpec(Port.FUSE, default=None, optional=False, doc="rrf / weighted (queries); replug / llm_fusion"),
+}
+_DEFAULT_FUSE = {"queries": "rrf", "documents": "replug"}
+_FUSE_MAKES = {"queries": "candidates", "documents": "answer"}
+
+
+class BranchingParams(BaseModel):
+    """Which branching, and how many branches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["queries", "documents"] = Field("queries", description="pre-retrieval or post-retrieval branching")
+    branches: int = Field(4, ge=1, le=16, description="queries fanned out, or top documents generated from")
+
+
+def _check_fuse(flow: FlowBuilder, mode: str) -> None:
+    for spec in flow.config.slot(FUSE):
+        if spec.object is not None or not spec.active or ":" in spec.name:
+            continue
+        info = get_operator(Port.FUSE, spec.name)
+        if _FUSE_MAKES[mode] not in info.tags:
+            fits = [m for m, tag in _FUSE_MAKES.items() if tag in info.tags]
+            raise ConfigError(f"operators.{FUSE}.name", f"{spec.name!r} fuses {'/'.join(sorted(info.tags))}; mode "
+                              f"{mode!r} needs a {_FUSE_MAKES[mode]} fusion (it fits mode {', '.join(fits)})")
+
+
+@register_pattern("branching", slots=SLOTS, params=BranchingParams)
+def build_branching(
+    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    checkpointer: Any = None,
+    providers: Providers | None = None,
+) -> CompiledStateGraph:
+    """Build the branching flow (multi-query fan-out or per-document REPLUG fan-out, fused).
+
+    Args:
+        config: A flow config with ``pattern: branching``.
+        checkpointer: Optional LangGraph checkpointer.
+        providers: Optional providers to share.
+
+    Returns:
+        The compiled graph. Cost: queries mode = expand calls + N retrievals (in parallel) + 1 generation; documents
+        mode = 1 retrieval + N generations (in parallel) + the fusion's calls.
+
+    Example:
+        >>> flow = build_branching({"pattern": "branching", "params": {"mode": "documents", "branches": 3},
+        ...                         "providers": {"vectorstore": {"in_memory": True}}})
+        >>> sorted(flow.get_graph().nodes)
+        ['__end__', '__start__', 'branch', 'fuse', 'retrieve']
+    """
+    flow = FlowBuilder(config, "branching", providers=providers)
+    params: BranchingParams = flow.params
+    _check_fuse(flow, params.mode)
+    if params.mode == "queries":
+        per_branch = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]")
+
+        def branch(state: Mapping[str, Any]) -> dict[str, Any]:
+            update = per_branch(state)
+            hits = update.pop("candidates", [])
+            item = Branch(branch=state["branch"], query=state["query"], weight=1.0, candidates=hits)
+            return {"branches": [item], "trace": update["trace"], "ledger": update["ledger"]}
+
+        def fan_out(state: RAGState) -> list[Send]:
+            queries = queries_of(state)[: params.branches]
+            return [Send(BRANCH, {"query": q, "branch": i, "filter": state.get("filter")}) for i, q in enumerate(queries)]
+
+        head = flow.chain([EXPAND], end=None)
+        flow.graph.add_node(BRANCH, branch)
+        flow.graph.add_conditional_edges(head[-1] if head else START, fan_out, [BRANCH])
+        flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
+        flow.graph.add_edge(BRANCH, FUSE)
+        tail = flow.chain([RERANK, CONTEXT, GENERATE], start=FUSE)
+        return flow.compile(checkpointer=checkpointer, max_steps=len(head) + 2 + len(tail))
+
+    per_document = flow.runner([GENERATE], label=BRANCH + "[{branch}]")
+
+    def generate_one(state: Mapping[str, Any]) -> dict[str, Any]:
+        update = per_document(state)
+        hit = state["candidates"][0]
+        item = Branch(branch=state["branch"], query=state["query"], weight=float(hit["score"]), candidates=[hit],
+                      answer=update["answer"])  # fmt: skip
+        return {"branches": [item], "trace": update["trace"], "ledger": update["ledger"]}
+
+    def per_doc(state: RAGState) -> list[Send] | str:
+        hits = list(state.get("candidates") or [])[: params.branches]
+        if not hits:
+            return FUSE  # nothing retrieved: the fusion refuses
+        return [
+            Send(BRANCH, {"query": state["query"], "branch": i, "candidates": [h], "evidence": [
+                Evidence(ref=1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"], metadata=h["metadata"])]})
+            for i, h in enumerate(hits)
+        ]  # fmt: skip
+
+    head = flow.chain([RETRIEVE, RERANK], end=None)
+    flow.graph.add_node(BRANCH, generate_one)
+    flow.graph.add_conditional_edges(head[-1], per_doc, [BRANCH, FUSE])
+    flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
+    flow.graph.add_edge(BRANCH, FUSE)
+    flow.graph.add_edge(FUSE, END)
+    return flow.compile(checkpointer=checkpointer, max_steps=len(head) + 2)

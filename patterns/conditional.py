@@ -1,0 +1,123 @@
+"""Conditional pattern: a router picks one named sub-flow per query.
+
+Each route is a whole flow config (any pattern) compiled as a subgraph that shares the parent's providers unless
+it names its own; the router (keyword, llm, embedding or hybrid) writes ``route`` and ``route_confidence``, and
+below ``threshold`` (or when nothing matches) the configured ``fallback`` route runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.graph import END, START
+from langgraph.graph.state import CompiledStateGraph
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from modular_rag.builder import FlowBuilder
+from modular_rag.config import FlowConfig, check_flow, format_validation_error
+from modular_rag.errors import ConfigError
+from modular_rag.providers import Providers
+from modular_rag.registry import Port, SlotSpec, register_pattern
+from modular_rag.state import RAGState
+
+__all__ = ["build_conditional", "ConditionalParams", "Route", "ROUTE"]
+
+ROUTE = "route"
+
+SLOTS = {ROUTE: SlotSpec(Port.ROUTE, default="keyword", optional=False, doc="router: keyword, llm, embedding, hybrid")}
+
+
+class Route(BaseModel):
+    """A named sub-flow and what routers know about it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = Field("", description="what questions belong here (embedding and LLM routers read it)")
+    keywords: list[str] = Field(default_factory=list, description="keyword router terms; 're:<regex>' allowed")
+    examples: list[str] = Field(default_factory=list, description="example questions (embedding router)")
+    flow: dict[str, Any] = Field(..., description="a flow config; shares the parent's providers unless it sets its own")
+
+
+class ConditionalParams(BaseModel):
+    """Routes, the fallback route and the confidence threshold below which the fallback runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    routes: dict[str, Route] = Field(..., min_length=2, description="route name -> sub-flow")
+    fallback: str = Field(..., description="the route taken below threshold or when the router finds nothing")
+    threshold: float = Field(0.0, ge=0.0, le=1.0, description="minimum router confidence")
+
+    @model_validator(mode="after")
+    def _fallback_is_a_route(self) -> ConditionalParams:
+        if self.fallback not in self.routes:
+            raise ValueError(f"fallback {self.fallback!r} is not a route; routes: {', '.join(self.routes)}")
+        for name in self.routes:
+            if name in (START, END, ROUTE) or not name.replace("_", "").replace("-", "").isalnum():
+                raise ValueError(f"route name {name!r} must be alphanumeric (with - or _) and not {ROUTE!r}")
+        return self
+
+
+def _route_config(name: str, route: Route, path: str) -> FlowConfig:
+    try:
+        config = FlowConfig.model_validate(route.flow)
+    except Exception as exc:
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError):
+            raise format_validation_error(exc, f"{path}.routes.{name}.flow", route.flow) from None
+        raise
+    if config.pattern == "conditional":
+        raise ConfigError(f"{path}.routes.{name}.flow.pattern", "a route cannot itself be conditional")
+    return check_flow(config, path=f"{path}.routes.{name}.flow")
+
+
+def _check(params: ConditionalParams, path: str) -> None:
+    for name, route in params.routes.items():
+        _route_config(name, route, path)
+
+
+@register_pattern("conditional", slots=SLOTS, params=ConditionalParams, check=_check)
+def build_conditional(
+    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    checkpointer: Any = None,
+    providers: Providers | None = None,
+) -> CompiledStateGraph:
+    """Build the conditional flow: route -> one of the route sub-flows -> end.
+
+    Args:
+        config: A flow config with ``pattern: conditional`` and ``params.routes``.
+        checkpointer: Optional LangGraph checkpointer.
+        providers: Optional providers to share.
+
+    Returns:
+        The compiled graph. Cost: the router's (0 LLM calls for keyword/embedding, 1 for llm) plus the chosen
+        route's.
+
+    Example:
+        >>> flow = build_conditional({"pattern": "conditional", "providers": {"vectorstore": {"in_memory": True}},
+        ...     "params": {"fallback": "open", "routes": {
+        ...         "exact": {"keywords": ["re:\\\\bE\\\\d\\\\d\\\\b"], "flow": {"pattern": "linear"}},
+        ...         "open": {"flow": {"pattern": "linear", "operators": {"retrieve": "dense"}}}}}})
+        >>> sorted(flow.get_graph().nodes)
+        ['__end__', '__start__', 'exact', 'open', 'route']
+    """
+    flow = FlowBuilder(config, "conditional", providers=providers)
+    params: ConditionalParams = flow.params
+    flow.add(ROUTE, inject={
+        "routes": {n: r.model_dump(include={"description", "keywords", "examples"}) for n, r in params.routes.items()},
+        "fallback": params.fallback,
+        "threshold": params.threshold,
+    })  # fmt: skip
+    flow.graph.add_edge(START, ROUTE)
+    for name, route in params.routes.items():
+        flow.add(name, flow.subflow(name, _route_config(name, route, "params")))
+        flow.graph.add_edge(name, END)
+
+    def by_route(state: RAGState) -> str:
+        return state["route"]
+
+    flow.branch(ROUTE, by_route, {name: name for name in params.routes})
+    return flow.compile(checkpointer=checkpointer, max_steps=2)  # each route runs as one node with its own bound

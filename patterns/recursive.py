@@ -1,0 +1,142 @@
+"""Recursive pattern (Tree of Clarifications): grow a tree of clarifying or sub-questions breadth-first, answer
+every node with retrieval, prune, and compose the final answer from the tree.
+
+Level 0 is the question itself. Each level, ``clarify`` proposes up to ``branching`` children for every kept node of
+the previous level; the children are retrieved and answered in parallel (``Send``); ``prune`` drops irrelevant,
+duplicate or unanswered nodes. Growth stops at ``max_depth`` or ``max_nodes``; ``fuse`` composes the answer from the
+kept nodes, citing their evidence.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from langgraph.graph import END, START
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Send
+from pydantic import BaseModel, ConfigDict, Field
+
+from modular_rag.builder import FlowBuilder
+from modular_rag.config import FlowConfig
+from modular_rag.providers import Providers
+from modular_rag.registry import Port, SlotSpec, register_pattern
+from modular_rag.state import RAGState, TreeNode
+
+__all__ = ["build_recursive", "RecursiveParams", "SLOTS", "EXPAND", "NODE", "PRUNE", "FUSE"]
+
+EXPAND, NODE, PRUNE, FUSE = "expand", "node", "prune", "fuse"
+CLARIFY, RETRIEVE, RERANK, CONTEXT, GENERATE = "clarify", "retrieve", "rerank", "context", "generate"
+
+SLOTS = {
+    CLARIFY: SlotSpec(Port.QUERY, default="decompose", default_params={"mode": "clarify"}, optional=False,
+                      doc="proposes a node's children (its queries)"),
+    RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per node"),
+    RERANK: SlotSpec(Port.RERANK, chain=True, doc="per node"),
+    CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="per node"),
+    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", optional=False, doc="per node"),
+    PRUNE: SlotSpec(Port.JUDGE, default="prune", chain=True, doc="drops nodes (verdicts with a target)"),
+    FUSE: SlotSpec(Port.FUSE, default="llm_fusion", optional=False, doc="composes the answer from the tree"),
+}  # fmt: skip
+
+
+class RecursiveParams(BaseModel):
+    """Tree bounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    branching: int = Field(2, ge=1, le=6, description="B: children proposed per node")
+    max_depth: int = Field(2, ge=1, le=5, description="levels below the question")
+    max_nodes: int = Field(7, ge=2, le=64, description="nodes in the whole tree, the question included")
+
+
+def _kept(state: Mapping[str, Any], depth: int) -> list[TreeNode]:
+    dropped = {v.get("target") for v in state.get("verdicts") or [] if v["decision"] == "stop" and v.get("target")}
+    return [n for n in state.get("tree") or [] if n["depth"] == depth and n["node_id"] not in dropped]
+
+
+@register_pattern("recursive", slots=SLOTS, params=RecursiveParams)
+def build_recursive(
+    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    checkpointer: Any = None,
+    providers: Providers | None = None,
+) -> CompiledStateGraph:
+    """Build the recursive flow: expand -> node (parallel) -> prune, per level, then fuse.
+
+    Args:
+        config: A flow config with ``pattern: recursive``.
+        checkpointer: Optional LangGraph checkpointer.
+        providers: Optional providers to share.
+
+    Returns:
+        The compiled graph. Cost: per node one retrieval set and one generation; per expanded node one clarify
+        call; one fusion call; at most ``max_nodes`` nodes.
+
+    Example:
+        >>> flow = build_recursive({"pattern": "recursive", "params": {"max_depth": 1, "max_nodes": 3},
+        ...                         "providers": {"vectorstore": {"in_memory": True}}})
+        >>> sorted(flow.get_graph().nodes)
+        ['__end__', '__start__', 'expand', 'fuse', 'node', 'prune']
+    """
+    flow = FlowBuilder(config, "recursive", providers=providers)
+    params: RecursiveParams = flow.params
+    clarify = flow.runner([CLARIFY], label=EXPAND)
+    answer_node = flow.runner([RETRIEVE, RERANK, CONTEXT, GENERATE], label=NODE + "[{branch}]")
+
+    def expand(state: Mapping[str, Any]) -> dict[str, Any]:
+        tree = list(state.get("tree") or [])
+        if not tree:  # level 0: the question itself
+            root = {"node_id": "n0", "parent": None, "depth": 0, "question": state["query"]}
+            return {"frontier": [root], "step": 0}
+        depth = int(state.get("step", 0) or 0)
+        room = params.max_nodes - len(tree)
+        frontier: list[dict[str, Any]] = []
+        trace: list[Any] = []
+        ledger: list[Any] = []
+        for parent in _kept(state, depth):
+            if room <= 0:
+                break
+            update = clarify({"query": parent["question"]})
+            trace += update["trace"]
+            ledger += update["ledger"]
+            for question in update.get("queries", [])[: min(params.branching, room)]:
+                frontier.append({"node_id": f"n{len(tree) + len(frontier)}", "parent": parent["node_id"],
+                                 "depth": depth + 1, "question": question})  # fmt: skip
+                room -= 1
+        return {"frontier": frontier, "step": depth + 1, "trace": trace, "ledger": ledger}
+
+    def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
+        frontier = list(state.get("frontier") or [])
+        if not frontier:
+            return FUSE
+        return [Send(NODE, {"query": f["question"], "branch": i, "frontier": [f], "filter": state.get("filter")})
+                for i, f in enumerate(frontier)]  # fmt: skip
+
+    def node(state: Mapping[str, Any]) -> dict[str, Any]:
+        spec = state["frontier"][0]
+        update = answer_node(state)
+        answer = update.get("answer") or {}
+        item = TreeNode(node_id=spec["node_id"], parent=spec["parent"], depth=spec["depth"], question=spec["question"],
+                        answer=answer.get("text", ""), chunk_ids=[h["chunk_id"] for h in update.get("candidates", [])],
+                        evidence=list(update.get("candidates", []))[:3], refused=bool(answer.get("refused")))  # fmt: skip
+        return {"tree": [item], "trace": update["trace"], "ledger": update["ledger"]}
+
+    def grow(state: RAGState) -> Literal["expand", "fuse"]:
+        depth = int(state.get("step", 0) or 0)
+        full = len(state.get("tree") or []) >= params.max_nodes
+        return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
+
+    flow.graph.add_node(EXPAND, expand)
+    flow.graph.add_node(NODE, node)
+    flow.graph.add_edge(START, EXPAND)
+    flow.graph.add_conditional_edges(EXPAND, fan_out, [NODE, FUSE])
+    last = PRUNE if flow.add(PRUNE) else NODE
+    if last == PRUNE:
+        flow.graph.add_edge(NODE, PRUNE)
+    flow.add(FUSE)
+    flow.branch(last, grow, {"expand": EXPAND, "fuse": FUSE})
+    flow.graph.add_edge(FUSE, END)
+    per_level = 2 + (last == PRUNE)
+    return flow.compile(checkpointer=checkpointer, max_steps=per_level * (params.max_depth + 1) + 1)

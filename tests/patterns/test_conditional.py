@@ -1,0 +1,104 @@
+"""Conditional pattern: routers pick a sub-flow; low confidence and invalid model output fall back, visibly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modular_rag.builder import build_flow
+from modular_rag.config import load_config
+from modular_rag.errors import ConfigError
+from modular_rag.providers import Providers
+from modular_rag.registry import Port, get_operator
+from tests.conftest import fake_env
+from tests.patterns.conftest import snapshot, template
+
+ROUTES = {
+    "exact": {"description": "Questions naming a product model, an error code or a part number.",
+              "keywords": ["re:\\b[A-Z]{1,3}-?\\d{1,4}\\b", "error", "code", "part"],
+              "examples": ["What does error E12 mean?", "Which brake pads fit the TW-E1?"]},
+    "open": {"description": "Open questions about riding, maintenance, policies and the company.",
+             "examples": ["How should I look after my chain in winter?", "Why choose disc brakes?"]},
+}  # fmt: skip
+
+
+def router(name: str, env: Providers, threshold: float = 0.0, **params: Any):
+    info = get_operator(Port.ROUTE, name)
+    injected = {"routes": {k: {kk: v for kk, v in r.items()} for k, r in ROUTES.items()}, "fallback": "open",
+                "threshold": threshold}  # fmt: skip
+    return info.factory(info.params.model_validate({**params, **injected}), env)
+
+
+@pytest.mark.unit
+def test_template_graph_matches_snapshot() -> None:
+    flow = build_flow(template("conditional"))
+    assert flow.get_graph().draw_mermaid() == snapshot("conditional", flow.get_graph().draw_mermaid())
+
+
+@pytest.mark.unit
+def test_bad_routes_are_refused_with_their_path() -> None:
+    bad = template("conditional", params={"fallback": "nowhere"})
+    with pytest.raises(ConfigError, match="fallback 'nowhere' is not a route"):
+        load_config(bad)
+    bad = template("conditional")
+    bad["params"]["routes"]["exact"]["flow"]["operators"]["retrieve"] = {"name": "bm25", "params": {"k": 0}}
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert err.value.path == "params.routes.exact.flow.operators.retrieve.params.k"
+
+
+@pytest.mark.integration
+def test_keyword_router_scores_by_eq19(demo_env: Providers) -> None:
+    out = router("keyword", demo_env)({"query": "What does error code E07 mean?"})
+    assert out == {"route": "exact", "route_confidence": pytest.approx(3 / 4)}
+    low = router("keyword", demo_env, threshold=0.9)({"query": "What does error code E07 mean?"})
+    assert low["route"] == "open"  # below threshold: the fallback
+
+
+@pytest.mark.integration
+def test_embedding_and_hybrid_routers(demo_env: Providers) -> None:
+    emb = router("embedding", demo_env)({"query": "Is it better to use disc brakes or rim brakes?"})
+    assert emb["route"] == "open" and 0 < emb["route_confidence"] <= 1
+    hyb = router("hybrid", demo_env, alpha=0.7)({"query": "Which part number are the brake pads for the TW-E1?"})
+    assert hyb["route"] == "exact"
+
+
+@pytest.mark.integration
+def test_llm_router_naming_no_route_falls_back_and_says_so(demo_dir: Path) -> None:
+    config = template("conditional", demo_dir, operators={"route": {"name": "llm"}})
+    config["params"]["routes"]["exact"]["flow"]["operators"]["generate"] = "none"
+    config["params"]["routes"]["open"]["flow"]["operators"]["generate"] = "none"
+    from tests.conftest import fake_llm
+
+    config["providers"]["llm"] = fake_llm("Sure! I think this is about bicycles.")
+    out = build_flow(config).invoke({"query": "What does error code E07 mean?"})
+    assert out["route"] == "open"
+    note = next(e for e in out["trace"] if e["node"] == "route")["summary"]
+    assert "no route matched" in note and "bicycles" in note
+    config["providers"]["llm"] = fake_llm("exact")
+    assert build_flow(config).invoke({"query": "What does error code E07 mean?"})["route"] == "exact"
+
+
+@pytest.mark.integration
+def test_llm_router_on_the_local_model_returns_a_valid_route(demo_env: Providers) -> None:
+    out = router("llm", demo_env)({"query": "What does error code E07 mean?"})
+    assert out["route"] in ROUTES and 0.0 <= out["route_confidence"] <= 1.0
+
+
+@pytest.mark.integration
+def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
+    out = build_flow(template("conditional", demo_dir)).invoke({"query": "What does error code E17 mean?"})
+    assert out["route"] == "exact"
+    assert out["candidates"][0]["metadata"]["doc_id"] == "display-error-e17"
+    assert out["answer"]["text"].strip()
+    assert [e["node"] for e in out["trace"]] == ["route", "exact/retrieve", "exact/context", "exact/generate"]
+
+
+@pytest.mark.integration
+def test_routes_share_the_parent_providers(demo_dir: Path) -> None:
+    env = fake_env(demo_dir, "E17 is a controller fault [1].")
+    config = template("conditional", demo_dir)
+    out = build_flow(config, providers=env).invoke({"query": "What does error code E17 mean?"})
+    assert out["answer"]["text"] == "E17 is a controller fault [1]."

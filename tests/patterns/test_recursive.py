@@ -1,0 +1,75 @@
+"""Recursive pattern (Tree of Clarifications): breadth-first tree bounded by depth and node budget, pruned, fused."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modular_rag.builder import build_flow
+from modular_rag.config import OperatorSpec, load_config
+from tests.conftest import fake_llm
+from tests.patterns.conftest import snapshot, template
+
+
+def keep_all(state: Mapping[str, Any]) -> dict[str, Any]:
+    level = max(n["depth"] for n in state["tree"])
+    return {"verdicts": [{"judge": "keep", "decision": "continue", "reason": "kept", "step": level,
+                          "target": n["node_id"]} for n in state["tree"] if n["depth"] == level]}  # fmt: skip
+
+
+@pytest.mark.unit
+def test_template_graph_matches_snapshot() -> None:
+    mermaid = build_flow(template("recursive")).get_graph().draw_mermaid()
+    assert mermaid == snapshot("recursive", mermaid)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("depth", "nodes", "expected"), [(3, 64, 1 + 2 + 4 + 8), (3, 5, 5), (1, 64, 3)])
+def test_tree_grows_breadth_first_to_its_bounds(demo_dir: Path, depth: int, nodes: int, expected: int) -> None:
+    config = load_config(template("recursive", demo_dir, params={"branching": 2, "max_depth": depth,
+                                                                 "max_nodes": nodes}))  # fmt: skip
+    config.providers.llm = fake_llm("Which model?\nWhich year?", "An answer [1].", "An answer [1].")
+    config.operators["clarify"] = OperatorSpec.from_object(
+        lambda s: {"queries": [f"{s['query']} (a)", f"{s['query']} (b)", f"{s['query']} (c)"]})
+    config.operators["prune"] = OperatorSpec.from_object(keep_all)
+    out = build_flow(config).invoke({"query": "What is the warranty?"})
+    tree = out["tree"]
+    assert len(tree) == expected
+    assert max(n["depth"] for n in tree) <= depth
+    depths = [n["depth"] for n in sorted(tree, key=lambda n: int(n["node_id"][1:]))]
+    assert depths == sorted(depths)  # breadth-first: a level is complete before the next starts
+    assert all(n["parent"] in {m["node_id"] for m in tree} for n in tree if n["depth"] > 0)
+
+
+@pytest.mark.integration
+def test_pruned_nodes_are_not_expanded_or_fused(demo_dir: Path, demo_env) -> None:
+    from modular_rag.registry import Port, get_operator
+
+    prune = get_operator(Port.JUDGE, "prune").factory(get_operator(Port.JUDGE, "prune").params(), demo_env)
+    state = {"query": "How long is the warranty on a carbon frame?", "tree": [
+        {"node_id": "n0", "parent": None, "depth": 0, "question": "How long is the warranty on a carbon frame?",
+         "answer": "7 years", "chunk_ids": []},
+        {"node_id": "n1", "parent": "n0", "depth": 1, "question": "How long is the warranty on a carbon frame?",
+         "answer": "7 years", "chunk_ids": []},
+        {"node_id": "n2", "parent": "n0", "depth": 1, "question": "What is the best pizza topping in Naples?",
+         "answer": "basil", "chunk_ids": []},
+        {"node_id": "n3", "parent": "n0", "depth": 1, "question": "What warranty applied to carbon frames in 2023?",
+         "answer": "7 years", "chunk_ids": []}]}  # fmt: skip
+    verdicts = {v["target"]: v["reason"] for v in prune(state)["verdicts"]}
+    assert verdicts == {"n1": "duplicate", "n2": "irrelevant", "n3": "kept"}
+
+
+@pytest.mark.integration
+def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
+    config = template("recursive", demo_dir, params={"branching": 2, "max_depth": 1, "max_nodes": 3}, operators={
+        "clarify": {"name": "decompose", "params": {"mode": "clarify", "max_questions": 2, "max_tokens": 48}},
+        "generate": {"name": "cited_answer", "params": {"max_tokens": 40}},
+        "fuse": {"name": "llm_fusion", "params": {"max_tokens": 60}}})  # fmt: skip
+    out = build_flow(config).invoke({"query": "How long is the warranty?"})
+    assert 1 <= len(out["tree"]) <= 3 and out["tree"][0]["depth"] == 0
+    assert out["answer"]["text"].strip()
+    cited = {c["chunk_id"] for c in out["answer"]["citations"]}
+    assert cited <= {e["chunk_id"] for e in out["evidence"]}
