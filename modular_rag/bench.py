@@ -1,9 +1,16 @@
 """Benchmark commands that print their figures (never asserted in tests).
 
     python -m modular_rag.bench retrieval --dataset ../shared/datasets/scifact [--limit N] [--presets a,b]
+                                          [--embeddings MODEL_DIR] [--config FLOW.yaml]
+    python -m modular_rag.bench tune --dataset ../shared/datasets/scifact --split train [--embeddings MODEL_DIR]
+    python -m modular_rag.bench holdout --dataset DIR --split train --fraction 0.2 --out NEW_DIR
+    python -m modular_rag.bench patterns [--dataset demo|DIR] [--limit N] [--runs a,b]
 
-``retrieval`` indexes the dataset's corpus once (cached) and runs each preset's retrieval over the queries in one
-process, side by side, printing nDCG@10, MRR@10, recall@10, recall@100 and milliseconds per query.
+``retrieval`` indexes the dataset's corpus once per embedder (cached) and runs each preset's retrieval over the
+queries in one process, side by side, printing nDCG@10, MRR@10, recall@10, recall@100 and milliseconds per query.
+Each preset runs with its own BM25 settings (``providers.sparse``) over the same dense vectors. ``tune`` grid-searches
+the hybrid retriever's settings on a tuning split (never dev); ``holdout`` splits a split's queries in two, to
+choose fine-tuning settings on queries the model did not train on.
 """
 
 from __future__ import annotations
@@ -14,16 +21,35 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["RETRIEVAL_PRESETS", "retrieval_preset", "main"]
+__all__ = ["RETRIEVAL_PRESETS", "retrieval_preset", "PATTERN_RUNS", "pattern_config", "main"]
 
 DEPTH = 100
 
+_TUNED = {"k": DEPTH, "pool": 200, "fusion": "convex", "weights": [0.4, 0.6]}
+_TUNED_BM25 = {"k1": 1.2, "b": 0.75}
+
 RETRIEVAL_PRESETS: dict[str, dict[str, Any]] = {
-    "bm25": {"retrieve": {"name": "bm25", "params": {"k": DEPTH}}},
-    "dense": {"retrieve": {"name": "dense", "params": {"k": DEPTH}}},
-    "hybrid": {"retrieve": {"name": "hybrid", "params": {"k": DEPTH, "pool": DEPTH, "fusion": "rrf"}}},
-}
-"""Retrieval-only linear flows (context and generation off), by name."""
+    "bm25": {"operators": {"retrieve": {"name": "bm25", "params": {"k": DEPTH}}}},
+    "dense": {"operators": {"retrieve": {"name": "dense", "params": {"k": DEPTH}}}},
+    "hybrid": {"operators": {"retrieve": {"name": "hybrid", "params": {"k": DEPTH, "pool": DEPTH, "fusion": "rrf"}}}},
+    # settings chosen by `bench tune` on SciFact's train split (benchmarks/README.md); dev was not looked at
+    "hybrid-tuned": {
+        "providers": {"sparse": _TUNED_BM25},
+        "operators": {"retrieve": {"name": "hybrid", "params": _TUNED}},
+    },
+    "hybrid-tuned-mmr": {
+        "providers": {"sparse": _TUNED_BM25},
+        "operators": {"retrieve": {"name": "hybrid", "params": _TUNED},
+                      "rerank": {"name": "mmr", "params": {"k": DEPTH, "lambda_mult": 0.9}}},
+    },
+    "hybrid-tuned-embedding": {
+        "providers": {"sparse": _TUNED_BM25},
+        "operators": {"retrieve": {"name": "hybrid", "params": _TUNED},
+                      "rerank": {"name": "embedding", "params": {"weight": 0.3}}},
+    },
+}  # fmt: skip
+"""Retrieval-only linear flows (context and generation off), by name: the operators, and BM25 settings in
+``providers.sparse``. The embedder is the bundled MiniLM unless ``--embeddings`` names another."""
 
 
 def retrieval_preset(name: str) -> dict[str, Any]:
@@ -35,35 +61,238 @@ def retrieval_preset(name: str) -> dict[str, Any]:
     from modular_rag.errors import ConfigError
 
     try:
-        operators = RETRIEVAL_PRESETS[name]
+        preset = RETRIEVAL_PRESETS[name]
     except KeyError:
         raise ConfigError("--presets", f"unknown preset {name!r}; presets: {', '.join(RETRIEVAL_PRESETS)}") from None
-    return {"pattern": "linear", "name": name, "operators": {**operators, "context": "none", "generate": "none"}}
+    config: dict[str, Any] = {
+        "pattern": "linear",
+        "name": name,
+        "operators": {**preset["operators"], "context": "none", "generate": "none"},
+    }
+    if "providers" in preset:
+        config["providers"] = preset["providers"]
+    return config
+
+
+def _embeddings(path: str | None) -> Any:
+    """``--embeddings``: a sentence-transformers folder, or ``None`` (each config's own embeddings)."""
+    from pathlib import Path
+
+    from modular_rag.config import SentenceTransformersConfig
+    from modular_rag.errors import ConfigError
+
+    if path is None:
+        return None
+    folder = Path(path)
+    if not (folder / "modules.json").exists() and not (folder / "config.json").exists():
+        raise ConfigError("--embeddings", f"{path} is not a sentence-transformers model folder (no modules.json)")
+    return SentenceTransformersConfig(path=str(folder.resolve()))
+
+
+def _env_for(config: Any, dataset: Any, chunker: Any, embeddings: Any, quiet: bool) -> Any:
+    """Providers over the dataset's cached index for a config's embeddings (or ``--embeddings``) and BM25 settings."""
+    from modular_rag.config import ProvidersConfig
+    from modular_rag.eval.runner import dataset_providers
+
+    providers = ProvidersConfig(embeddings=embeddings or config.providers.embeddings, sparse=config.providers.sparse)
+    return dataset_providers(dataset, providers, chunker=chunker, progress=not quiet,
+                             log=lambda s: print(s, file=sys.stderr))  # fmt: skip
 
 
 def _retrieval(args: argparse.Namespace) -> int:
     from modular_rag.config import OperatorSpec, load_config
     from modular_rag.eval.datasets import load_beir
-    from modular_rag.eval.runner import dataset_providers, run_retrieval
+    from modular_rag.eval.runner import run_retrieval
     from modular_rag.tables import format_table
 
     dataset = load_beir(args.dataset, split=args.split).limited(args.limit)
-    configs = [retrieval_preset(p) for p in args.presets.split(",") if p]
-    configs += [load_config(path).model_dump(mode="json") for path in args.config or []]
+    configs = [load_config(retrieval_preset(p)) for p in args.presets.split(",") if p]
+    configs += [load_config(path) for path in args.config or []]
     chunker = OperatorSpec(name=args.chunker)
-    env = dataset_providers(dataset, chunker=chunker, progress=not args.quiet, log=lambda s: print(s, file=sys.stderr))
+    embeddings = _embeddings(args.embeddings)
     rows = []
     results = []
     for cfg in configs:
+        env = _env_for(cfg, dataset, chunker, embeddings, args.quiet)
         res = run_retrieval(cfg, dataset, env, progress=not args.quiet)
         m = res.mean
         rows.append([res.name, m["ndcg@10"], m["mrr@10"], m["recall@10"], m["recall@100"], round(res.ms_per_query, 1)])
         results.append({"name": res.name, **m, "ms_per_query": res.ms_per_query})
-    print(f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, chunker={args.chunker})")
+    model = args.embeddings or "each config's (default: bundled all-MiniLM-L6-v2)"
+    print(f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, chunker={args.chunker}, "
+          f"embeddings={model})")  # fmt: skip
     print(format_table(["config", "nDCG@10", "MRR@10", "R@10", "R@100", "ms/q"], rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"dataset": dataset.name, "split": dataset.split, "results": results}, fh, indent=2)
+            json.dump({"dataset": dataset.name, "split": dataset.split, "embeddings": args.embeddings,
+                       "results": results}, fh, indent=2)  # fmt: skip
+    return 0
+
+
+def _floats(text: str, option: str) -> tuple[float, ...]:
+    from modular_rag.errors import ConfigError
+
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(option, f"expected comma-separated numbers (got {text!r})") from None
+
+
+def _tune(args: argparse.Namespace) -> int:
+    import yaml
+
+    from modular_rag.config import OperatorSpec, ProvidersConfig, load_config
+    from modular_rag.errors import ConfigError
+    from modular_rag.eval.datasets import load_beir
+    from modular_rag.eval.runner import dataset_providers, run_retrieval
+    from modular_rag.eval.tuning import HybridGrid, channel_runs, hybrid_flow, tune_hybrid, tune_rerank
+    from modular_rag.tables import format_table
+
+    if args.split in ("", "dev", "test"):
+        raise ConfigError("--split", f"tuning on the {args.split or 'dev'} split would leak it into the settings "
+                                     "reported on it; tune on train or a holdout split (bench holdout)")  # fmt: skip
+    grid = HybridGrid(
+        k1=_floats(args.k1, "--k1"), b=_floats(args.b, "--b"), fusion=tuple(f for f in args.fusion.split(",") if f),
+        dense_weight=_floats(args.dense_weight, "--dense-weight"),
+        pool=tuple(int(p) for p in _floats(args.pool, "--pool")),
+    )  # fmt: skip
+    if min(grid.pool) < args.k:
+        raise ConfigError("--pool", f"every pool must be >= k ({args.k}); got {grid.pool}")
+    dataset = load_beir(args.dataset, split=args.split).limited(args.limit)
+    embeddings = _embeddings(args.embeddings)
+    providers = ProvidersConfig(embeddings=embeddings) if embeddings else ProvidersConfig()
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr))
+    chunker = OperatorSpec(name=args.chunker)
+    env = dataset_providers(dataset, providers, chunker=chunker, progress=not args.quiet, log=log)
+    runs = channel_runs(dataset, env, grid, progress=log)
+
+    def tick(done: int, total: int) -> None:
+        if done % 50 == 0 or done == total:
+            log(f"fusion settings: {done}/{total}")
+
+    ranked, singles = tune_hybrid(dataset, runs, grid, k=args.k, progress=tick)
+    head = ["setting", "nDCG@10", "MRR@10", "R@10", "R@100"]
+
+    def row(label: str, m: dict[str, float]) -> list[Any]:
+        return [label, m["ndcg@10"], m["mrr@10"], m["recall@10"], m["recall@100"]]
+
+    print(f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, chunker={args.chunker}, "
+          f"embeddings={args.embeddings or 'bundled all-MiniLM-L6-v2'}); {grid.size} hybrid settings")  # fmt: skip
+    print("\nsingle channels (depth k):")
+    print(format_table(head, [row(r.label, r.metrics) for r in singles]))
+    best_per = [next(r for r in ranked if r.setting and r.setting.fusion == f) for f in grid.fusion]
+    print("\nbest setting per fusion method:")
+    print(format_table(head, [row(r.label, r.metrics) for r in best_per]))
+    print(f"\ntop {min(args.top, len(ranked))} settings:")
+    print(format_table(head, [row(r.label, r.metrics) for r in ranked[: args.top]]))
+    best = ranked[0].setting
+    assert best is not None
+    rerank_rows = []
+    if args.rerank:
+        specs: list[dict[str, Any]] = [{"name": "embedding", "params": {"weight": w}}
+                                       for w in _floats(args.embedding_weight, "--embedding-weight")]
+        specs += [{"name": "mmr", "params": {"k": args.k, "lambda_mult": lam}}
+                  for lam in _floats(args.mmr_lambda, "--mmr-lambda")]  # fmt: skip
+        rerank_rows = tune_rerank(dataset, env, runs, best, specs, k=args.k)
+        print(f"\nrerankers on the best setting ({best.label()}):")
+        print(format_table(head, [row("(none)", ranked[0].metrics)] + [row(r.label, r.metrics) for r in rerank_rows]))
+    flow = hybrid_flow(best, k=args.k, name="hybrid-tuned")
+    confirm = load_config(flow)
+    check = run_retrieval(confirm, dataset, dataset_providers(dataset, providers.model_copy(
+        update={"sparse": confirm.providers.sparse}), chunker=chunker, progress=False))  # fmt: skip
+    print(f"\nbest: {best.label()}: nDCG@10 {ranked[0].metrics['ndcg@10']:.4f} from the grid, "
+          f"{check.mean['ndcg@10']:.4f} from a real run of the flow below")  # fmt: skip
+    print(yaml.safe_dump(flow, sort_keys=False), end="")
+    for name in ("embedding", "mmr"):
+        rows = [r for r in rerank_rows if r.rerank and r.rerank["name"] == name]
+        if rows:
+            top = max(rows, key=lambda r: r.metrics["ndcg@10"])
+            print(f"best {name} reranker: {top.rerank}: nDCG@10 {top.metrics['ndcg@10']:.4f}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({
+                "dataset": dataset.name, "split": dataset.split, "embeddings": args.embeddings,
+                "singles": [{"label": r.label, **r.metrics} for r in singles],
+                "settings": [{"label": r.label, **vars(r.setting), **r.metrics} for r in ranked if r.setting],
+                "rerank": [{"label": r.label, "spec": r.rerank, **r.metrics} for r in rerank_rows],
+                "best": flow, "confirmed": check.mean,
+            }, fh, indent=2)  # fmt: skip
+    return 0
+
+
+def _holdout(args: argparse.Namespace) -> int:
+    from modular_rag.eval.datasets import holdout_split, load_beir
+
+    dataset = load_beir(args.dataset, split=args.split)
+    first, second = holdout_split(dataset, args.out, fraction=args.fraction, seed=args.seed,
+                                  names=(args.names.split(",")[0], args.names.split(",")[-1]))  # fmt: skip
+    for part in (first, second):
+        judged = sum(len(v) for v in part.qrels.values())
+        print(f"{part.split}: {len(part.queries)} queries, {judged} judgements -> {args.out}")
+    return 0
+
+
+PATTERN_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
+    "linear": ("linear", {}),
+    "conditional": ("conditional", {}),
+    "branching": ("branching", {}),
+    "branching-documents": ("branching", {"params": {"mode": "documents", "branches": 3},
+                                          "operators": {"expand": "none", "fuse": {"name": "replug"}}}),
+    "iterative": ("iterative", {}),
+    "recursive": ("recursive", {}),
+    "adaptive": ("adaptive", {}),
+    "adaptive-self-rag": ("adaptive", {"params": {"mode": "self_rag", "max_steps": 2},
+                                       "operators": {"draft": "none", "judge": {"name": "llm_judge"}}}),
+}
+"""The pattern runs of ``bench patterns``: each template, and the second mode of branching and adaptive."""
+
+
+def pattern_config(run: str) -> dict[str, Any]:
+    """A template with a run's overrides applied one level deep.
+
+    Raises:
+        ConfigError: If the run is unknown (the message lists the runs).
+    """
+    import yaml
+
+    from modular_rag import template_path
+    from modular_rag.errors import ConfigError
+
+    try:
+        pattern, overrides = PATTERN_RUNS[run]
+    except KeyError:
+        raise ConfigError("--runs", f"unknown run {run!r}; runs: {', '.join(PATTERN_RUNS)}") from None
+    config = yaml.safe_load(template_path(pattern).read_text(encoding="utf-8"))
+    for key, value in overrides.items():
+        config[key] = {**config.get(key, {}), **value}
+    config["name"] = run
+    return config
+
+
+def _patterns(args: argparse.Namespace) -> int:
+    from modular_rag.eval.datasets import load_beir, load_demo
+    from modular_rag.eval.runner import dataset_providers, evaluate_flow
+    from modular_rag.tables import format_table
+
+    dataset = load_demo() if args.dataset == "demo" else load_beir(args.dataset)
+    dataset = dataset.limited(args.limit, spread=True)
+    env = dataset_providers(dataset, progress=not args.quiet, log=lambda s: print(s, file=sys.stderr))
+    rows, results = [], []
+    for run in [r for r in args.runs.split(",") if r]:
+        res = evaluate_flow(pattern_config(run), dataset, env, name=run, progress=not args.quiet)
+        s = res.summary()
+        rows.append([run, f"{s['llm_calls']:.1f} ({s['llm_calls_max']:.0f})",
+                     f"{s['retrievals']:.1f} ({s['retrievals_max']:.0f})", round(s["tokens"]), f"{s['ms'] / 1000:.1f}",
+                     f"{s['recall@5']:.3f}", f"{s['all@5']:.3f}", f"{s['f1']:.3f}", int(s["errors"])])  # fmt: skip
+        results.append({"run": run, **s})
+        print(f"  {run}: {s['llm_calls']:.2f} LLM calls/q, {s['retrievals']:.2f} retrievals/q, "
+              f"{s['ms'] / 1000:.1f} s/q", file=sys.stderr, flush=True)
+    print(f"{dataset.name} ({len(dataset.queries)} questions, local model)")
+    print(format_table(["run", "LLM calls/q (max)", "retrievals/q (max)", "tokens/q", "s/q", "R@5", "all@5", "F1",
+                        "errors"], rows))  # fmt: skip
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"dataset": dataset.name, "queries": len(dataset.queries), "results": results}, fh, indent=2)
     return 0
 
 
@@ -77,10 +306,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--presets", default="bm25,dense,hybrid", help=f"comma-separated: {', '.join(RETRIEVAL_PRESETS)}")
     p.add_argument("--config", action="append", help="also run this flow config (repeatable)")
     p.add_argument("--chunker", default="document", help="chunker for the corpus (default: document)")
+    p.add_argument("--embeddings", help="a sentence-transformers folder every config runs with (its own index)")
     p.add_argument("--limit", type=int, help="only the first N queries")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_retrieval)
+    p = sub.add_parser("tune", help="grid-search hybrid settings (BM25 k1/b, fusion, weights, pool) on a split")
+    p.add_argument("--dataset", required=True, help="a BEIR-format folder")
+    p.add_argument("--split", default="train", help="the tuning split: train or a holdout prefix (never dev)")
+    p.add_argument("--embeddings", help="a sentence-transformers folder (default: the bundled MiniLM)")
+    p.add_argument("--chunker", default="document", help="chunker for the corpus (default: document)")
+    p.add_argument("--k", type=int, default=DEPTH, help=f"hits kept after fusion (default {DEPTH})")
+    p.add_argument("--k1", default="0.9,1.2,1.5", help="BM25 k1 values")
+    p.add_argument("--b", default="0.4,0.6,0.75,0.9", help="BM25 b values")
+    p.add_argument("--fusion", default="rrf,convex,weighted", help="fusion methods")
+    p.add_argument("--dense-weight", default="0.3,0.4,0.5,0.6,0.7", help="dense weights w (sparse gets 1 - w)")
+    p.add_argument("--pool", default="100,200", help="candidates per channel")
+    p.add_argument("--rerank", action="store_true", help="also tune embedding re-score and MMR on the best setting")
+    p.add_argument("--embedding-weight", default="0.1,0.2,0.3,0.5,0.7,1.0", help="embedding reranker weights")
+    p.add_argument("--mmr-lambda", default="0.5,0.7,0.8,0.9,1.0", help="MMR lambda values")
+    p.add_argument("--top", type=int, default=10, help="settings listed (default 10)")
+    p.add_argument("--limit", type=int, help="only the first N queries")
+    p.add_argument("--json", help="also write every setting's metrics to this JSON file")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_tune)
+    p = sub.add_parser("holdout", help="split a split's queries in two BEIR splits of a new folder (shared corpus)")
+    p.add_argument("--dataset", required=True, help="a BEIR-format folder")
+    p.add_argument("--split", default="train", help="the split to divide (default: train)")
+    p.add_argument("--fraction", type=float, default=0.2, help="share of the queries held out (default 0.2)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the draw (default 0)")
+    p.add_argument("--names", default="fit,val", help="the two split names (default: fit,val)")
+    p.add_argument("--out", required=True, help="the new folder")
+    p.set_defaults(func=_holdout)
+    p = sub.add_parser("patterns", help="cost (LLM calls, retrievals, tokens, time) and quality of every pattern")
+    p.add_argument("--dataset", default="demo", help="'demo' (the bundled questions) or a BEIR-format folder")
+    p.add_argument("--runs", default=",".join(PATTERN_RUNS), help=f"comma-separated: {', '.join(PATTERN_RUNS)}")
+    p.add_argument("--limit", type=int, default=8, help="questions, evenly spaced over the file (default 8)")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_patterns)
     args = parser.parse_args(argv)
     from modular_rag.errors import ModularRagError
 

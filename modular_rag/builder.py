@@ -22,7 +22,7 @@ import importlib
 import os
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
@@ -175,7 +175,7 @@ def _events(
     entry = LedgerEntry(
         node=slot, operator=name, llm_calls=meter.llm_calls, prompt_tokens=meter.prompt_tokens,
         completion_tokens=meter.completion_tokens, retrievals=meter.retrievals, embed_calls=meter.embed_calls,
-        ms=round(ms, 3),
+        cache_hits=meter.cache_hits, ms=round(ms, 3),
     )  # fmt: skip
     return event, entry
 
@@ -260,6 +260,8 @@ def run_chain(steps: Sequence[_Step], state: Mapping[str, Any]) -> dict[str, Any
     view: dict[str, Any] = dict(state)
     for step in steps:
         update, event, entry = step.run(view)
+        events.extend(update.get("trace", []))  # a step that runs operators itself returns their entries
+        entries.extend(update.get("ledger", []))
         events.append(event)
         entries.append(entry)
         for key, value in update.items():
@@ -283,8 +285,9 @@ def make_node(steps: Sequence[_Step]) -> Callable[[RAGState], dict[str, Any]]:
 
         def node(state: RAGState) -> dict[str, Any]:
             update, event, entry = step.run(state)
-            update["trace"] = [event]
-            update["ledger"] = [entry]
+            # a step that runs operators itself (a pattern's bookkeeping node) returns their entries first
+            update["trace"] = [*update.get("trace", ()), event]
+            update["ledger"] = [*update.get("ledger", ()), entry]
             return update
 
         return node
@@ -375,7 +378,11 @@ class FlowBuilder:
         self, slot: str, node: Callable[..., Any] | None = None, *, inject: Mapping[str, Any] | None = None,
         default: str | OperatorSpec | None = None, **kwargs: Any,
     ) -> bool:
-        """Add a slot as a node (or ``node`` under the slot's name). Returns whether a node was added."""
+        """Add a slot as a node (or ``node`` under the slot's name). Returns whether a node was added.
+
+        LangSmith and other LangChain tracers show one run per node, named after the slot; which operator ran is in
+        the flow's own trace.
+        """
         fn = node if node is not None else self.operator(slot, inject=inject, default=default)
         self._built[slot] = fn is not None
         if fn is None:
@@ -469,8 +476,71 @@ class FlowBuilder:
             checkpointer: Any LangGraph checkpointer (for example ``SqliteSaver``).
             max_steps: The most supersteps one run can take under the config's loop bounds.
         """
-        compiled = self.graph.compile(checkpointer=checkpointer, name=self.config.name or self.info.name)
-        return compiled.with_config(recursion_limit=max_steps + 4)
+        name = self.config.name or self.info.name
+        if self.config.answer_cache is not None:
+            return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=max_steps + 4),
+                                           checkpointer, name)  # fmt: skip
+        compiled = self.graph.compile(checkpointer=checkpointer, name=name)
+        return compiled.with_config(recursion_limit=max_steps + 4, **self._run_labels(name))
+
+    def _run_labels(self, name: str) -> dict[str, Any]:
+        """Tags and metadata every run of the flow carries (shown by LangSmith and other tracers)."""
+        return {"tags": ["modular_rag", f"pattern:{self.info.name}"],
+                "metadata": {"modular_rag_pattern": self.info.name, "modular_rag_flow": name}}  # fmt: skip
+
+    def _with_answer_cache(self, inner: CompiledStateGraph, checkpointer: Any, name: str) -> CompiledStateGraph:
+        """Put a semantic answer cache in front of the compiled flow: a hit answers at once; a miss runs the flow
+        and stores its answer."""
+        from modular_rag.cache import SemanticCache, content_key
+
+        cfg = self.config.answer_cache
+        assert cfg is not None
+        try:
+            data = self.config.to_dict()
+            namespace = content_key({k: v for k, v in data.items() if k not in ("answer_cache", "name")})
+        except ConfigError:  # a Python object in the config: scope the cache to this process's objects
+            namespace = f"objects:{id(self.config)}"
+        cache = SemanticCache(cfg.path, threshold=cfg.threshold, max_entries=cfg.max_entries, namespace=namespace)
+        env = self.env
+
+        def lookup(state: Mapping[str, Any]) -> dict[str, Any]:
+            from modular_rag.trace import note, record
+
+            found = cache.lookup(env.encoder.encode_query(str(state.get("query", ""))))
+            if found is None:
+                return {}
+            value, query, similarity = found
+            record(cache_hits=1)
+            note(f"cached answer of {query!r} (cosine {similarity:.3f})")
+            return {"answer": value["answer"], "evidence": value.get("evidence", [])}
+
+        def store(state: Mapping[str, Any]) -> dict[str, Any]:
+            answer = state.get("answer")
+            if answer and not answer.get("refused"):
+                query = str(state.get("query", ""))
+                cache.store(query, env.encoder.encode_query(query),
+                            {"answer": answer, "evidence": list(state.get("evidence") or [])})  # fmt: skip
+            return {}
+
+        limit = inner.config.get("recursion_limit", 25)  # type: ignore[union-attr]
+
+        def run_flow(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
+            inputs = {key: state[key] for key in ("query", "filter") if key in state}  # type: ignore[literal-required]
+            return dict(inner.invoke(inputs, {**config, "recursion_limit": limit}))
+
+        def hit(state: RAGState) -> Literal["hit", "miss"]:
+            return "hit" if state.get("answer") else "miss"
+
+        outer = StateGraph(RAGState)
+        outer.add_node("cache_lookup", internal_node("cache_lookup", lookup))
+        outer.add_node("flow", run_flow)
+        outer.add_node("cache_store", internal_node("cache_store", store))
+        outer.add_edge(START, "cache_lookup")
+        outer.add_conditional_edges("cache_lookup", hit, {"hit": END, "miss": "flow"})
+        outer.add_edge("flow", "cache_store")
+        outer.add_edge("cache_store", END)
+        return outer.compile(checkpointer=checkpointer, name=name).with_config(recursion_limit=limit + 4,
+                                                                               **self._run_labels(name))
 
 
 def build_flow(

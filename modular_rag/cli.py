@@ -7,6 +7,9 @@
     modular-rag draw PATTERN [--config FILE]       the pattern's graph as mermaid
     modular-rag template PATTERN                   print a pattern's YAML template
     modular-rag doctor                             check the embedded defaults are installed
+    modular-rag finetune --dataset DIR --out DIR   fine-tune the embedder on a BEIR split (BM25 hard negatives)
+    modular-rag eval --dataset DIR --config A [B]  compare configs: quality, cost, JSON/CSV/PNG report
+    modular-rag recommend --dataset DIR --max-llm-calls N --max-latency-ms M   the best config within a budget
 
 Bad input exits with status 2 and one line on stderr naming what was wrong; no traceback. Imports are deferred
 to the command that needs them, so ``--help`` and ``catalogue`` start fast.
@@ -20,7 +23,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["main", "print_result", "catalogue_markdown"]
+__all__ = ["main", "print_result", "stream_run", "format_update", "catalogue_markdown"]
 
 DEMO_QUESTION = "What does error code E07 mean on the e-bike display?"
 
@@ -65,7 +68,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
         env.index.clear()
     summary = index_paths(
         args.paths, env, chunker=config.indexing.chunker, batch_size=config.indexing.batch_size,
-        progress=not args.quiet,
+        max_file_mb=config.indexing.max_file_mb, progress=not args.quiet,
     )  # fmt: skip
     if args.json:
         from dataclasses import asdict
@@ -88,9 +91,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from modular_rag.errors import ConfigError
 
             raise ConfigError("--filter", f"not valid JSON: {exc.msg}") from None
-    result = flow.invoke(state)
+    if args.stream:  # node lines go to stderr when stdout carries JSON
+        result = stream_run(flow, state, out=sys.stderr if args.json else sys.stdout)
+    else:
+        result = flow.invoke(state)
     print_result(result, as_json=args.json)
     return 0
+
+
+def stream_run(flow: Any, state: Mapping[str, Any], *, out: Any = None) -> dict[str, Any]:
+    """Run a flow, printing one line per node update as it happens (``stream_mode="updates"``); returns the
+    final state."""
+    out = out or sys.stdout
+    final: dict[str, Any] = {}
+    for mode, chunk in flow.stream(dict(state), stream_mode=["updates", "values"]):
+        if mode == "values":
+            final = chunk
+            continue
+        for node, update in chunk.items():
+            print(format_update(node, update), file=out, flush=True)
+    if out is sys.stdout:
+        print(file=out)
+    return final
+
+
+def format_update(node: str, update: Mapping[str, Any] | None) -> str:
+    """One line for a node's update: ``[generate] 1403 ms, 1 LLM call  answer('Error E07 means...')``."""
+    from modular_rag.builder import summarise
+
+    update = update or {}
+    ledger = [e for e in update.get("ledger") or [] if isinstance(e, Mapping)]
+    ms = sum(float(e.get("ms", 0.0)) for e in ledger)
+    calls = sum(int(e.get("llm_calls", 0)) for e in ledger)
+    cost = f"{ms:.0f} ms" + (f", {calls} LLM call{'s' if calls != 1 else ''}" if calls else "")
+    return f"[{node}] {cost}  {summarise(update) or '(no state change)'}"
 
 
 def print_result(result: Mapping[str, Any], *, as_json: bool = False, out: Any = None) -> None:
@@ -194,6 +228,78 @@ def _cmd_template(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_dataset(spec: str, split: str, limit: int | None) -> Any:
+    from modular_rag.eval.datasets import load_beir, load_demo
+
+    dataset = load_demo() if spec == "demo" else load_beir(spec, split=split)
+    return dataset.limited(limit, spread=spec == "demo")
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from modular_rag.config import OperatorSpec, load_config
+    from modular_rag.eval.report import format_results, write_report
+    from modular_rag.eval.runner import dataset_providers, evaluate_flow
+
+    dataset = _load_dataset(args.dataset, args.split, args.limit)
+    configs = [load_config(path) for path in args.config]  # all validated before anything loads
+    results = []
+    for path, config in zip(args.config, configs, strict=True):
+        chunker = OperatorSpec(name=args.chunker or dataset.default_chunker)
+        env = dataset_providers(dataset, config.providers, chunker=chunker, progress=not args.quiet,
+                                log=lambda line: print(line, file=sys.stderr))  # fmt: skip
+        name = config.name or Path(path).stem
+        results.append(evaluate_flow(config, dataset, env, name=name, concurrency=args.concurrency,
+                                     progress=not args.quiet))  # fmt: skip
+    print(f"{dataset.name} ({dataset.split}, {len(dataset.queries)} queries)")
+    print(format_results(results))
+    if args.out:
+        paths = write_report(results, Path(args.out), dataset=dataset.name, quality=args.quality, cost=args.cost)
+        print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _cmd_recommend(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from modular_rag.bench import PATTERN_RUNS, pattern_config
+    from modular_rag.config import OperatorSpec, load_config
+    from modular_rag.costs import estimate
+    from modular_rag.eval.runner import dataset_providers, evaluate_flow
+    from modular_rag.tables import format_table
+
+    dataset = _load_dataset(args.dataset, args.split, args.limit)
+    if args.config:
+        candidates = [(load_config(p).name or Path(p).stem, load_config(p)) for p in args.config]
+    else:
+        candidates = [(run, load_config(pattern_config(run))) for run in PATTERN_RUNS]
+    rows, best = [], None
+    for name, config in candidates:
+        est = estimate(config)
+        if args.max_llm_calls is not None and est.llm_calls.lo > args.max_llm_calls:
+            rows.append([name, config.pattern, str(est.llm_calls), "-", "-", "-", "over budget by its cost model"])
+            continue
+        env = dataset_providers(dataset, config.providers, chunker=OperatorSpec(name=dataset.default_chunker),
+                                progress=not args.quiet, log=lambda line: print(line, file=sys.stderr))  # fmt: skip
+        summary = evaluate_flow(config, dataset, env, name=name, progress=not args.quiet).summary()
+        fits = (args.max_llm_calls is None or summary["llm_calls"] <= args.max_llm_calls) and (
+            args.max_latency_ms is None or summary["ms"] <= args.max_latency_ms)
+        verdict = "fits" if fits else "over budget (measured)"
+        rows.append([name, config.pattern, str(est.llm_calls), f"{summary['llm_calls']:.2f}", f"{summary['ms']:.0f}",
+                     f"{summary[args.quality]:.3f}", verdict])  # fmt: skip
+        if fits and (best is None or summary[args.quality] > best[1]):
+            best = (name, summary[args.quality])
+    print(f"{dataset.name} ({len(dataset.queries)} queries); budget: LLM calls/q <= {args.max_llm_calls}, "
+          f"ms/q <= {args.max_latency_ms}; quality = {args.quality}")
+    print(format_table(["config", "pattern", "LLM/q model", "LLM/q measured", "ms/q", args.quality, "budget"], rows))
+    if best is None:
+        print("recommendation: none of the configs fits the budget; raise it or add cheaper configs")
+        return 1
+    print(f"recommendation: {best[0]} ({args.quality} {best[1]:.3f})")
+    return 0
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     import importlib.metadata as md
 
@@ -224,6 +330,25 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
+def _cmd_finetune(args: argparse.Namespace) -> int:
+    from modular_rag.errors import ConfigError
+    from modular_rag.finetune import finetune
+
+    options = ("epochs", "batch_size", "hard_negatives", "negative_depth", "max_seq_length", "learning_rate", "seed")
+    settings = {name: getattr(args, name) for name in options if getattr(args, name) is not None}
+    try:
+        report = finetune(
+            args.dataset, args.out, split=args.split, base=args.base, settings=settings, overwrite=args.overwrite,
+            progress=not args.quiet, log=None if args.quiet else lambda line: print(line, file=sys.stderr),
+        )  # fmt: skip
+    except ConfigError as exc:
+        if exc.path and not exc.path.startswith("--"):  # a settings field: name the option the user typed
+            raise ConfigError(f"--{exc.path.replace('_', '-')}", exc.message) from None
+        raise
+    print("\n".join(report.lines()))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modular-rag", description="Modular RAG flows over LangGraph.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -248,6 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="flow config (YAML)")
     p.add_argument("--filter", help='a Chroma where filter as JSON, e.g. \'{"year": {"$gte": 2023}}\'')
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.add_argument("--stream", action="store_true", help="print node updates as they happen, then the answer")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("catalogue", help="list every registered operator with its parameters")
@@ -261,8 +387,48 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="draw this config instead of the template")
     p.set_defaults(func=_cmd_draw)
 
+    p = sub.add_parser("eval", help="run configs over a BEIR-format dataset: quality, cost, report files")
+    p.add_argument("--dataset", required=True, help="a BEIR-format folder, or 'demo' for the bundled questions")
+    p.add_argument("--config", nargs="+", required=True, help="flow configs (YAML) to compare")
+    p.add_argument("--split", default="dev", help="dev (queries.jsonl) or a prefix such as train")
+    p.add_argument("--limit", type=int, help="only N queries")
+    p.add_argument("--concurrency", type=int, default=1, help="queries in flight (default 1)")
+    p.add_argument("--chunker", help="chunker for the corpus (default: document for BEIR rows, recursive for folders)")
+    p.add_argument("--out", help="write results.json, results.csv and quality_cost.png here")
+    p.add_argument("--quality", default="f1", help="y axis of the plot (f1, em, ndcg@10, recall@5, grounded)")
+    p.add_argument("--cost", default="llm_calls", help="x axis of the plot (llm_calls, ms, tokens)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("recommend", help="evaluate the pattern templates (or configs) and pick the best in budget")
+    p.add_argument("--dataset", required=True, help="a BEIR-format folder, or 'demo'")
+    p.add_argument("--max-llm-calls", type=float, help="mean LLM calls per query allowed")
+    p.add_argument("--max-latency-ms", type=float, help="mean milliseconds per query allowed")
+    p.add_argument("--config", nargs="+", help="candidate configs (default: every pattern template and mode)")
+    p.add_argument("--quality", default="f1", help="what 'best' means: f1, em, ndcg@10, recall@5, all@5, grounded")
+    p.add_argument("--split", default="dev")
+    p.add_argument("--limit", type=int, default=20, help="queries evaluated (default 20)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_cmd_recommend)
+
     p = sub.add_parser("doctor", help="check that the embedded defaults (models, llama-server) are installed")
     p.set_defaults(func=_cmd_doctor)
+
+    p = sub.add_parser("finetune", help="fine-tune the embedder on a BEIR split (InfoNCE, BM25 hard negatives)")
+    p.add_argument("--dataset", required=True, help="a BEIR folder (corpus.jsonl, <split>_queries.jsonl, ...)")
+    p.add_argument("--split", default="train", help="train (train_queries.jsonl / train_qrels.tsv), dev, or a prefix")
+    p.add_argument("--out", required=True, help="folder for the fine-tuned sentence-transformers model")
+    p.add_argument("--base", help="model folder to start from (default: the bundled all-MiniLM-L6-v2)")
+    p.add_argument("--epochs", type=int, help="passes over the pairs (default 1)")
+    p.add_argument("--batch-size", type=int, help="pairs per step (default 32)")
+    p.add_argument("--hard-negatives", type=int, help="BM25 hard negatives per pair (default 1)")
+    p.add_argument("--negative-depth", type=int, help="draw the negatives from this many BM25 hits (default 20)")
+    p.add_argument("--max-seq-length", type=int, help="tokens per text while training (default 256)")
+    p.add_argument("--learning-rate", type=float, help="AdamW learning rate (default 2e-5)")
+    p.add_argument("--seed", type=int, help="seeds negatives, batch order and dropout (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_finetune)
 
     p = sub.add_parser("template", help="print a pattern's YAML template")
     p.add_argument("pattern")

@@ -55,6 +55,8 @@ __all__ = [
     "EmbeddingsConfig",
     "ChromaConfig",
     "SparseConfig",
+    "CacheConfig",
+    "AnswerCacheConfig",
     "ProvidersConfig",
     "Condition",
     "OperatorSpec",
@@ -151,6 +153,23 @@ class SparseConfig(_Strict):
     stopwords: Literal["english", "none"] = "english"
 
 
+class CacheConfig(_Strict):
+    """A persistent content-keyed cache of LLM calls and reranker scores (same inputs, same output)."""
+
+    path: str | None = Field(".modular_rag/cache.sqlite", description="SQLite file (null: in memory)")
+    max_entries: int = Field(20_000, gt=0, le=10_000_000, description="least recently used entries are evicted")
+    llm: bool = Field(True, description="cache chat completions")
+    rerank: bool = Field(True, description="cache cross-encoder scores")
+
+
+class AnswerCacheConfig(_Strict):
+    """A semantic answer cache: a query close enough to a cached one returns the cached answer."""
+
+    path: str | None = Field(".modular_rag/answers.sqlite", description="SQLite file (null: in memory)")
+    threshold: float = Field(0.95, ge=0.5, le=1.0, description="query embedding cosine needed for a hit")
+    max_entries: int = Field(1000, gt=0, le=1_000_000, description="least recently used answers are evicted")
+
+
 class ProvidersConfig(_Strict):
     """Models and stores of a flow. Each may also be a LangChain object (Python only)."""
 
@@ -160,6 +179,7 @@ class ProvidersConfig(_Strict):
     embeddings: EmbeddingsConfig = Field(default_factory=MiniLMConfig)
     vectorstore: ChromaConfig = Field(default_factory=ChromaConfig)
     sparse: SparseConfig = Field(default_factory=SparseConfig)
+    cache: CacheConfig | None = Field(None, description="content-keyed cache of LLM calls and reranker scores")
 
     @field_validator("llm", mode="wrap")
     @classmethod
@@ -254,6 +274,7 @@ class IndexingConfig(_Strict):
 
     chunker: OperatorSpec = Field(default_factory=lambda: OperatorSpec(name="recursive"))
     batch_size: int = Field(256, gt=0, le=100_000, description="chunks embedded per batch")
+    max_file_mb: float = Field(20.0, gt=0, le=10_000, description="larger files are skipped with a reason")
 
 
 class FlowConfig(_Strict):
@@ -270,6 +291,7 @@ class FlowConfig(_Strict):
     allow_imports: bool = Field(
         False, description="allow operators named by dotted import path (module:factory); off by default"
     )
+    answer_cache: AnswerCacheConfig | None = Field(None, description="semantic answer cache in front of the flow")
 
     @field_validator("operators", mode="before")
     @classmethod

@@ -305,9 +305,18 @@ class LangChainStore:
         return found
 
     def query_text(self, text: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
-        """Search by text with the store's relevance scores."""
+        """Search by text with the store's relevance scores (its raw scores when it has no relevance function, as
+        ``InMemoryVectorStore``). The Chroma-style ``where`` filter is passed as the store's ``filter``;
+        ``InMemoryVectorStore`` takes a predicate, so it gets one evaluating the filter."""
+        from langchain_core.vectorstores import InMemoryVectorStore
+
         kwargs: dict[str, Any] = {"filter": dict(where)} if where else {}
-        pairs = self.store.similarity_search_with_relevance_scores(text, k=k, **kwargs)
+        if where and isinstance(self.store, InMemoryVectorStore):
+            kwargs["filter"] = lambda doc: matches_where(doc.metadata, where)
+        try:
+            pairs = self.store.similarity_search_with_relevance_scores(text, k=k, **kwargs)
+        except NotImplementedError:
+            pairs = self.store.similarity_search_with_score(text, k=k, **kwargs)
         hits = []
         for doc, score in pairs:
             cid = doc.id or doc.metadata.get("chunk_id") or hashlib.sha1(doc.page_content.encode()).hexdigest()[:20]

@@ -427,16 +427,49 @@ class ChatClient:
         openai_compatible: Whether the model accepts OpenAI request options (``logprobs``, ``max_tokens``,
             ``stop``) as bound keyword arguments.
         describe: A label for messages (never includes a key).
+        prefill: Whether the server continues a final assistant message.
+        logprobs: Whether to ask for token log-probabilities when an operator wants them.
+        retries: Extra attempts for responses the HTTP client does not retry (malformed or empty bodies); HTTP
+            429/5xx, timeouts and dropped connections are retried by the OpenAI client itself (``max_retries``).
+        backoff_s: First wait between those attempts (doubling).
     """
 
     def __init__(
-        self, model: Any, *, openai_compatible: bool, describe: str, prefill: bool = False, logprobs: bool = True
+        self,
+        model: Any,
+        *,
+        openai_compatible: bool,
+        describe: str,
+        prefill: bool = False,
+        logprobs: bool = True,
+        retries: int = 2,
+        backoff_s: float = 0.5,
     ) -> None:
         self.model = model
         self.openai_compatible = openai_compatible
         self.describe = describe
         self.prefill = prefill
         self.logprobs = logprobs and openai_compatible
+        self.cache: Any = None  # a KVCache, set by Providers when providers.cache.llm is on
+        self.retries = retries
+        self.backoff_s = backoff_s
+
+    def _invoke(self, runnable: Any, messages: list[tuple[str, str]]) -> Any:
+        """Call the model; retry malformed or empty responses (which the HTTP client does not retry) with
+        exponential backoff, up to ``retries`` more times; raise :class:`ProviderError` when it keeps failing."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                message = runnable.invoke(messages)
+            except Exception as exc:
+                record(llm_calls=1)
+                if attempt < self.retries and _retryable(exc):
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
+            return message
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def next_token(
         self, prompt: str, prefix: str, *, system: str | None = None, top_logprobs: int = 10
@@ -483,8 +516,8 @@ class ChatClient:
         """
         messages = _messages(prompt, system)
         runnable = self.model
+        kwargs: dict[str, Any] = {}
         if self.openai_compatible:
-            kwargs: dict[str, Any] = {}
             if max_tokens is not None:
                 kwargs["max_tokens"] = max_tokens
             if logprobs and self.logprobs:
@@ -495,18 +528,57 @@ class ChatClient:
                 kwargs["stop"] = list(stop)
             if kwargs:
                 runnable = self.model.bind(**kwargs)
-        try:
-            message = runnable.invoke(messages)
-        except Exception as exc:
-            record(llm_calls=1)
-            raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
+        key = None
+        if self.cache is not None:
+            from modular_rag.cache import content_key
+
+            key = content_key(self.describe, _model_identity(self.model), messages, kwargs)
+            hit = self.cache.get("llm", key)
+            if hit is not None:
+                record(cache_hits=1)
+                return _completion_from(hit)
+        message = self._invoke(runnable, messages)
         text = message.content if isinstance(message.content, str) else _flatten(message.content)
         usage = getattr(message, "usage_metadata", None) or {}
         prompt_tokens = int(usage.get("input_tokens") or sum(estimate_tokens(t) for _, t in messages))
         completion_tokens = int(usage.get("output_tokens") or estimate_tokens(text))
         record(llm_calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         meta = dict(getattr(message, "response_metadata", {}) or {})
-        return Completion(text, _parse_logprobs(meta), prompt_tokens, completion_tokens, {"finish": meta.get("finish_reason")})
+        completion = Completion(text, _parse_logprobs(meta), prompt_tokens, completion_tokens,
+                                {"finish": meta.get("finish_reason")})  # fmt: skip
+        if key is not None:
+            self.cache.put("llm", key, _completion_to(completion))
+        return completion
+
+
+def _model_identity(model: Any) -> Any:
+    """What determines a chat model's output besides the messages: its class and sampling settings."""
+    fields = ("model_name", "model", "temperature", "max_tokens", "seed", "frequency_penalty", "top_p")
+    return [type(model).__name__, {f: getattr(model, f, None) for f in fields}]
+
+
+def _completion_to(c: Completion) -> dict[str, Any]:
+    tokens = [[t.token, t.logprob, [list(x) for x in t.top]] for t in c.tokens] if c.tokens is not None else None
+    return {"text": c.text, "tokens": tokens, "prompt": c.prompt_tokens, "completion": c.completion_tokens,
+            "meta": c.meta}  # fmt: skip
+
+
+def _completion_from(d: dict[str, Any]) -> Completion:
+    tokens = None
+    if d.get("tokens") is not None:
+        tokens = tuple(TokenLogprob(t, lp, tuple((a, b) for a, b in top)) for t, lp, top in d["tokens"])
+    return Completion(d["text"], tokens, d["prompt"], d["completion"], d.get("meta") or {})
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Failures worth another attempt: malformed or empty bodies; not a refused request (4xx), which the same request
+    would meet again, nor what the HTTP client already retried (429/5xx, timeouts, dropped connections)."""
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        return False
+    if type(exc).__name__ in {"APIConnectionError", "APITimeoutError"}:
+        return False  # the OpenAI client already retried these max_retries times
+    return isinstance(exc, ValueError) or type(exc).__name__ in {"APIResponseValidationError", "RemoteProtocolError"}
 
 
 def _flatten(content: Any) -> str:
@@ -533,7 +605,8 @@ def _build_local_chat(cfg: LocalLLMConfig) -> ChatClient:
     model = _chat_openai(
         model=model_path.stem, base_url=server.base_url, api_key="local-no-key", cfg=cfg
     )
-    return ChatClient(model, openai_compatible=True, describe=f"local llama-server ({model_path.name})", prefill=True)
+    return ChatClient(model, openai_compatible=True, describe=f"local llama-server ({model_path.name})", prefill=True,
+                      retries=cfg.max_retries)  # fmt: skip
 
 
 def _chat_openai(*, model: str, base_url: str | None, api_key: str, cfg: LocalLLMConfig | OpenAILLMConfig) -> Any:
@@ -565,7 +638,7 @@ def _build_openai_chat(cfg: OpenAILLMConfig) -> ChatClient:
     model = _chat_openai(model=cfg.model, base_url=base_url, api_key=key, cfg=cfg)
     where = base_url or "api.openai.com"
     return ChatClient(model, openai_compatible=True, describe=f"openai-compatible {cfg.model} at {where}",
-                      prefill=cfg.prefill, logprobs=cfg.logprobs)  # fmt: skip
+                      prefill=cfg.prefill, logprobs=cfg.logprobs, retries=cfg.max_retries)  # fmt: skip
 
 
 _LLM_BUILDERS: dict[type, Callable[[Any], ChatClient]] = {
@@ -602,9 +675,25 @@ class Providers:
         if not isinstance(cfg, _CONFIG_TYPES):  # a LangChain chat model
             from langchain_openai import ChatOpenAI
 
-            return ChatClient(cfg, openai_compatible=isinstance(cfg, ChatOpenAI), describe=type(cfg).__name__)
-        build = _LLM_BUILDERS[type(cfg)]
-        return _shared("llm", self._key(cfg), lambda: build(cfg))
+            client = ChatClient(cfg, openai_compatible=isinstance(cfg, ChatOpenAI), describe=type(cfg).__name__)
+        else:
+            build = _LLM_BUILDERS[type(cfg)]
+            shared = _shared("llm", self._key(cfg), lambda: build(cfg))
+            client = ChatClient(shared.model, openai_compatible=shared.openai_compatible, describe=shared.describe,
+                                prefill=shared.prefill, logprobs=shared.logprobs, retries=shared.retries)  # fmt: skip
+        if self.config.cache is not None and self.config.cache.llm:
+            client.cache = self.cache
+        return client
+
+    @cached_property
+    def cache(self) -> Any:
+        """The content-keyed cache (a :class:`~modular_rag.cache.KVCache`), or ``None`` when not configured."""
+        cfg = self.config.cache
+        if cfg is None:
+            return None
+        from modular_rag.cache import KVCache
+
+        return _shared("cache", json.dumps([cfg.path, cfg.max_entries]), lambda: KVCache(cfg.path, cfg.max_entries))
 
     @cached_property
     def encoder(self) -> Encoder:
@@ -629,12 +718,32 @@ class Providers:
             return KnowledgeIndex(LangChainStore(vs), None, sparse_file=None, **settings)  # type: ignore[arg-type]
         dense = ChromaStore(path=vs.path, host=vs.host, port=vs.port, in_memory=vs.in_memory, collection=vs.collection)
         sparse_file = _sparse_file(vs, sp.backend)
-        return KnowledgeIndex(dense, self.encoder, sparse_file=sparse_file, **settings)  # type: ignore[arg-type]
+        return KnowledgeIndex(dense, _LazyEncoder(self), sparse_file=sparse_file, **settings)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Forget this flow's references (shared objects stay cached for other flows)."""
         for name in ("llm", "encoder", "index"):
             self.__dict__.pop(name, None)
+
+
+class _LazyEncoder:
+    """The providers' encoder, built on first use: a BM25-only flow needs no embedder installed."""
+
+    def __init__(self, providers: Providers) -> None:
+        self._providers = providers
+
+    @property
+    def dim(self) -> int | None:
+        """Vector size."""
+        return self._providers.encoder.dim
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts."""
+        return self._providers.encoder.encode(texts)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """Embed one query."""
+        return self._providers.encoder.encode_query(text)
 
 
 def _sparse_file(vs: ChromaConfig, backend: str) -> Path | None:

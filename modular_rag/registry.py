@@ -158,6 +158,7 @@ class OperatorInfo:
     summary: str
     needs_llm: bool = False
     tags: frozenset[str] = frozenset()
+    cost: Callable[[Any, Any], Any] | None = None
 
     def param_rows(self) -> list[tuple[str, str, str]]:
         """The parameters as ``(name, default, description)`` rows, for the catalogue."""
@@ -190,6 +191,7 @@ class PatternInfo:
     factory: Callable[..., CompiledStateGraph]
     summary: str
     check: Callable[[Any, str], None] | None = None
+    cost: Callable[[Any], Any] | None = None
 
 
 _OPERATORS: dict[tuple[Port, str], OperatorInfo] = {}
@@ -234,7 +236,14 @@ def _summary(obj: Any) -> str:
 
 
 def operator(
-    module: str, submodule: str, name: str, *, port: Port, needs_llm: bool = False, tags: tuple[str, ...] = ()
+    module: str,
+    submodule: str,
+    name: str,
+    *,
+    port: Port,
+    needs_llm: bool = False,
+    tags: tuple[str, ...] = (),
+    cost: Callable[[Any, Any], Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register an operator factory under ``module / submodule / name`` for ``port``.
 
@@ -248,6 +257,8 @@ def operator(
         port: The stage contract the operator fits.
         needs_llm: Whether building the operator needs the flow's chat model (shown in the catalogue).
         tags: Finer contract hints a pattern may check (fusion operators: ``candidates`` or ``answer``).
+        cost: ``cost(params, ctx) -> Cost``: the LLM calls and retrievals one run of the operator makes, given a
+            :class:`~modular_rag.costs.CostContext` it may update (see :mod:`modular_rag.costs`).
 
     Returns:
         The decorator, which returns the factory unchanged.
@@ -275,6 +286,7 @@ def operator(
             summary=_summary(factory),
             needs_llm=needs_llm,
             tags=frozenset(tags),
+            cost=cost,
         )
         with _LOCK:
             existing = _OPERATORS.get((port, name))
@@ -385,6 +397,7 @@ def register_pattern(
     slots: Mapping[str, SlotSpec],
     params: type[BaseModel],
     check: Callable[[Any, str], None] | None = None,
+    cost: Callable[[Any], Any] | None = None,
 ) -> Callable[[Callable[..., CompiledStateGraph]], Callable[..., CompiledStateGraph]]:
     """Register a pattern factory ``build_<name>(config, *, checkpointer=None)`` with its slots and params.
 
@@ -394,6 +407,8 @@ def register_pattern(
         params: The model of its ``params`` (loop bounds and knobs).
         check: Optional deeper check of validated params (for example nested sub-flow configs), called with the
             params and their config path; raises ``ConfigError``.
+        cost: ``cost(config) -> Cost``: the pattern's LLM calls and retrievals per query (see
+            :mod:`modular_rag.costs`).
 
     Raises:
         RegistryError: If the pattern name is taken.
@@ -404,7 +419,7 @@ def register_pattern(
             existing = _PATTERNS.get(name)
             if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
                 raise RegistryError(f"pattern {name!r} is already registered")
-            _PATTERNS[name] = PatternInfo(name, dict(slots), params, factory, _summary(factory), check)
+            _PATTERNS[name] = PatternInfo(name, dict(slots), params, factory, _summary(factory), check, cost)
         return factory
 
     return register

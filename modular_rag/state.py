@@ -166,6 +166,7 @@ class LedgerEntry(TypedDict):
     completion_tokens: int
     retrievals: int
     embed_calls: int
+    cache_hits: int
     ms: float
 
 

@@ -74,7 +74,9 @@ def metered() -> Iterator[Meter]:
         _CURRENT.reset(token)
 
 
-LEDGER_FIELDS = ("llm_calls", "prompt_tokens", "completion_tokens", "retrievals", "embed_calls", "ms")
+LEDGER_FIELDS = (
+    "llm_calls", "prompt_tokens", "completion_tokens", "retrievals", "embed_calls", "cache_hits", "ms",
+)  # fmt: skip
 """The counters of a ledger entry, in display order."""
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit
@@ -155,7 +156,12 @@ class RRFParams(_P):
     weights: list[float] | None = Field(None, description="per-branch weights in branch order (default equal)")
 
 
-@operator("orchestration", "fusion", "rrf", port=Port.FUSE, tags=("candidates",))
+def _list_fusion_cost(params: Any, ctx: CostContext) -> Cost:
+    ctx.candidates = Span(min(1, ctx.candidates.lo), params.k)
+    return ZERO
+
+
+@operator("orchestration", "fusion", "rrf", port=Port.FUSE, tags=("candidates",), cost=_list_fusion_cost)
 def rrf_fusion(params: RRFParams, env: Providers) -> Operator:
     """Reciprocal rank fusion of the branches' ranked candidates (optionally weighted per branch)."""
 
@@ -173,7 +179,7 @@ class WeightedParams(_P):
     norm: Literal["minmax", "zscore"] = Field("minmax", description="score normalisation within each branch")
 
 
-@operator("orchestration", "fusion", "weighted", port=Port.FUSE, tags=("candidates",))
+@operator("orchestration", "fusion", "weighted", port=Port.FUSE, tags=("candidates",), cost=_list_fusion_cost)
 def weighted_fusion(params: WeightedParams, env: Providers) -> Operator:
     """Weighted sum of per-branch normalised scores (e.g. 1.0 / 0.95 / 0.90 for the first three rewrites)."""
 
@@ -245,7 +251,13 @@ def _decode(env: Providers, prompts: list[str], weights: np.ndarray, params: Rep
     return prefix
 
 
-@operator("orchestration", "fusion", "replug", port=Port.FUSE, needs_llm=True, tags=("answer",))
+def _replug_cost(params: ReplugParams, ctx: CostContext) -> Cost:
+    token_level = params.level == "token" or (params.level == "auto" and ctx.prefill)
+    docs = ctx.candidates  # the pattern sets it to the number of document branches
+    return llm((docs.lo, docs.hi * params.max_tokens)) if token_level else ZERO
+
+
+@operator("orchestration", "fusion", "replug", port=Port.FUSE, needs_llm=True, tags=("answer",), cost=_replug_cost)
 def replug(params: ReplugParams, env: Providers) -> Operator:
     """REPLUG ensemble of per-document branches, weighted by lambda = softmax(retrieval scores) (Eq. 23-24): mixes
     next-token distributions when the model gives them, else a weighted vote over the per-document answers."""
@@ -306,7 +318,8 @@ def _partials(state: Mapping[str, Any]) -> list[tuple[str, str, list[Hit]]]:
     return out
 
 
-@operator("orchestration", "fusion", "llm_fusion", port=Port.FUSE, needs_llm=True, tags=("answer",))
+@operator("orchestration", "fusion", "llm_fusion", port=Port.FUSE, needs_llm=True, tags=("answer",),
+          cost=lambda params, ctx: llm((0, 1)))
 def llm_fusion(params: LLMFusionParams, env: Providers) -> Operator:
     """LLM fusion: one answer synthesised from the branch (or tree-node) answers and their passages, with citations."""
 

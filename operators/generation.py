@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modular_rag.costs import ZERO, Cost, CostContext, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from modular_rag.state import Answer, Citation, Evidence, Hit
@@ -31,6 +32,8 @@ __all__ = [
     "clean_completion",
     "trim_loops",
     "parse_yes_no",
+    "lexically_unsupported",
+    "grounded_share",
 ]
 
 REFUSAL = "I don't know: the provided documents do not contain the answer."
@@ -207,7 +210,12 @@ SYSTEM = (
 )
 
 
-@operator("generation", "generator", "cited_answer", port=Port.GENERATE, needs_llm=True)
+def _answer_cost(params: CitedAnswerParams, ctx: CostContext) -> Cost:
+    may_skip = params.without_evidence == "refuse" and ctx.evidence.lo == 0
+    return llm((0 if may_skip else 1, 1))
+
+
+@operator("generation", "generator", "cited_answer", port=Port.GENERATE, needs_llm=True, cost=_answer_cost)
 def cited_answer(params: CitedAnswerParams, env: Providers) -> Operator:
     """Answer only from the evidence, citing it with numbered references ([1], [2]); refuse when it is empty."""
     system = SYSTEM + (f" {params.instructions}" if params.instructions else "")
@@ -253,7 +261,8 @@ def _first_sentence(tokens: Sequence[Any], text: str) -> tuple[str, list[str], l
     return text[:end].strip(), kept_tokens, kept_lp, bool(text[end:].strip())
 
 
-@operator("generation", "generator", "draft_sentence", port=Port.GENERATE, needs_llm=True)
+@operator("generation", "generator", "draft_sentence", port=Port.GENERATE, needs_llm=True,
+          cost=lambda params, ctx: llm(1))
 def draft_sentence(params: DraftParams, env: Providers) -> Operator:
     """FLARE's look-ahead: the next sentence of the answer, with its token log-probabilities, continuing the answer
     accepted so far (by prefill when the model allows it); ``done`` when the model ends the answer."""
@@ -277,5 +286,95 @@ def draft_sentence(params: DraftParams, env: Providers) -> Operator:
         ended = completion.meta.get("finish") == "stop" and not more
         return {"draft": {"text": trim_loops(sentence), "tokens": toks, "logprobs": lps,
                           "done": ended or not sentence}}  # fmt: skip
+
+    return run
+
+
+class VerifyParams(_P):
+    lexical_threshold: float = Field(0.5, ge=0.0, le=1.0, description="share of a sentence's terms found in a passage")
+    semantic_threshold: float | None = Field(0.6, ge=-1.0, le=1.0, description="embedding cosine with a passage "
+                                                                              "sentence (null: lexical only)")  # fmt: skip
+
+
+def lexically_unsupported(text: str, passages: Sequence[str], threshold: float = 0.5) -> tuple[list[str], int]:
+    """The answer sentences (citation markers removed) sharing less than ``threshold`` of their terms with every
+    passage, and the number of sentences judged."""
+    sentences = [s for s in split_sentences(_CITE.sub("", text)) if len(_ANALYZER(s)) >= 2]
+    terms = [set(_ANALYZER(p)) for p in passages]
+    unsupported = [s for s in sentences if max((_overlap(set(_ANALYZER(s)), t) for t in terms), default=0.0) < threshold]
+    return unsupported, len(sentences)
+
+
+def grounded_share(answer: Mapping[str, Any], evidence: Sequence[Evidence], threshold: float = 0.5) -> float | None:
+    """Groundedness: the share of answer sentences supported (lexically) by the chunks the answer cites; ``None``
+    for a refusal or an empty answer."""
+    if answer.get("refused") or not str(answer.get("text", "")).strip():
+        return None
+    cited = {c["chunk_id"] for c in answer.get("citations") or []}
+    unsupported, total = lexically_unsupported(str(answer["text"]), [e["text"] for e in evidence
+                                                                     if e["chunk_id"] in cited], threshold)
+    return None if total == 0 else 1.0 - len(unsupported) / total
+
+
+def unsupported_sentences(env: Providers, text: str, evidence: Sequence[Evidence], params: VerifyParams) -> tuple[
+        list[str], int]:  # fmt: skip
+    """The answer sentences no evidence supports (lexically or, optionally, semantically), and the sentence count."""
+    unsupported, total = lexically_unsupported(text, [e["text"] for e in evidence], params.lexical_threshold)
+    if total == 0:
+        return [], 0
+    if unsupported and params.semantic_threshold is not None and evidence:
+        passages = [p for e in evidence for p in split_sentences(e["text"])] or [e["text"] for e in evidence]
+        sims = env.encoder.encode(unsupported) @ env.encoder.encode(passages).T
+        unsupported = [s for s, row in zip(unsupported, sims, strict=True) if float(row.max()) < params.semantic_threshold]
+    return unsupported, total
+
+
+@operator("generation", "verification", "verify", port=Port.VERIFY, cost=lambda params, ctx: ZERO)
+def verify(params: VerifyParams, env: Providers) -> Operator:
+    """Answer verification: flags (in answer.unsupported) the sentences no evidence passage supports, lexically
+    or by embedding similarity."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        answer = dict(state.get("answer") or {})
+        if not answer or answer.get("refused"):
+            return {"answer": answer} if answer else {}
+        unsupported, _ = unsupported_sentences(env, answer.get("text", ""), evidence_of(state), params)
+        return {"answer": {**answer, "unsupported": unsupported}}
+
+    return run
+
+
+class AbstainParams(VerifyParams):
+    min_supported: float = Field(0.5, ge=0.0, le=1.0, description="refuse when fewer of the sentences are supported")
+    ask_model: bool = Field(False, description="also ask the model whether the passages contain the answer")
+
+
+@operator("generation", "verification", "abstain", port=Port.VERIFY,
+          cost=lambda params, ctx: llm((0, 1 if params.ask_model else 0)))
+def abstain(params: AbstainParams, env: Providers) -> Operator:
+    """Refusal when the evidence does not contain the answer: replaces an answer whose supported share of
+    sentences is below min_supported (or that the model says the passages do not contain) by a refusal."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        from modular_rag.trace import note
+
+        answer = dict(state.get("answer") or {})
+        evidence = evidence_of(state)
+        if not answer or answer.get("refused"):
+            return {"answer": answer} if answer else {}
+        unsupported, total = unsupported_sentences(env, answer.get("text", ""), evidence, params)
+        share = 1.0 - len(unsupported) / total if total else 0.0
+        contains = True
+        if params.ask_model and evidence:
+            prompt = (f"{format_evidence(evidence)}\n{DATA_RULE}\n\nQuestion: {state.get('query', '')}\n"
+                      "Do the passages contain the answer to the question? Reply with yes or no.")  # fmt: skip
+            completion = env.llm.complete(prompt, max_tokens=3, logprobs=True, top_logprobs=10)
+            first = next((t for t in completion.tokens or () if t.token.strip()), None)
+            reply, _ = parse_yes_no(completion.text, first.top if first is not None else ())
+            contains = reply != "no"
+        if share < params.min_supported or not contains:
+            note(f"refused: {share:.0%} of sentences supported; model says passages contain it: {contains}")
+            return {"answer": Answer(text=REFUSAL, citations=[], refused=True, unsupported=unsupported)}
+        return {"answer": {**answer, "unsupported": unsupported}}
 
     return run

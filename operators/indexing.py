@@ -59,7 +59,7 @@ class _P(BaseModel):
 
 
 class LoaderParams(_P):
-    max_file_mb: float = Field(64.0, gt=0, description="files larger than this are skipped")
+    max_file_mb: float = Field(20.0, gt=0, description="files larger than this are skipped")
 
 
 @dataclass
@@ -210,7 +210,7 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
                 yield file, root
 
 
-def load_file(path: Path, root: Path, env: Providers, *, max_file_mb: float = 64.0) -> tuple[list[Document], FileReport]:
+def load_file(path: Path, root: Path, env: Providers, *, max_file_mb: float = 20.0) -> tuple[list[Document], FileReport]:
     """Load one file with the loader for its suffix; never raises for a bad file (it is skipped with a reason)."""
     rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
     report = FileReport(path=rel)
@@ -370,7 +370,7 @@ def index_paths(
     *,
     chunker: OperatorSpec | None = None,
     batch_size: int = 256,
-    max_file_mb: float = 64.0,
+    max_file_mb: float = 20.0,
     progress: bool = True,
 ) -> IndexSummary:
     """Load, chunk and index files and folders into the providers' knowledge index (dense and sparse together).

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.errors import JudgeError
+from modular_rag.costs import ZERO, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from modular_rag.state import Verdict
@@ -57,7 +58,7 @@ class TokenConfidenceParams(_P):
     target: Literal["draft", "answer"] = Field("draft", description="judge the tentative draft or the answer")
 
 
-@operator("orchestration", "scheduling", "token_confidence", port=Port.JUDGE)
+@operator("orchestration", "scheduling", "token_confidence", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
 def token_confidence(params: TokenConfidenceParams, env: Providers) -> Operator:
     """FLARE's gate: continue (retrieve) when any generated token's probability is below tau, else stop."""
 
@@ -102,7 +103,7 @@ class LLMJudgeParams(_P):
 JUDGE_PROMPT = "{context}Question: {query}\n{answer}\n{ask} Reply with yes or no."
 
 
-@operator("orchestration", "scheduling", "llm_judge", port=Port.JUDGE, needs_llm=True)
+@operator("orchestration", "scheduling", "llm_judge", port=Port.JUDGE, needs_llm=True, cost=lambda params, ctx: llm(1))
 def llm_judge(params: LLMJudgeParams, env: Providers) -> Operator:
     """A prompted yes/no judge (supported / complete / useful / needs retrieval, or a custom question), read from the
     reply's first-token probabilities when available, else from its text; unclear replies follow on_unclear."""
@@ -137,7 +138,7 @@ class BudgetParams(_P):
     max_tokens: int | None = Field(None, gt=0, description="stop when prompt + completion tokens reach this")
 
 
-@operator("orchestration", "scheduling", "budget", port=Port.JUDGE)
+@operator("orchestration", "scheduling", "budget", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
 def budget(params: BudgetParams, env: Providers) -> Operator:
     """Stop when the loop step, the run's LLM calls or its tokens (from the ledger) reach a budget; else continue."""
 
@@ -161,7 +162,7 @@ class NoProgressParams(_P):
                                                                 "as unchanged")  # fmt: skip
 
 
-@operator("orchestration", "scheduling", "no_progress", port=Port.JUDGE)
+@operator("orchestration", "scheduling", "no_progress", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
 def no_progress(params: NoProgressParams, env: Providers) -> Operator:
     """Stop when the answer stopped changing: token F1 of the last two rounds' answers >= threshold."""
 
@@ -185,7 +186,7 @@ class PruneParams(_P):
     drop_unanswered: bool = Field(True, description="drop a node whose answer is a refusal")
 
 
-@operator("orchestration", "scheduling", "prune", port=Port.JUDGE)
+@operator("orchestration", "scheduling", "prune", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
 def prune(params: PruneParams, env: Providers) -> Operator:
     """Tree pruning judge: for each node of the newest level, ``stop`` (drop) when its question is irrelevant to the
     root question, duplicates an earlier node's, or its answer is a refusal; else ``continue`` (keep)."""

@@ -6,22 +6,24 @@ Rerankers and selectors read and write ``candidates`` (port ``rerank``), so they
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.errors import MissingDependencyError, ProviderError
+from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
-from modular_rag.registry import Operator, Port, operator
+from modular_rag.registry import NoParams, Operator, Port, operator
 from modular_rag.state import Evidence, Hit
 from modular_rag.text import estimate_tokens
 
-__all__ = ["chunk_vectors", "rescored", "CrossEncoderScorer"]
+__all__ = ["chunk_vectors", "rescored", "CrossEncoderScorer", "mmr_order", "compress_text", "ends_first", "relevance"]
 
 
 class _P(BaseModel):
@@ -64,7 +66,38 @@ class EmbeddingRerankParams(RerankParams):
     weight: float = Field(1.0, ge=0.0, le=1.0, description="share of the cosine score; the rest is the prior rank")
 
 
-@operator("post_retrieval", "rerank", "embedding", port=Port.RERANK)
+def _keep(top_k_field: str) -> Any:
+    """Cost of a model-free reranker: no LLM call; the candidates shrink to its top_k / k when set."""
+
+    def cost(params: Any, ctx: CostContext) -> Cost:
+        keep = getattr(params, top_k_field, None)
+        if keep:
+            ctx.candidates = Span(min(ctx.candidates.lo, keep), min(ctx.candidates.hi, keep))
+        return ZERO
+
+    return cost
+
+
+def _per_candidate(params: Any, ctx: CostContext) -> Cost:
+    n = Span(min(ctx.candidates.lo, params.max_candidates), min(ctx.candidates.hi, params.max_candidates))
+    if getattr(params, "min_keep", None) is not None:  # a filter: anything from min_keep to all judged survive
+        ctx.candidates = Span(min(params.min_keep, n.lo), n.hi)
+    elif getattr(params, "top_k", None):
+        ctx.candidates = Span(min(ctx.candidates.lo, params.top_k), min(ctx.candidates.hi, params.top_k))
+    return llm((n.lo, n.hi))
+
+
+def _drop_some(ctx: CostContext) -> Cost:
+    ctx.candidates = Span(min(1, ctx.candidates.lo), ctx.candidates.hi)
+    return ZERO
+
+
+def _context_cost(params: Any, ctx: CostContext) -> Cost:
+    ctx.evidence = Span(min(1, ctx.candidates.lo), min(params.max_chunks, ctx.candidates.hi))
+    return ZERO
+
+
+@operator("post_retrieval", "rerank", "embedding", port=Port.RERANK, cost=_keep("top_k"))
 def embedding_rerank(params: EmbeddingRerankParams, env: Providers) -> Operator:
     """Re-score candidates by cosine similarity of query and chunk embeddings (blended with the prior rank)."""
 
@@ -90,8 +123,9 @@ class CrossEncoderParams(RerankParams):
 class CrossEncoderScorer:
     """A sentence-transformers ``CrossEncoder`` loaded on first use."""
 
-    def __init__(self, model: str, *, max_length: int = 512) -> None:
+    def __init__(self, model: str, *, max_length: int = 512, cache: Any = None) -> None:
         self.model_name, self.max_length = model, max_length
+        self.cache = cache
         self._lock = threading.Lock()
 
     @cached_property
@@ -111,19 +145,33 @@ class CrossEncoderScorer:
             raise ProviderError(f"cannot load cross-encoder {where} {self.model_name!r}: {exc}") from exc
 
     def score(self, query: str, texts: list[str], batch_size: int = 32) -> np.ndarray:
-        """Relevance scores of ``(query, text)`` pairs."""
+        """Relevance scores of ``(query, text)`` pairs (cached by content when a cache is set)."""
+        from modular_rag.cache import content_key
         from modular_rag.trace import record
 
-        record(embed_calls=1)
-        with self._lock:
-            scores = self.model.predict([(query, t) for t in texts], batch_size=batch_size, show_progress_bar=False)
-        return np.asarray(scores, dtype=np.float32).reshape(len(texts), -1)[:, -1]
+        keys = [content_key(self.model_name, self.max_length, query, t) for t in texts]
+        cached = [self.cache.get("rerank", k) if self.cache is not None else None for k in keys]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        if len(todo) < len(texts):
+            record(cache_hits=len(texts) - len(todo))
+        if todo:
+            record(embed_calls=1)
+            with self._lock:
+                raw = self.model.predict([(query, texts[i]) for i in todo], batch_size=batch_size,
+                                         show_progress_bar=False)  # fmt: skip
+            fresh = np.asarray(raw, dtype=np.float32).reshape(len(todo), -1)[:, -1]
+            for i, value in zip(todo, fresh.tolist(), strict=True):
+                cached[i] = value
+                if self.cache is not None:
+                    self.cache.put("rerank", keys[i], value)
+        return np.asarray(cached, dtype=np.float32)
 
 
-@operator("post_retrieval", "rerank", "cross_encoder", port=Port.RERANK)
+@operator("post_retrieval", "rerank", "cross_encoder", port=Port.RERANK, cost=_keep("top_k"))
 def cross_encoder(params: CrossEncoderParams, env: Providers) -> Operator:
     """Cross-encoder rerank (sentence-transformers ``CrossEncoder``; the user supplies the model folder)."""
-    scorer = CrossEncoderScorer(params.model, max_length=params.max_length)
+    use_cache = env.config.cache is not None and env.config.cache.rerank
+    scorer = CrossEncoderScorer(params.model, max_length=params.max_length, cache=env.cache if use_cache else None)
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         hits = list(state.get("candidates") or [])
@@ -140,6 +188,8 @@ class BudgetParams(_P):
     max_chunks: int = Field(5, gt=0, le=1000, description="at most this many chunks")
     use_window: bool = Field(True, description="give a sentence chunk's surrounding window instead of the sentence")
     min_tail_tokens: int = Field(60, ge=0, description="truncate the chunk that overflows if this much budget is left")
+    order: Literal["rank", "ends"] = Field("rank", description="rank: best first; ends: best at both ends "
+                                                               "(lost in the middle)")  # fmt: skip
 
 
 def _evidence(hits: list[Hit], params: BudgetParams) -> list[Evidence]:
@@ -161,10 +211,12 @@ def _evidence(hits: list[Hit], params: BudgetParams) -> list[Evidence]:
         used += cost
         if used >= params.max_tokens:
             break
+    if params.order == "ends":
+        pack = [Evidence(**{**e, "ref": i + 1}) for i, e in enumerate(ends_first(pack))]  # type: ignore[typeddict-item]
     return pack
 
 
-@operator("post_retrieval", "context", "budget", port=Port.CONTEXT)
+@operator("post_retrieval", "context", "budget", port=Port.CONTEXT, cost=_context_cost)
 def budget(params: BudgetParams, env: Providers) -> Operator:
     """Number the candidates into an evidence pack, best first, within a token budget."""
 
@@ -207,7 +259,7 @@ class CritiqueParams(_P):
     concurrency: int = Field(4, gt=0, le=64, description="judgement calls in flight")
 
 
-@operator("post_retrieval", "selection", "llm_critique", port=Port.RERANK, needs_llm=True)
+@operator("post_retrieval", "selection", "llm_critique", port=Port.RERANK, needs_llm=True, cost=_per_candidate)
 def llm_critique(params: CritiqueParams, env: Providers) -> Operator:
     """LLM-critique filter: one yes/no relevance call per candidate; drops the chunks the model judges irrelevant."""
 
@@ -231,7 +283,7 @@ class LLMRerankParams(RerankParams):
     concurrency: int = Field(4, gt=0, le=64, description="scoring calls in flight")
 
 
-@operator("post_retrieval", "rerank", "llm_pointwise", port=Port.RERANK, needs_llm=True)
+@operator("post_retrieval", "rerank", "llm_pointwise", port=Port.RERANK, needs_llm=True, cost=_per_candidate)
 def llm_pointwise(params: LLMRerankParams, env: Providers) -> Operator:
     """LLM pointwise relevance: score = P(yes) from the first token's log-probabilities where available (else 1/0
     from the reply); ties keep the prior order."""
@@ -245,5 +297,162 @@ def llm_pointwise(params: LLMRerankParams, env: Providers) -> Operator:
         ranked = rescored(head, np.asarray(scores) - 1e-9 * np.arange(len(head)), "llm_pointwise", None)
         out = ranked + [Hit(**{**h, "channel": "llm_pointwise", "score": -1.0}) for h in tail]  # type: ignore[typeddict-item]
         return {"candidates": out[: params.top_k] if params.top_k else out}
+
+    return run
+
+
+class MMRParams(_P):
+    k: int = Field(5, gt=0, le=1000, description="hits selected")
+    pool: int | None = Field(None, gt=0, le=5000, description="candidates considered (default: all)")
+    lambda_mult: float = Field(0.7, ge=0.0, le=1.0, description="1 = relevance only, 0 = diversity only")
+
+
+def mmr_order(query: np.ndarray, vectors: np.ndarray, k: int, lambda_mult: float) -> list[int]:
+    """Maximal marginal relevance: greedily pick argmax lambda*sim(q, d) - (1-lambda)*max sim(d, selected)."""
+    if len(vectors) == 0:
+        return []
+    relevance = vectors @ query
+    chosen: list[int] = []
+    redundancy = np.full(len(vectors), -np.inf)
+    for _ in range(min(k, len(vectors))):
+        penalty = np.where(np.isfinite(redundancy), redundancy, 0.0)
+        score = lambda_mult * relevance - (1.0 - lambda_mult) * penalty
+        score[chosen] = -np.inf
+        best = int(np.argmax(score))
+        chosen.append(best)
+        redundancy = np.maximum(redundancy, vectors @ vectors[best])
+    return chosen
+
+
+@operator("post_retrieval", "rerank", "mmr", port=Port.RERANK, cost=_keep("k"))
+def mmr(params: MMRParams, env: Providers) -> Operator:
+    """MMR diversity: from the first ``pool`` candidates pick ``k`` balancing relevance to the query against
+    similarity to what is already picked (lambda)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        hits = list(state.get("candidates") or [])[: params.pool]
+        if not hits:
+            return {"candidates": []}
+        order = mmr_order(env.encoder.encode_query(_query(state)), chunk_vectors(env, hits), params.k,
+                          params.lambda_mult)  # fmt: skip
+        n = len(order)
+        return {"candidates": [Hit(**{**hits[i], "score": float(n - rank), "channel": "mmr"})  # type: ignore[typeddict-item]
+                               for rank, i in enumerate(order)]}  # fmt: skip
+
+    return run
+
+
+class DedupParams(_P):
+    near_threshold: float | None = Field(0.95, ge=0.0, le=1.0, description="embedding cosine at which two chunks "
+                                                                          "are near-duplicates (null: exact only)")  # fmt: skip
+
+
+def _norm_text(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+@operator("post_retrieval", "selection", "dedup", port=Port.RERANK,
+          cost=lambda params, ctx: _drop_some(ctx))
+def dedup(params: DedupParams, env: Providers) -> Operator:
+    """Deduplication: drop exact duplicates (same normalised text) and near-duplicates (embedding cosine at or
+    above the threshold), keeping the better-ranked copy."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        from modular_rag.trace import note
+
+        hits = list(state.get("candidates") or [])
+        seen: set[str] = set()
+        exact = []
+        for h in hits:
+            key = _norm_text(h["text"])
+            if key not in seen:
+                seen.add(key)
+                exact.append(h)
+        kept = exact
+        if params.near_threshold is not None and len(exact) > 1:
+            vectors = chunk_vectors(env, exact)
+            keep_idx: list[int] = []
+            for i in range(len(exact)):
+                if all(float(vectors[i] @ vectors[j]) < params.near_threshold for j in keep_idx):
+                    keep_idx.append(i)
+            kept = [exact[i] for i in keep_idx]
+        if len(kept) < len(hits):
+            note(f"dropped {len(hits) - len(exact)} exact and {len(exact) - len(kept)} near duplicates")
+        return {"candidates": kept}
+
+    return run
+
+
+class CompressParams(_P):
+    max_sentences: int = Field(3, gt=0, le=100, description="sentences kept per chunk (in their original order)")
+    min_similarity: float | None = Field(None, ge=-1.0, le=1.0, description="also drop sentences below this cosine")
+
+
+def compress_text(env: Providers, query_vec: np.ndarray, text: str, max_sentences: int,
+                  min_similarity: float | None = None) -> str:  # fmt: skip
+    """Extractive compression: the sentences most similar to the query, in their original order."""
+    from modular_rag.text import split_sentences
+
+    sentences = split_sentences(text)
+    if len(sentences) <= max_sentences and min_similarity is None:
+        return text
+    sims = env.encoder.encode(sentences) @ query_vec
+    best = sorted(np.argsort(-sims)[:max_sentences].tolist())
+    if min_similarity is not None:
+        best = [i for i in best if sims[i] >= min_similarity] or best[:1]
+    return " ".join(sentences[i] for i in best)
+
+
+@operator("post_retrieval", "compression", "extractive", port=Port.RERANK, cost=lambda params, ctx: ZERO)
+def extractive(params: CompressParams, env: Providers) -> Operator:
+    """Extractive compression: keep each chunk's sentences most similar to the query (embedding cosine)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        q = env.encoder.encode_query(_query(state))
+        return {"candidates": [Hit(**{**h, "text": compress_text(env, q, h["text"], params.max_sentences,  # type: ignore[typeddict-item]
+                                                                   params.min_similarity)})
+                               for h in state.get("candidates") or []]}  # fmt: skip
+
+    return run
+
+
+def ends_first(items: list[Any]) -> list[Any]:
+    """Lost-in-the-middle order: best first, second best last, third second, ... weakest in the middle."""
+    front, back = [], []
+    for i, item in enumerate(items):
+        (front if i % 2 == 0 else back).append(item)
+    return front + back[::-1]
+
+
+@operator("post_retrieval", "context", "lost_in_the_middle", port=Port.RERANK, cost=lambda params, ctx: ZERO)
+def lost_in_the_middle(params: NoParams, env: Providers) -> Operator:
+    """Lost-in-the-middle reorder: the strongest candidates at both ends, the weakest in the middle (put it after
+    selection; the context builder keeps this order)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        return {"candidates": ends_first(list(state.get("candidates") or []))}
+
+    return run
+
+
+class CompressBudgetParams(BudgetParams):
+    keep_whole: int = Field(2, ge=0, le=100, description="the top chunks kept whole; the rest are compressed")
+    max_sentences: int = Field(2, gt=0, le=100, description="sentences kept from each compressed chunk")
+
+
+@operator("post_retrieval", "context", "compress_budget", port=Port.CONTEXT, cost=_context_cost)
+def compress_budget(params: CompressBudgetParams, env: Providers) -> Operator:
+    """Context building under a token budget: the top chunks whole, the rest compressed to their most
+    query-relevant sentences, then numbered (optionally best-at-the-ends)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        hits = list(state.get("candidates") or [])
+        if len(hits) > params.keep_whole:
+            q = env.encoder.encode_query(_query(state))
+            hits = hits[: params.keep_whole] + [
+                Hit(**{**h, "text": compress_text(env, q, h["text"], params.max_sentences)})  # type: ignore[typeddict-item]
+                for h in hits[params.keep_whole : params.max_chunks]
+            ]
+        return {"evidence": _evidence(hits, params)}
 
     return run

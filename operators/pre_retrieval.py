@@ -13,11 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modular_rag.costs import Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from operators.generation import clean_completion
 
-__all__ = ["first_line", "usable_rewrite", "question_lines", "MULTI_QUERY_STYLES"]
+__all__ = ["first_line", "usable_rewrite", "question_lines", "validate_filter", "MULTI_QUERY_STYLES"]
 
 
 class _P(BaseModel):
@@ -53,7 +54,12 @@ REWRITE_PROMPT = (
 )
 
 
-@operator("pre_retrieval", "query_transformation", "rewrite", port=Port.QUERY, needs_llm=True)
+def _rewrite_cost(params: RewriteParams, ctx: CostContext) -> Cost:
+    ctx.queries = Span(1, 2 if params.keep_original else 1)
+    return llm(1)
+
+
+@operator("pre_retrieval", "query_transformation", "rewrite", port=Port.QUERY, needs_llm=True, cost=_rewrite_cost)
 def rewrite(params: RewriteParams, env: Providers) -> Operator:
     """LLM query rewrite (Rewrite-Retrieve-Read): a concise search query; falls back to the original if unusable."""
 
@@ -84,7 +90,12 @@ class MultiQueryParams(_P):
     max_tokens: int = Field(48, gt=0, le=1024)
 
 
-@operator("pre_retrieval", "query_expansion", "multi_query", port=Port.QUERY, needs_llm=True)
+def _multi_query_cost(params: MultiQueryParams, ctx: CostContext) -> Cost:
+    ctx.queries = Span(1, int(params.include_original) + len(params.styles))
+    return llm(len(params.styles))
+
+
+@operator("pre_retrieval", "query_expansion", "multi_query", port=Port.QUERY, needs_llm=True, cost=_multi_query_cost)
 def multi_query(params: MultiQueryParams, env: Providers) -> Operator:
     """Multi-query expansion: one rewrite per style (standalone, synonyms, related aspects); unusable or duplicate
     rewrites are dropped."""
@@ -132,7 +143,12 @@ def question_lines(text: str, original: str, limit: int) -> list[str]:
     return out
 
 
-@operator("pre_retrieval", "query_expansion", "decompose", port=Port.QUERY, needs_llm=True)
+def _decompose_cost(params: DecomposeParams, ctx: CostContext) -> Cost:
+    ctx.queries = Span(1, params.max_questions + int(params.include_original))
+    return llm(1)
+
+
+@operator("pre_retrieval", "query_expansion", "decompose", port=Port.QUERY, needs_llm=True, cost=_decompose_cost)
 def decompose(params: DecomposeParams, env: Providers) -> Operator:
     """Sub-query decomposition (least-to-most) or clarification into specific interpretations (Tree of
     Clarifications); one LLM call, one question per line."""
@@ -143,5 +159,190 @@ def decompose(params: DecomposeParams, env: Providers) -> Operator:
         text = env.llm.complete(f"{instruction}\n\nQuestion: {query}\n", max_tokens=params.max_tokens).text
         questions = question_lines(text, query, params.max_questions)
         return {"queries": ([query] if params.include_original else []) + questions or [query]}
+
+    return run
+
+
+class HydeParams(_P):
+    max_tokens: int = Field(120, gt=0, le=1024, description="length cap of the hypothetical passage")
+    average_with_query: bool = Field(False, description="dense search with the mean of passage and query embeddings")
+    keep_original: bool = Field(False, description="also search with the original question (RRF-merged)")
+
+
+HYDE_PROMPT = "Write a short passage, in the style of a manual or encyclopedia, that answers the question.\n\n" \
+              "Question: {query}\nPassage:"  # fmt: skip
+
+
+def _hyde_cost(params: HydeParams, ctx: CostContext) -> Cost:
+    ctx.queries = Span(1, 2 if params.keep_original else 1)
+    ctx.query_embedding = params.average_with_query
+    return llm(1)
+
+
+@operator("pre_retrieval", "query_transformation", "hyde", port=Port.QUERY, needs_llm=True, cost=_hyde_cost)
+def hyde(params: HydeParams, env: Providers) -> Operator:
+    """HyDE: retrieve with a generated hypothetical passage (answer-to-answer similarity); optionally average its
+    embedding with the query's."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        from operators.generation import clean_completion
+
+        query = str(state.get("query", ""))
+        passage = " ".join(clean_completion(env.llm.complete(HYDE_PROMPT.format(query=query),
+                                                             max_tokens=params.max_tokens).text).split())
+        if not passage:
+            return {"queries": [query]}
+        update: dict[str, Any] = {"queries": [passage, query] if params.keep_original else [passage]}
+        if params.average_with_query:
+            mean = (env.encoder.encode([passage])[0] + env.encoder.encode_query(query)) / 2.0
+            update["query_embedding"] = (mean / max(float(np.linalg.norm(mean)), 1e-12)).tolist()
+        return update
+
+    return run
+
+
+class StepBackParams(_P):
+    max_tokens: int = Field(48, gt=0, le=1024)
+
+
+STEP_BACK_PROMPT = (
+    "Write a more general question about the concept or background behind the question below (a step back from its "
+    "specifics). Reply with the question only.\n\nQuestion: {query}\nMore general question:"
+)
+
+
+def _step_back_cost(params: StepBackParams, ctx: CostContext) -> Cost:
+    ctx.queries = Span(1, 2)
+    return llm(1)
+
+
+@operator("pre_retrieval", "query_transformation", "step_back", port=Port.QUERY, needs_llm=True, cost=_step_back_cost)
+def step_back(params: StepBackParams, env: Providers) -> Operator:
+    """Step-back prompting: retrieve for an abstracted, more general question and for the original; the retriever
+    merges both lists (RRF)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        query = str(state.get("query", ""))
+        general = first_line(env.llm.complete(STEP_BACK_PROMPT.format(query=query), max_tokens=params.max_tokens).text)
+        if not usable_rewrite(general, query) or general.lower() == query.lower():
+            return {"queries": [query]}
+        return {"queries": [query, general]}
+
+    return run
+
+
+class FilterParams(_P):
+    mode: Literal["rules", "llm"] = Field(
+        "rules", description="rules: years and known metadata values named in the query; llm: the model proposes"
+    )
+    fields: list[str] | None = Field(None, description="fields that may be filtered (default: all the index has)")
+    year_field: str = Field("year", description="the numeric field years in the query map to")
+    max_values: int = Field(50, gt=0, description="fields with more distinct values than this are not matched")
+    max_tokens: int = Field(64, gt=0, le=1024)
+
+
+_YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")
+
+
+def _known_values(env: Providers, fields: list[str] | None, max_values: int) -> dict[str, set[Any]]:
+    values: dict[str, set[Any]] = {}
+    for meta in env.index.sparse.metadatas:
+        for key, value in meta.items():
+            if fields is not None and key not in fields:
+                continue
+            if isinstance(value, str | int | float | bool):
+                values.setdefault(key, set()).add(value)
+    return {k: v for k, v in values.items() if len(v) <= max_values}
+
+
+def validate_filter(where: Mapping[str, Any], known: Mapping[str, set[Any]]) -> tuple[dict[str, Any], list[str]]:
+    """Keep the conditions whose field the index has and whose value has a type seen there; return the kept filter
+    and what was dropped (with the reason)."""
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    for field, cond in where.items():
+        if field not in known:
+            dropped.append(f"{field}: not a metadata field of the index ({', '.join(sorted(known)) or 'none'})")
+            continue
+        value = cond.get("$eq") if isinstance(cond, Mapping) and "$eq" in cond else cond
+        types = {type(v) for v in known[field]}
+        if isinstance(cond, Mapping) and set(cond) - {"$eq"}:
+            ops = [v for v in cond.values() if not isinstance(v, list)]
+            if all(type(v) in types or (isinstance(v, int) and float in types) for v in ops):
+                kept[field] = dict(cond)
+            else:
+                dropped.append(f"{field}: value type does not match the index")
+        elif type(value) in types:
+            kept[field] = value
+        else:
+            dropped.append(f"{field}: {value!r} is not a {'/'.join(sorted(t.__name__ for t in types))}")
+    return kept, dropped
+
+
+def _fields_of(where: Mapping[str, Any]) -> set[str]:
+    """The metadata fields a where filter constrains."""
+    fields: set[str] = set()
+    for key, value in where.items():
+        if key in ("$and", "$or"):
+            for part in value:
+                fields |= _fields_of(part)
+        else:
+            fields.add(key)
+    return fields
+
+
+FILTER_PROMPT = (
+    "Metadata fields and some of their values:\n{fields}\n\nIf the question below restricts the documents to "
+    "certain field values, write them as JSON like {{\"field\": value}}; if not, write {{}}. JSON only.\n\n"
+    "Question: {query}\nJSON:"
+)
+
+
+@operator("pre_retrieval", "query_construction", "filter_extract", port=Port.QUERY,
+          cost=lambda params, ctx: llm(1 if params.mode == "llm" else 0))
+def filter_extract(params: FilterParams, env: Providers) -> Operator:
+    """Metadata filter extraction into a Chroma where filter (years, sources ...), validated against the fields and
+    value types the index actually has; invalid parts are dropped and noted in the trace."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        import json
+
+        from modular_rag.trace import note
+
+        query = str(state.get("query", ""))
+        known = _known_values(env, params.fields, params.max_values)
+        proposed: dict[str, Any] = {}
+        if params.mode == "rules":
+            years = sorted({int(y) for y in _YEAR.findall(query)})
+            if len(years) == 1:
+                proposed[params.year_field] = years[0]
+            lowered = f" {query.lower()} "
+            for field, values in known.items():
+                if field == params.year_field:
+                    continue
+                hits = [v for v in values if isinstance(v, str) and len(v) > 2 and f" {v.lower()} " in lowered]
+                if len(hits) == 1:
+                    proposed[field] = hits[0]
+        else:
+            listing = "\n".join(f"- {f}: {', '.join(map(str, sorted(v, key=str)[:8]))}" for f, v in known.items())
+            text = env.llm.complete(FILTER_PROMPT.format(fields=listing, query=query), max_tokens=params.max_tokens).text
+            match = re.search(r"\{.*\}", text, re.S)
+            try:
+                parsed = json.loads(match.group(0)) if match else {}
+            except json.JSONDecodeError:
+                parsed = {}
+                note(f"model wrote no valid JSON: {text[:60]!r}")
+            proposed = parsed if isinstance(parsed, dict) else {}
+        existing = state.get("filter")
+        constrained = _fields_of(existing) if existing else set()
+        kept, dropped = validate_filter({k: v for k, v in proposed.items() if k not in constrained}, known)
+        for reason in dropped:
+            note(f"dropped {reason}")
+        if not kept:
+            return {}  # nothing to restrict: leave queries and any existing filter as they are
+        where = kept if len(kept) == 1 else {"$and": [{k: v} for k, v in kept.items()]}
+        return {"filter": {"$and": [existing, where]} if existing else where}
 
     return run

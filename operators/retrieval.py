@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator, register_adapter
 from modular_rag.state import Hit
@@ -69,7 +70,16 @@ def _multi(lists: list[list[Hit]], k: int) -> list[Hit]:
     return fuse(lists, "rrf", k=k, channel=lists[0][0]["channel"] if lists and lists[0] else "rrf")
 
 
-@operator("retrieval", "dense", "dense", port=Port.RETRIEVE)
+def _retrieval_cost(channels: int) -> Any:
+    def cost(params: DenseParams, ctx: CostContext) -> Cost:
+        n = Span(1, 1) if ctx.query_embedding and channels == 1 else ctx.queries
+        ctx.candidates = Span(1, params.k)
+        return retrievals(n * channels)
+
+    return cost
+
+
+@operator("retrieval", "dense", "dense", port=Port.RETRIEVE, cost=_retrieval_cost(1))
 def dense(params: DenseParams, env: Providers) -> Operator:
     """Dense retrieval: cosine similarity of embeddings in the vector store (uses ``query_embedding`` if set)."""
 
@@ -86,7 +96,7 @@ def dense(params: DenseParams, env: Providers) -> Operator:
     return run
 
 
-@operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE)
+@operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE, cost=_retrieval_cost(1))
 def bm25(params: BM25Params, env: Providers) -> Operator:
     """BM25 over the sparse index (case folding, stop words, Snowball stemming)."""
 
@@ -98,7 +108,7 @@ def bm25(params: BM25Params, env: Providers) -> Operator:
     return run
 
 
-@operator("retrieval", "hybrid", "hybrid", port=Port.RETRIEVE)
+@operator("retrieval", "hybrid", "hybrid", port=Port.RETRIEVE, cost=_retrieval_cost(2))
 def hybrid(params: HybridParams, env: Providers) -> Operator:
     """Dense + BM25, each taking ``pool`` candidates, fused by RRF, convex or weighted score fusion to ``k``."""
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from modular_rag.costs import ZERO, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from modular_rag.text import Analyzer
@@ -96,7 +97,7 @@ def keyword_scores(query: str, routes: Mapping[str, RouteInfo]) -> dict[str, flo
     return scores
 
 
-@operator("orchestration", "routing", "keyword", port=Port.ROUTE)
+@operator("orchestration", "routing", "keyword", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
 def keyword_router(params: RouterParams, env: Providers) -> Operator:
     """Metadata/keyword routing: score = |query keywords ∩ route keywords| / |route keywords|, argmax (Eq. 19-20)."""
 
@@ -125,7 +126,7 @@ class _RouteVectors:
         return {name: max(0.0, float((vecs @ q).max())) for name, vecs in self._vectors.items()}
 
 
-@operator("orchestration", "routing", "embedding", port=Port.ROUTE)
+@operator("orchestration", "routing", "embedding", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
 def embedding_router(params: RouterParams, env: Providers) -> Operator:
     """Semantic routing by embeddings: cosine of the query with each route's description and examples (best one)."""
     vectors = _RouteVectors(env, params.routes)
@@ -176,7 +177,7 @@ def _llm_scores(env: Providers, query: str, routes: Mapping[str, RouteInfo], max
     return {found: 1.0}, text
 
 
-@operator("orchestration", "routing", "llm", port=Port.ROUTE, needs_llm=True)
+@operator("orchestration", "routing", "llm", port=Port.ROUTE, needs_llm=True, cost=lambda params, ctx: llm(1))
 def llm_router(params: LLMRouterParams, env: Providers) -> Operator:
     """Semantic routing by LLM intent classification into the route set (Eq. 21); an answer naming no route falls
     back and says so in the trace."""
@@ -193,7 +194,8 @@ class HybridRouterParams(LLMRouterParams):
     semantic: Literal["embedding", "llm"] = Field("embedding", description="the semantic half")
 
 
-@operator("orchestration", "routing", "hybrid", port=Port.ROUTE)
+@operator("orchestration", "routing", "hybrid", port=Port.ROUTE,
+          cost=lambda params, ctx: llm(1 if params.semantic == "llm" else 0))
 def hybrid_router(params: HybridRouterParams, env: Providers) -> Operator:
     """Hybrid routing: alpha * keyword score + (1 - alpha) * semantic score (embedding or LLM), argmax (Eq. 22)."""
     vectors = _RouteVectors(env, params.routes)

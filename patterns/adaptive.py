@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.builder import FlowBuilder
 from modular_rag.config import FlowConfig, OperatorSpec
+from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.state import Answer, Evidence, RAGState, Round
@@ -183,7 +184,28 @@ def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any) -> C
     return flow.compile(checkpointer=checkpointer, max_steps=1 + params.max_steps * per_round)
 
 
-@register_pattern("adaptive", slots=SLOTS, params=AdaptiveParams)
+def cost(config: FlowConfig) -> Cost:
+    """flare: per sentence a draft and a judgement, per low-confidence sentence a retrieval and a redraft;
+    self_rag: a gate, then per round retrieval, grading, generation and a judgement, and a rewrite between rounds."""
+    params = AdaptiveParams.model_validate(config.params)
+    ctx = context_for(config)
+    defaults = _DEFAULTS[params.mode]
+    fresh = lambda: CostContext(prefill=ctx.prefill)  # noqa: E731
+    if params.mode == "flare":
+        start = total(config, [RETRIEVE, RERANK, CONTEXT], fresh(), defaults) if params.initial_retrieval else ZERO
+        step = total(config, [DRAFT, JUDGE], fresh(), defaults)
+        requery = total(config, [RETRIEVE, RERANK, CONTEXT, DRAFT], fresh(), defaults)
+        return start + step * Span(1, params.max_steps) + requery * Span(0, params.max_steps)
+    gate = total(config, [GATE], fresh(), defaults)
+    first = total(config, [RETRIEVE, RERANK, CONTEXT], fresh(), defaults)
+    answer = total(config, [GENERATE, JUDGE], fresh(), defaults)
+    rewritten = fresh()  # later rounds retrieve with what the rewrite wrote (the original and the rewrite)
+    again = total(config, [REWRITE, RETRIEVE, RERANK, CONTEXT], rewritten, defaults)
+    first_fetch = Span(0 if active(config, GATE, defaults.get(GATE)) else 1, 1)
+    return gate + first * first_fetch + answer * Span(1, params.max_steps) + again * Span(0, params.max_steps - 1)
+
+
+@register_pattern("adaptive", slots=SLOTS, params=AdaptiveParams, cost=cost)
 def build_adaptive(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
     *,

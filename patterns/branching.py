@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.builder import FlowBuilder
 from modular_rag.config import FlowConfig
+from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
@@ -64,7 +65,26 @@ def _check_fuse(flow: FlowBuilder, mode: str) -> None:
                               f"{mode!r} needs a {_FUSE_MAKES[mode]} fusion (it fits mode {', '.join(fits)})")
 
 
-@register_pattern("branching", slots=SLOTS, params=BranchingParams)
+def cost(config: FlowConfig) -> Cost:
+    """queries: expansion + N parallel retrievals + fusion + one generation; documents: one retrieval + N
+    generations + fusion."""
+    params = BranchingParams.model_validate(config.params)
+    ctx = context_for(config)
+    fuse_default = _DEFAULT_FUSE[params.mode]
+    if params.mode == "queries":
+        expand = total(config, [EXPAND], ctx)
+        n = Span(min(params.branches, ctx.queries.lo), min(params.branches, ctx.queries.hi))
+        per_branch = total(config, [RETRIEVE], CostContext(prefill=ctx.prefill))
+        fuse = slot_cost(config, FUSE, ctx, default=fuse_default)
+        return expand + per_branch * n + fuse + total(config, [RERANK, CONTEXT, GENERATE], ctx)
+    head = total(config, [RETRIEVE, RERANK], ctx)
+    n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
+    per_doc = total(config, [GENERATE], CostContext(evidence=Span(1, 1), prefill=ctx.prefill))
+    ctx.candidates = n
+    return head + per_doc * n + slot_cost(config, FUSE, ctx, default=fuse_default)
+
+
+@register_pattern("branching", slots=SLOTS, params=BranchingParams, cost=cost)
 def build_branching(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
     *,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modular_rag.builder import FlowBuilder
 from modular_rag.config import FlowConfig, check_flow, format_validation_error
+from modular_rag.costs import Cost, Span, context_for, estimate, slot_cost
 from modular_rag.errors import ConfigError
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
@@ -78,7 +79,17 @@ def _check(params: ConditionalParams, path: str) -> None:
         _route_config(name, route, path)
 
 
-@register_pattern("conditional", slots=SLOTS, params=ConditionalParams, check=_check)
+def cost(config: FlowConfig) -> Cost:
+    """The router's cost plus the cheapest to the dearest route's."""
+    params = ConditionalParams.model_validate(config.params)
+    router = slot_cost(config, ROUTE, context_for(config))
+    routes = [estimate(_route_config(name, route, "params")) for name, route in params.routes.items()]
+    llm = Span(min(r.llm_calls.lo for r in routes), max(r.llm_calls.hi for r in routes))
+    retr = Span(min(r.retrievals.lo for r in routes), max(r.retrievals.hi for r in routes))
+    return router + Cost(llm, retr)
+
+
+@register_pattern("conditional", slots=SLOTS, params=ConditionalParams, check=_check, cost=cost)
 def build_conditional(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
     *,

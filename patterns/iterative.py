@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.builder import FlowBuilder
 from modular_rag.config import FlowConfig
+from modular_rag.costs import Cost, Span, active, context_for, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.state import RAGState, Round
@@ -65,7 +66,15 @@ def _advance(params: IterativeParams) -> Any:
     return advance
 
 
-@register_pattern("iterative", slots=SLOTS, params=IterativeParams)
+def cost(config: FlowConfig) -> Cost:
+    """Body x rounds: exactly ``rounds`` without a judge, 1 to ``rounds`` with one."""
+    params = IterativeParams.model_validate(config.params)
+    ctx = context_for(config)
+    body = total(config, [RETRIEVE, RERANK, CONTEXT, GENERATE, JUDGE], ctx)
+    return body * Span(1 if active(config, JUDGE) else params.rounds, params.rounds)
+
+
+@register_pattern("iterative", slots=SLOTS, params=IterativeParams, cost=cost)
 def build_iterative(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
     *,

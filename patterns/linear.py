@@ -1,4 +1,4 @@
-"""Linear pattern: rewrite -> retrieve -> rerank -> context -> generate (Rewrite-Retrieve-Read and naive RAG).
+"""Linear pattern: rewrite -> retrieve -> rerank -> context -> generate -> verify (Rewrite-Retrieve-Read, naive RAG).
 
 Every slot is swappable by config, and every slot but ``retrieve`` may be ``none`` (left out of the graph).
 """
@@ -14,12 +14,14 @@ from pydantic import BaseModel, ConfigDict
 
 from modular_rag.builder import FlowBuilder
 from modular_rag.config import FlowConfig
+from modular_rag.costs import Cost, context_for, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 
-__all__ = ["build_linear", "LinearParams", "SLOTS", "REWRITE", "RETRIEVE", "RERANK", "CONTEXT", "GENERATE"]
+__all__ = ["build_linear", "LinearParams", "SLOTS", "REWRITE", "RETRIEVE", "RERANK", "CONTEXT", "GENERATE", "VERIFY"]
 
 REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE = "rewrite", "retrieve", "rerank", "context", "generate"
+VERIFY = "verify"
 
 SLOTS = {
     REWRITE: SlotSpec(Port.QUERY, chain=True, doc="pre-retrieval: rewrite / expand / filter extraction"),
@@ -27,6 +29,7 @@ SLOTS = {
     RERANK: SlotSpec(Port.RERANK, chain=True, doc="post-retrieval: rerank, select, compress (a list chains)"),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="evidence pack within a token budget"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="the answer, citing the evidence"),
+    VERIFY: SlotSpec(Port.VERIFY, chain=True, doc="answer verification / refusal (a list chains)"),
 }
 
 
@@ -36,7 +39,12 @@ class LinearParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@register_pattern("linear", slots=SLOTS, params=LinearParams)
+def cost(config: FlowConfig) -> Cost:
+    """One pass through the slots."""
+    return total(config, [REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY], context_for(config))
+
+
+@register_pattern("linear", slots=SLOTS, params=LinearParams, cost=cost)
 def build_linear(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
     *,
@@ -61,5 +69,5 @@ def build_linear(
         ['__end__', '__start__', 'context', 'retrieve']
     """
     flow = FlowBuilder(config, "linear", providers=providers)
-    nodes = flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE])
+    nodes = flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY])
     return flow.compile(checkpointer=checkpointer, max_steps=len(nodes))

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.builder import FlowBuilder
 from modular_rag.config import FlowConfig
+from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.state import RAGState, TreeNode
@@ -56,7 +57,21 @@ def _kept(state: Mapping[str, Any], depth: int) -> list[TreeNode]:
     return [n for n in state.get("tree") or [] if n["depth"] == depth and n["node_id"] not in dropped]
 
 
-@register_pattern("recursive", slots=SLOTS, params=RecursiveParams)
+def cost(config: FlowConfig) -> Cost:
+    """Every node retrieves and answers; every expanded node costs a clarify call; one prune per level, one fusion.
+    Nodes: 1 to min(max_nodes, 1 + B + ... + B^max_depth)."""
+    params = RecursiveParams.model_validate(config.params)
+    ctx = context_for(config)
+    reach = min(params.max_nodes, sum(params.branching**d for d in range(params.max_depth + 1)))
+    parents = min(reach, sum(params.branching**d for d in range(params.max_depth)))
+    per_node = total(config, [RETRIEVE, RERANK, CONTEXT, GENERATE], CostContext(prefill=ctx.prefill))
+    clarify = total(config, [CLARIFY], CostContext(prefill=ctx.prefill))
+    prune = total(config, [PRUNE], CostContext(prefill=ctx.prefill))
+    return (per_node * Span(1, reach) + clarify * Span(0, parents) + prune * Span(1, params.max_depth + 1)
+            + slot_cost(config, FUSE, ctx))  # fmt: skip
+
+
+@register_pattern("recursive", slots=SLOTS, params=RecursiveParams, cost=cost)
 def build_recursive(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
     *,

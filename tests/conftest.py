@@ -68,3 +68,16 @@ def demo_flow(demo_dir: Path, pattern: str = "linear", **extra: Any) -> dict[str
     }
     config.update(extra)
     return config
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real sentence-transformers CrossEncoder folder built offline from the bundled MiniLM encoder with a fresh
+    (untrained) scoring head: no trained cross-encoder weights can be obtained here, so this checks the wiring."""
+    from sentence_transformers import CrossEncoder
+
+    from modular_rag.providers import minilm_path
+
+    folder = tmp_path_factory.mktemp("cross-encoder")
+    CrossEncoder(str(minilm_path()), num_labels=1, device="cpu").save(str(folder))
+    return folder

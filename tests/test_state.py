@@ -20,7 +20,8 @@ def test_stage_contract_fields_are_pinned() -> None:
     assert set(state.Answer.__annotations__) == {"text", "citations", "refused", "unsupported", "confidence"}
     assert set(state.Citation.__annotations__) == {"ref", "chunk_id", "method"}
     assert set(state.LedgerEntry.__annotations__) == {
-        "node", "operator", "llm_calls", "prompt_tokens", "completion_tokens", "retrievals", "embed_calls", "ms",
+        "node", "operator", "llm_calls", "prompt_tokens", "completion_tokens", "retrievals", "embed_calls",
+        "cache_hits", "ms",
     }  # fmt: skip
 
 

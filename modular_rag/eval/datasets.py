@@ -6,8 +6,10 @@ A split other than the default reads ``<split>_queries.jsonl`` and ``<split>_qre
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 
 from modular_rag.errors import DatasetError
 
-__all__ = ["Query", "BeirDataset", "load_beir"]
+__all__ = ["Query", "BeirDataset", "load_beir", "load_demo", "holdout_split"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,17 @@ class BeirDataset:
         """The corpus JSON-lines file."""
         return self.root / "corpus.jsonl"
 
+    @property
+    def corpus_paths(self) -> list[Path]:
+        """What to index: the corpus file, or the demo's folder of Markdown documents."""
+        folder = self.root / "corpus"
+        return [folder] if not self.corpus_file.exists() and folder.is_dir() else [self.corpus_file]
+
+    @property
+    def default_chunker(self) -> str:
+        """``document`` for BEIR rows (one chunk per row), ``recursive`` for a folder of documents."""
+        return "document" if self.corpus_paths == [self.corpus_file] else "recursive"
+
     def corpus(self) -> Iterator[dict[str, Any]]:
         """Corpus rows ``{"id", "title", "text"}``.
 
@@ -63,18 +76,50 @@ class BeirDataset:
                     raise DatasetError(f"{self.corpus_file}:{n}: not JSON ({exc.msg})") from None
                 yield {"id": str(row.get("id", row.get("_id"))), "title": row.get("title", ""), "text": row["text"]}
 
-    def limited(self, limit: int | None) -> BeirDataset:
-        """The first ``limit`` queries (all when ``None``), with their qrels."""
+    def limited(self, limit: int | None, *, spread: bool = False) -> BeirDataset:
+        """``limit`` queries (all when ``None``) with their qrels: the first ones, or with ``spread`` evenly spaced
+        ones (deterministic; covers every part of a file ordered by kind)."""
         if limit is None or limit >= len(self.queries):
             return self
-        queries = self.queries[:limit]
+        if spread:
+            step = len(self.queries) / limit
+            queries = [self.queries[int(i * step)] for i in range(limit)]
+        else:
+            queries = self.queries[:limit]
         keep = {q.id for q in queries}
         return BeirDataset(self.root, self.split, queries, {k: v for k, v in self.qrels.items() if k in keep})
 
     def fingerprint(self) -> str:
-        """Size and mtime of the corpus file: changes when the corpus does (for index caching)."""
-        st = os.stat(self.corpus_file)
-        return f"{self.root.resolve()}:{st.st_size}:{int(st.st_mtime)}"
+        """A content hash of the corpus files: changes when the corpus does (for index caching).
+
+        Contents, not modification times, so a corpus that is copied or re-mounted keeps its cached indexes, and a
+        folder whose ``corpus.jsonl`` links to another folder's (a :func:`holdout_split`) shares them.
+        """
+        digest = hashlib.sha1()
+        files = [p for path in self.corpus_paths for p in ([path] if path.is_file() else sorted(path.rglob("*")))]
+        for file in files:
+            if file.is_file():
+                digest.update(file.name.encode() + b"\0")
+                with open(file, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(block)
+        return digest.hexdigest()
+
+
+def load_demo() -> BeirDataset:
+    """The bundled demo corpus and its 24 questions (answers and relevant documents), as a dataset."""
+    from modular_rag import demo_corpus_path
+
+    root = demo_corpus_path().parent
+    queries: list[Query] = []
+    qrels: dict[str, dict[str, int]] = {}
+    with open(root / "questions.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                queries.append(Query(row["id"], row["text"], tuple(row["answers"]), {"kind": row.get("kind")}))
+                qrels[row["id"]] = {doc: 1 for doc in row["relevant"]}
+    return BeirDataset(root, "dev", queries, qrels)
 
 
 def _split_file(root: Path, split: str, stem: str, suffix: str) -> Path:
@@ -96,7 +141,10 @@ def load_beir(root: str | os.PathLike[str], *, split: str = "dev") -> BeirDatase
     qrels_file = _split_file(folder, split, "qrels", ".tsv")
     for needed in (folder / "corpus.jsonl", queries_file, qrels_file):
         if not needed.exists():
-            raise DatasetError(f"{needed} is missing; a BEIR folder has corpus.jsonl, queries.jsonl and qrels.tsv")
+            raise DatasetError(
+                f"{needed} is missing; a BEIR folder has corpus.jsonl, and for the {split or 'dev'} split "
+                f"{queries_file.name} and {qrels_file.name}"
+            )
     qrels: dict[str, dict[str, int]] = {}
     with open(qrels_file, encoding="utf-8", newline="") as fh:
         for n, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
@@ -124,3 +172,64 @@ def load_beir(root: str | os.PathLike[str], *, split: str = "dev") -> BeirDatase
             queries.append(Query(qid, text, answers, extra))
     queries = [q for q in queries if q.id in qrels] or queries
     return BeirDataset(folder, split, queries, qrels)
+
+
+def _write_split(out: Path, split: str, queries: list[Query], qrels: dict[str, dict[str, int]]) -> None:
+    with open(_split_file(out, split, "queries", ".jsonl"), "w", encoding="utf-8") as fh:
+        for q in queries:
+            row: dict[str, Any] = {"_id": q.id, "text": q.text, **q.extra}
+            if q.answers:
+                row["answers"] = list(q.answers)
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    with open(_split_file(out, split, "qrels", ".tsv"), "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
+        writer.writerow(["query-id", "corpus-id", "score"])
+        for q in queries:
+            for doc, score in qrels.get(q.id, {}).items():
+                writer.writerow([q.id, doc, score])
+
+
+def holdout_split(
+    dataset: BeirDataset,
+    out: str | os.PathLike[str],
+    *,
+    fraction: float,
+    seed: int = 0,
+    names: tuple[str, str] = ("fit", "val"),
+) -> tuple[BeirDataset, BeirDataset]:
+    """Split a dataset's queries in two BEIR splits of a new folder, to choose settings on held-out queries.
+
+    The new folder's ``corpus.jsonl`` is a link to the dataset's (so both share cached indexes); the queries are
+    split by a seeded draw: ``fraction`` of them (at least one) go to the second split.
+
+    Args:
+        dataset: The split to divide (for example SciFact's ``train``).
+        out: The new folder (created; its split files are rewritten).
+        fraction: Share of the queries held out, strictly between 0 and 1.
+        seed: Seeds the draw.
+        names: The two split names (``fit`` -> ``fit_queries.jsonl``, ``val`` -> ``val_queries.jsonl``).
+
+    Returns:
+        The two splits, loaded from the new folder.
+
+    Raises:
+        DatasetError: If ``fraction`` is not strictly between 0 and 1, a name is a default split name, or the
+            dataset has fewer than two queries.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise DatasetError(f"holdout fraction must be strictly between 0 and 1 (got {fraction})")
+    if any(n in ("", "dev", "test") for n in names) or names[0] == names[1]:
+        raise DatasetError(f"holdout split names must be two distinct prefixes other than dev/test (got {names})")
+    if len(dataset.queries) < 2:
+        raise DatasetError(f"{dataset.root} ({dataset.split}) has {len(dataset.queries)} queries; need at least 2")
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "corpus.jsonl"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(dataset.corpus_file.resolve())
+    held = max(1, min(len(dataset.queries) - 1, round(len(dataset.queries) * fraction)))
+    chosen = set(random.Random(seed).sample(sorted(q.id for q in dataset.queries), held))
+    _write_split(folder, names[0], [q for q in dataset.queries if q.id not in chosen], dataset.qrels)
+    _write_split(folder, names[1], [q for q in dataset.queries if q.id in chosen], dataset.qrels)
+    return load_beir(folder, split=names[0]), load_beir(folder, split=names[1])

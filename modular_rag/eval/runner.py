@@ -1,7 +1,9 @@
 """Run flows over BEIR datasets: index the corpus once per embedding / chunking setting, run queries, score them.
 
 Indexes are cached under ``$MODULAR_RAG_HOME/eval`` (default ``.modular_rag/eval``), keyed by the corpus file,
-the embeddings, the sparse settings and the chunker, so a second run of the same setting reuses the index.
+the embeddings and the chunker, so a second run of the same setting reuses the index. The BM25 settings
+(``providers.sparse``: k1, b, stemmer, stop words) are not part of the key: encoding is what is slow, so a run
+with other BM25 settings keeps the dense vectors and the index rebuilds BM25 from the stored chunks (seconds).
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ from modular_rag.eval.datasets import BeirDataset
 from modular_rag.eval.metrics import retrieval_metrics
 from modular_rag.providers import Providers
 
-__all__ = ["eval_home", "dataset_providers", "doc_ranking", "RetrievalResult", "run_retrieval"]
+__all__ = [
+    "eval_home",
+    "dataset_providers",
+    "doc_ranking",
+    "retrieved_docs",
+    "RetrievalResult",
+    "run_retrieval",
+    "QueryRecord",
+    "FlowResult",
+    "evaluate_flow",
+]
 
 
 def eval_home() -> Path:
@@ -29,8 +41,8 @@ def eval_home() -> Path:
 
 
 def _setting_key(dataset: BeirDataset, providers: ProvidersConfig, chunker: OperatorSpec) -> str:
-    parts = [dataset.fingerprint(), providers.embeddings.model_dump_json(), providers.sparse.model_dump_json(),
-             chunker.model_dump_json()]  # fmt: skip
+    # the sparse settings are not part of the key: the index rebuilds BM25 from the stored chunks when they differ
+    parts = [dataset.fingerprint(), providers.embeddings.model_dump_json(), chunker.model_dump_json()]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
 
@@ -48,7 +60,7 @@ def dataset_providers(
     Args:
         dataset: The dataset.
         providers: LLM / embeddings / sparse settings (the vector store is replaced by the cached index).
-        chunker: How to chunk corpus rows (default: ``document``: one chunk per row, title first).
+        chunker: How to chunk (default: ``document`` for BEIR rows, one chunk per row; ``recursive`` for folders).
         cache: Cache folder (default :func:`eval_home`).
         progress: Show a progress bar while indexing.
         log: Receives one line when indexing happens.
@@ -56,14 +68,15 @@ def dataset_providers(
     from operators.indexing import index_paths
 
     base = providers or ProvidersConfig()
-    spec = chunker or OperatorSpec(name="document")
-    folder = (cache or eval_home()) / f"{dataset.name}-{_setting_key(dataset, base, spec)}"
+    spec = chunker or OperatorSpec(name=dataset.default_chunker)
+    label = dataset.corpus_file.resolve().parent.name if dataset.corpus_file.exists() else dataset.name
+    folder = (cache or eval_home()) / f"{label}-{_setting_key(dataset, base, spec)}"
     cfg = base.model_copy(update={"vectorstore": ChromaConfig(path=str(folder), collection="beir")})
     env = Providers(cfg)
     marker = folder / "complete.json"
     if not marker.exists():
         start = time.perf_counter()
-        summary = index_paths([dataset.corpus_file], env, chunker=spec, progress=progress)
+        summary = index_paths(dataset.corpus_paths, env, chunker=spec, progress=progress)
         info = {"chunks": summary.index_chunks, "seconds": round(time.perf_counter() - start, 1)}
         marker.write_text(json.dumps(info))
         if log:
@@ -133,3 +146,153 @@ def run_retrieval(
     elapsed = (time.perf_counter() - start) * 1000 / max(len(queries), 1)
     per_query = {k: v / max(len(queries), 1) for k, v in cost.items()}
     return RetrievalResult(name or cfg.name or cfg.pattern, run, retrieval_metrics(dataset.qrels, run), elapsed, per_query)
+
+
+def retrieved_docs(result: Mapping[str, Any]) -> list[str]:
+    """The documents a run showed the model, best first: the evidence pack, then the remaining candidates."""
+    hits = list(result.get("evidence") or []) + list(result.get("candidates") or [])
+    return list(doc_ranking(hits))
+
+
+@dataclass
+class QueryRecord:
+    """One query's outcome: answer, scores, cost."""
+
+    qid: str
+    answer: str
+    refused: bool
+    em: float
+    f1: float
+    docs: list[str]
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    retrievals: int
+    ms: float
+    grounded: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class FlowResult:
+    """A config's run over a dataset: per-query records, retrieval metrics over the documents shown, answer
+    metrics, and cost per query."""
+
+    name: str
+    pattern: str
+    records: list[QueryRecord]
+    retrieval: dict[str, float]
+    seconds: float
+
+    def summary(self) -> dict[str, float]:
+        """Means (and maxima of cost) over the queries."""
+        from modular_rag.eval.metrics import mean
+
+        recs = self.records
+        out = {
+            "queries": float(len(recs)),
+            "errors": float(sum(r.error is not None for r in recs)),
+            "grounded": mean(r.grounded for r in recs if r.grounded is not None),
+            "em": mean(r.em for r in recs),
+            "f1": mean(r.f1 for r in recs),
+            "refused": mean(float(r.refused) for r in recs),
+            "llm_calls": mean(r.llm_calls for r in recs),
+            "llm_calls_max": float(max((r.llm_calls for r in recs), default=0)),
+            "retrievals": mean(r.retrievals for r in recs),
+            "retrievals_max": float(max((r.retrievals for r in recs), default=0)),
+            "tokens": mean(r.prompt_tokens + r.completion_tokens for r in recs),
+            "ms": mean(r.ms for r in recs),
+        }
+        out.update(self.retrieval)
+        return out
+
+
+def _record(qid: str, answers: Sequence[str], out: Mapping[str, Any] | BaseException, ms: float) -> QueryRecord:
+    from modular_rag.eval.metrics import best_answer_scores
+    from modular_rag.trace import totals
+    from operators.generation import grounded_share
+
+    if isinstance(out, BaseException):
+        return QueryRecord(qid, "", False, 0.0, 0.0, [], 0, 0, 0, 0, ms, f"{type(out).__name__}: {out}")
+    answer = out.get("answer") or {}
+    text = str(answer.get("text", ""))
+    em, f1 = best_answer_scores(text, answers) if answers else (0.0, 0.0)
+    cost = totals(out.get("ledger"))
+    grounded = grounded_share(answer, list(out.get("evidence") or [])) if answer else None
+    return QueryRecord(
+        qid, text, bool(answer.get("refused")), em, f1, retrieved_docs(out), int(cost["llm_calls"]),
+        int(cost["prompt_tokens"]), int(cost["completion_tokens"]), int(cost["retrievals"]), ms, grounded,
+    )  # fmt: skip
+
+
+def evaluate_flow(
+    config: FlowConfig | Mapping[str, Any],
+    dataset: BeirDataset,
+    env: Providers,
+    *,
+    name: str | None = None,
+    concurrency: int = 1,
+    progress: bool = False,
+) -> FlowResult:
+    """Run a flow on every query of a dataset and score it.
+
+    Retrieval metrics are computed over the documents each run showed the model (:func:`retrieved_docs`); answer
+    EM / F1 use the dataset's ``answers`` when it has them. A query whose run raises is recorded with its error and
+    scores zero.
+
+    Args:
+        config: The flow config (its providers are replaced by ``env``, the dataset's index).
+        dataset: The dataset.
+        env: Providers over the dataset's index (:func:`dataset_providers`).
+        name: Label for reports (default: the config's name or pattern).
+        concurrency: Queries in flight (``batch`` with ``max_concurrency``); 1 runs them one by one.
+        progress: Show a progress bar.
+    """
+    from modular_rag.builder import build_flow
+    from modular_rag.eval.metrics import retrieval_metrics
+
+    cfg = load_config(config)
+    flow = build_flow(cfg, providers=env)
+    label = name or cfg.name or cfg.pattern
+    queries = dataset.queries
+    records: list[QueryRecord] = []
+    start = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(queries), desc=label, leave=False)
+    if concurrency <= 1:
+        for q in queries:
+            t0 = time.perf_counter()
+            try:
+                out: Any = flow.invoke({"query": q.text})
+            except Exception as exc:  # recorded per query; the run goes on
+                out = exc
+            records.append(_record(q.id, q.answers, out, (time.perf_counter() - t0) * 1000))
+            if bar:
+                bar.update(1)
+    else:
+        outs = flow.batch([{"query": q.text} for q in queries], {"max_concurrency": concurrency},
+                          return_exceptions=True)  # fmt: skip
+        from modular_rag.trace import totals
+
+        for q, out in zip(queries, outs, strict=True):
+            ms = 0.0 if isinstance(out, BaseException) else totals(out.get("ledger"))["ms"]
+            records.append(_record(q.id, q.answers, out, ms))
+        if bar:
+            bar.update(len(queries))
+    if bar:
+        bar.close()
+    run = {r.qid: {d: float(len(r.docs) - i) for i, d in enumerate(r.docs)} for r in records}
+    metrics = retrieval_metrics(dataset.qrels, run, recall_at=(5, 10))["mean"]
+    metrics["all@5"] = _all_at(dataset.qrels, records, 5)
+    return FlowResult(label, cfg.pattern, records, metrics, time.perf_counter() - start)
+
+
+def _all_at(qrels: Mapping[str, Mapping[str, int]], records: Sequence[QueryRecord], k: int) -> float:
+    """Share of queries with every relevant document among the first ``k`` shown (multi-hop support coverage)."""
+    from modular_rag.eval.metrics import mean
+
+    by_id = {r.qid: set(r.docs[:k]) for r in records}
+    return mean(float(all(d in by_id.get(q, set()) for d, s in rel.items() if s > 0)) for q, rel in qrels.items())

@@ -45,16 +45,3 @@ def base_state(demo_env: Providers) -> dict[str, Any]:
     return {"query": E07, "queries": [E07], "candidates": candidates, "evidence": evidence, "answer": answer,
             "draft": draft, "step": 2, "rounds": rounds, "branches": branches, "tree": tree, "verdicts": [],
             "trace": [], "ledger": []}
-
-
-@pytest.fixture(scope="session")
-def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real sentence-transformers CrossEncoder folder built offline from the bundled MiniLM encoder with a fresh
-    (untrained) scoring head: no trained cross-encoder weights can be obtained here, so this checks the wiring."""
-    from sentence_transformers import CrossEncoder
-
-    from modular_rag.providers import minilm_path
-
-    folder = tmp_path_factory.mktemp("cross-encoder")
-    CrossEncoder(str(minilm_path()), num_labels=1, device="cpu").save(str(folder))
-    return folder

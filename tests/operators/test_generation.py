@@ -72,3 +72,25 @@ def test_local_model_answers_from_evidence(demo_env: Providers, base_state: dict
     ans = generate(demo_env, base_state, max_tokens=60)
     assert ans["text"].strip()
     assert all(c["chunk_id"] in {e["chunk_id"] for e in base_state["evidence"]} for c in ans["citations"])
+
+
+@pytest.mark.integration
+def test_verify_flags_unsupported_sentences(demo_env: Providers) -> None:
+    info = get_operator(Port.VERIFY, "verify")
+    op = info.factory(info.params.model_validate({"semantic_threshold": None}), demo_env)
+    answer = {"text": "E07 means the speed sensor signal was lost [1]. The moon is made of cheese.", "citations": [],
+              "refused": False}  # fmt: skip
+    out = op({"answer": answer, "evidence": EVIDENCE})["answer"]
+    assert out["unsupported"] == ["The moon is made of cheese."]
+    assert out["text"] == answer["text"]
+
+
+@pytest.mark.integration
+def test_abstain_refuses_when_the_evidence_does_not_hold_the_answer(demo_env: Providers) -> None:
+    info = get_operator(Port.VERIFY, "abstain")
+    op = info.factory(info.params.model_validate({"min_supported": 0.5}), demo_env)
+    made_up = {"text": "The warranty lasts ninety years. It covers spaceships.", "citations": [], "refused": False}
+    out = op({"answer": made_up, "evidence": EVIDENCE})["answer"]
+    assert out["refused"] and out["text"] == REFUSAL
+    grounded = {"text": "E07 means the speed sensor signal was lost [1].", "citations": [], "refused": False}
+    assert not op({"answer": grounded, "evidence": EVIDENCE})["answer"]["refused"]

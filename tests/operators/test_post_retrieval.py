@@ -64,3 +64,59 @@ def test_operator_errors_name_the_slot(demo_dir: Path) -> None:
         "retrieve": "bm25", "rerank": {"name": "cross_encoder", "params": {"model": "/nowhere"}}, "generate": "none"}))
     with pytest.raises(OperatorError, match=r"rerank \(cross_encoder\)"):
         flow.invoke({"query": "E07"})
+
+
+def hit(cid: str, text: str, score: float = 1.0) -> dict[str, Any]:
+    return {"chunk_id": cid, "text": text, "score": score, "channel": "t", "metadata": {}}
+
+
+def test_mmr_prefers_diverse_chunks(demo_env: Providers) -> None:
+    hits = [hit("a", "Chain lube keeps the chain quiet and rust free."),
+            hit("b", "Chain lube keeps the chain quiet and free of rust."),
+            hit("c", "Tyre pressure depends on rider weight and tyre width.")]  # fmt: skip
+    state = {"query": "chain lube and tyre pressure", "candidates": hits}
+    picked = [h["chunk_id"] for h in build(Port.RERANK, "mmr", demo_env, k=2, lambda_mult=0.5)(state)["candidates"]]
+    assert "c" in picked and len(picked) == 2
+    relevance_only = build(Port.RERANK, "mmr", demo_env, k=2, lambda_mult=1.0)(state)["candidates"]
+    assert {h["chunk_id"] for h in relevance_only} != set(picked) or "c" in picked
+
+
+def test_dedup_drops_exact_and_near_duplicates(demo_env: Providers) -> None:
+    hits = [hit("a", "Chain lube keeps the chain quiet."), hit("b", "chain lube keeps the chain quiet!"),
+            hit("c", "Chain lube keeps the chains quiet."), hit("d", "Helmets must sit level on the head.")]  # fmt: skip
+    out = build(Port.RERANK, "dedup", demo_env, near_threshold=0.95)({"candidates": hits, "query": "q"})["candidates"]
+    assert [h["chunk_id"] for h in out] == ["a", "d"]
+    exact_only = build(Port.RERANK, "dedup", demo_env, near_threshold=None)({"candidates": hits})["candidates"]
+    assert [h["chunk_id"] for h in exact_only] == ["a", "c", "d"]
+
+
+def test_extractive_compression_keeps_query_sentences(demo_env: Providers) -> None:
+    text = ("The TW-E1 has a 504 Wh battery. Its frame is aluminium. The display shows error codes. "
+            "Charging takes four hours.")  # fmt: skip
+    out = build(Port.RERANK, "extractive", demo_env, max_sentences=1)(
+        {"query": "How long does charging take?", "candidates": [hit("a", text)]})["candidates"]  # fmt: skip
+    assert out[0]["text"] == "Charging takes four hours."
+
+
+def test_lost_in_the_middle_and_compress_budget(demo_env: Providers, base_state: dict[str, Any]) -> None:
+    five = [hit(str(i), f"text {i}", 5 - i) for i in range(5)]
+    out = build(Port.RERANK, "lost_in_the_middle", demo_env)({"candidates": five})["candidates"]
+    assert [h["chunk_id"] for h in out] == ["0", "2", "4", "3", "1"]
+    ev = build(Port.CONTEXT, "compress_budget", demo_env, keep_whole=1, max_sentences=1, max_chunks=3)(
+        base_state)["evidence"]  # fmt: skip
+    assert ev[0]["text"] == base_state["candidates"][0]["text"]
+    assert len(ev) == 3 and all(len(e["text"]) <= len(c["text"]) for e, c in zip(ev, base_state["candidates"]))
+    ends = build(Port.CONTEXT, "budget", demo_env, order="ends", max_chunks=4)(base_state)["evidence"]
+    assert [e["chunk_id"] for e in ends] == [base_state["candidates"][i]["chunk_id"] for i in (0, 2, 3, 1)]
+    assert [e["ref"] for e in ends] == [1, 2, 3, 4]
+
+
+def test_llm_critique_and_pointwise_on_scripted_replies(demo_dir: Path, base_state: dict[str, Any]) -> None:
+    from tests.conftest import fake_env
+
+    env = fake_env(demo_dir, "yes", "no", "maybe")
+    kept = build(Port.RERANK, "llm_critique", env, max_candidates=3, concurrency=1)(base_state)["candidates"]
+    assert [h["chunk_id"] for h in kept] == [base_state["candidates"][i]["chunk_id"] for i in (0, 2)]
+    ranked = build(Port.RERANK, "llm_pointwise", fake_env(demo_dir, "no", "yes", "no"), max_candidates=3,
+                   concurrency=1)(base_state)["candidates"]  # fmt: skip
+    assert ranked[0]["chunk_id"] == base_state["candidates"][1]["chunk_id"]

@@ -36,3 +36,63 @@ def test_rewrite_keeps_the_original_by_default(demo_dir: Path) -> None:
 def test_unusable_rewrite_falls_back_to_the_original(demo_dir: Path) -> None:
     env = fake_env(demo_dir, "Sorry, as an AI I cannot rewrite questions.")
     assert rewrite(env, "what's E07?") == {"queries": ["what's E07?"]}
+
+
+def build(env, name: str, **params):
+    info = get_operator(Port.QUERY, name)
+    return info.factory(info.params.model_validate(params), env)
+
+
+@pytest.mark.integration
+def test_multi_query_styles_and_dedup(demo_dir: Path) -> None:
+    env = fake_env(demo_dir, "E07 display error meaning", "E07 display error meaning", "speed sensor E07 fault")
+    out = build(env, "multi_query")({"query": "What does E07 mean?"})
+    assert out == {"queries": ["What does E07 mean?", "E07 display error meaning", "speed sensor E07 fault"]}
+
+
+@pytest.mark.integration
+def test_decompose_reads_one_question_per_line(demo_dir: Path) -> None:
+    env = fake_env(demo_dir, "1. Which bike won the award?\n2. What frame does it have?\n3. Which bike won the award?")
+    out = build(env, "decompose", max_questions=3)({"query": "What frame does the award winner have?"})
+    assert out == {"queries": ["Which bike won the award?", "What frame does it have?"]}
+
+
+@pytest.mark.integration
+def test_hyde_searches_with_a_hypothetical_passage(demo_dir: Path) -> None:
+    import numpy as np
+
+    passage = "Error E07 on the display means the speed sensor signal was lost."
+    env = fake_env(demo_dir, passage)
+    out = build(env, "hyde", average_with_query=True)({"query": "What does E07 mean?"})
+    assert out["queries"] == [passage]
+    vec = np.asarray(out["query_embedding"])
+    assert vec.shape == (384,) and abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
+    from modular_rag.registry import Port as P
+
+    retrieve = get_operator(P.RETRIEVE, "dense")
+    hits = retrieve.factory(retrieve.params.model_validate({"k": 1}), env)({"query": "x", **out})["candidates"]
+    assert hits[0]["metadata"]["doc_id"] == "display-error-e07"
+
+
+@pytest.mark.integration
+def test_step_back_adds_a_general_question(demo_dir: Path) -> None:
+    env = fake_env(demo_dir, "How do e-bike displays report faults?")
+    out = build(env, "step_back")({"query": "What does E07 mean?"})
+    assert out == {"queries": ["What does E07 mean?", "How do e-bike displays report faults?"]}
+
+
+@pytest.mark.integration
+def test_filter_extraction_is_validated_against_the_index(demo_dir: Path, demo_env) -> None:
+    rules = build(demo_env, "filter_extract")
+    assert rules({"query": "What was the warranty on aluminium frames in 2019?"}) == {"filter": {"year": 2019}}
+    both = rules({"query": "Which policy covered returns in 2020?", "filter": {"source": "policy"}})
+    assert both == {"filter": {"$and": [{"source": "policy"}, {"year": 2020}]}}
+    assert rules({"query": "How do I fit a helmet?"}) == {}
+    env = fake_env(demo_dir, 'Sure: {"year": "twenty", "colour": "red", "source": "policy"}')
+    from modular_rag.trace import metered
+
+    with metered() as meter:
+        out = build(env, "filter_extract", mode="llm")({"query": "policies please"})
+    assert out == {"filter": {"source": "policy"}}
+    assert any("colour: not a metadata field" in n for n in meter.notes)
+    assert any("year: 'twenty' is not a int" in n for n in meter.notes)

@@ -1,0 +1,121 @@
+"""Persistent, bounded caches in SQLite.
+
+* :class:`KVCache` - content-keyed: the key is a hash of everything that determines the value (model, messages and
+  options for an LLM call; model, query and passage for a reranker score). Least recently used entries are evicted
+  past ``max_entries``.
+* :class:`SemanticCache` - answers by query similarity: a new query whose embedding is within ``threshold`` cosine
+  of a cached query's gets the cached answer.
+
+Both survive across runs (one file) and are safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["KVCache", "SemanticCache", "content_key"]
+
+
+def content_key(*parts: Any) -> str:
+    """A SHA-256 over the JSON of ``parts`` (sorted keys): equal inputs, equal key."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class _Store:
+    def __init__(self, path: str | Path | None, table: str, columns: str) -> None:
+        self.path = str(path) if path else ":memory:"
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
+        self.table = table
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0])
+
+    def _evict(self, max_entries: int) -> None:
+        excess = int(self._db.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0]) - max_entries
+        if excess > 0:
+            self._db.execute(
+                f"DELETE FROM {self.table} WHERE rowid IN (SELECT rowid FROM {self.table} ORDER BY used LIMIT ?)",
+                (excess,),
+            )
+
+
+class KVCache(_Store):
+    """A content-keyed cache of JSON values, bounded to ``max_entries`` (least recently used evicted).
+
+    Args:
+        path: SQLite file (created with its folder); ``None`` keeps it in memory.
+        max_entries: Bound on stored entries.
+    """
+
+    def __init__(self, path: str | Path | None, max_entries: int = 10_000) -> None:
+        super().__init__(path, "kv", "ns TEXT, key TEXT, value TEXT, used REAL, PRIMARY KEY (ns, key)")
+        self.max_entries = max_entries
+
+    def get(self, namespace: str, key: str) -> Any | None:
+        """The cached value, or ``None``; a hit refreshes the entry's recency."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM kv WHERE ns=? AND key=?", (namespace, key)).fetchone()
+            if row is None:
+                return None
+            self._db.execute("UPDATE kv SET used=? WHERE ns=? AND key=?", (time.time(), namespace, key))
+        return json.loads(row[0])
+
+    def put(self, namespace: str, key: str, value: Any) -> None:
+        """Store a JSON-serialisable value, evicting the least recently used entries past the bound."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?)",
+                             (namespace, key, json.dumps(value), time.time()))  # fmt: skip
+            self._evict(self.max_entries)
+
+
+class SemanticCache(_Store):
+    """Answers keyed by query embedding: a query within ``threshold`` cosine of a cached one is a hit.
+
+    Args:
+        path: SQLite file; ``None`` keeps it in memory.
+        threshold: Cosine similarity needed for a hit.
+        max_entries: Bound on stored answers (least recently used evicted).
+        namespace: Separates flows sharing a file (the flow's config hash).
+    """
+
+    def __init__(self, path: str | Path | None, *, threshold: float = 0.95, max_entries: int = 1000,
+                 namespace: str = "") -> None:  # fmt: skip
+        super().__init__(path, "answers", "ns TEXT, query TEXT, vector BLOB, value TEXT, used REAL")
+        self.threshold, self.max_entries, self.namespace = threshold, max_entries, namespace
+
+    def lookup(self, vector: np.ndarray) -> tuple[dict[str, Any], str, float] | None:
+        """``(cached value, cached query, similarity)`` of the closest cached query at or above the threshold."""
+        with self._lock:
+            rows = self._db.execute("SELECT rowid, query, vector, value FROM answers WHERE ns=?",
+                                    (self.namespace,)).fetchall()  # fmt: skip
+            if not rows:
+                return None
+            matrix = np.stack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
+            sims = matrix @ np.asarray(vector, dtype=np.float32)
+            best = int(np.argmax(sims))
+            if float(sims[best]) < self.threshold:
+                return None
+            self._db.execute("UPDATE answers SET used=? WHERE rowid=?", (time.time(), rows[best][0]))
+            return json.loads(rows[best][3]), rows[best][1], float(sims[best])
+
+    def store(self, query: str, vector: np.ndarray, value: dict[str, Any]) -> None:
+        """Cache an answer for a query."""
+        blob = np.asarray(vector, dtype=np.float32).tobytes()
+        with self._lock:
+            self._db.execute("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
+                             (self.namespace, query, blob, json.dumps(value), time.time()))  # fmt: skip
+            self._evict(self.max_entries)

@@ -1,0 +1,165 @@
+"""The cost model: LLM calls and retrievals per query, as ranges, from a flow's config alone.
+
+Every operator may register a cost function with its registration (``@operator(..., cost=fn)``): ``fn(params,
+ctx) -> Cost``, reading and updating a :class:`CostContext` (how many queries flow into retrieval, how many
+candidates into post-retrieval). Every pattern registers how its slots combine (a loop multiplies its body by its
+bounds). :func:`estimate` walks a config and returns a :class:`Cost` whose ranges are what the ledger of a run must
+fall within: exact for flows without data-dependent branches, ``[min, max]`` for loops and judges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Span", "Cost", "CostContext", "ZERO", "estimate", "slot_cost", "llm", "retrievals", "context_for", "active",
+           "total"]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A closed range ``[lo, hi]`` of counts."""
+
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, value: float | tuple[float, float]) -> Span:
+        """A span from a number or a ``(lo, hi)`` pair."""
+        return cls(*value) if isinstance(value, tuple) else cls(value, value)
+
+    def __add__(self, other: Span | float) -> Span:
+        o = other if isinstance(other, Span) else Span.of(other)
+        return Span(self.lo + o.lo, self.hi + o.hi)
+
+    def __mul__(self, other: Span | float) -> Span:
+        o = other if isinstance(other, Span) else Span.of(other)
+        return Span(self.lo * o.lo, self.hi * o.hi)
+
+    __rmul__ = __mul__
+    __radd__ = __add__
+
+    def __contains__(self, value: float) -> bool:
+        return self.lo - 1e-9 <= value <= self.hi + 1e-9
+
+    def __str__(self) -> str:
+        fmt = lambda v: f"{v:g}"  # noqa: E731
+        return fmt(self.lo) if self.lo == self.hi else f"{fmt(self.lo)}-{fmt(self.hi)}"
+
+
+@dataclass(frozen=True)
+class Cost:
+    """LLM calls and retrievals of (part of) a run, as ranges."""
+
+    llm_calls: Span = field(default_factory=lambda: Span(0, 0))
+    retrievals: Span = field(default_factory=lambda: Span(0, 0))
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.llm_calls + other.llm_calls, self.retrievals + other.retrievals)
+
+    def __mul__(self, times: Span | float) -> Cost:
+        return Cost(self.llm_calls * times, self.retrievals * times)
+
+    __rmul__ = __mul__
+
+    def as_dict(self) -> dict[str, list[float]]:
+        """``{"llm_calls": [lo, hi], "retrievals": [lo, hi]}``."""
+        return {"llm_calls": [self.llm_calls.lo, self.llm_calls.hi],
+                "retrievals": [self.retrievals.lo, self.retrievals.hi]}  # fmt: skip
+
+
+ZERO = Cost()
+
+
+@dataclass
+class CostContext:
+    """What flows between slots, as ranges: queries into retrieval, candidates into post-retrieval, evidence."""
+
+    queries: Span = field(default_factory=lambda: Span(1, 1))
+    candidates: Span = field(default_factory=lambda: Span(10, 10))
+    evidence: Span = field(default_factory=lambda: Span(5, 5))
+    query_embedding: bool = False
+    prefill: bool = False
+
+
+def llm(n: float | tuple[float, float] = 1) -> Cost:
+    """A cost of ``n`` LLM calls."""
+    return Cost(llm_calls=Span.of(n))
+
+
+def retrievals(n: Span | float) -> Cost:
+    """A cost of ``n`` retrievals."""
+    return Cost(retrievals=n if isinstance(n, Span) else Span.of(n))
+
+
+def context_for(config: Any) -> CostContext:
+    """A fresh context for a config (whether its model continues partial answers, which REPLUG uses)."""
+    llm_cfg = config.providers.llm
+    prefill = getattr(llm_cfg, "name", None) == "local" or bool(getattr(llm_cfg, "prefill", False))
+    return CostContext(prefill=prefill)
+
+
+def slot_cost(config: Any, slot: str, ctx: CostContext, *, default: Any = None) -> Cost:
+    """The cost of a pattern slot as configured (or its default: a name or an ``OperatorSpec``), updating ``ctx``.
+    Python objects in a slot and operators without a cost function count as free (their own calls still show in
+    the ledger)."""
+    from modular_rag.config import OperatorSpec
+    from modular_rag.registry import get_operator, get_pattern
+
+    info = get_pattern(config.pattern).slots[slot]
+    specs = config.slot(slot)
+    if slot not in config.operators:
+        if isinstance(default, OperatorSpec):
+            specs = [default]
+        else:
+            name = default if default is not None else info.default
+            extra = dict(info.default_params) if default is None else {}
+            specs = [OperatorSpec(name=name, params=extra)] if name not in (None, "none") else []
+    total = ZERO
+    for spec in specs:
+        if not spec.active or spec.object is not None or ":" in spec.name:
+            continue
+        op = get_operator(info.port, spec.name)
+        if op.cost is not None:
+            total = total + op.cost(op.params.model_validate(spec.params), ctx)
+    return total
+
+
+def active(config: Any, slot: str, default: Any = None) -> bool:
+    """Whether a slot runs under the config (configured and enabled, or defaulting to an operator)."""
+    from modular_rag.registry import get_pattern
+
+    if slot in config.operators:
+        return any(spec.active for spec in config.slot(slot))
+    name = getattr(default, "name", default) if default is not None else get_pattern(config.pattern).slots[slot].default
+    return name not in (None, "none")
+
+
+def total(config: Any, slots: list[str], ctx: CostContext, defaults: dict[str, Any] | None = None) -> Cost:
+    """The summed cost of slots run in order (the context flows from one to the next)."""
+    out = ZERO
+    for slot in slots:
+        out = out + slot_cost(config, slot, ctx, default=(defaults or {}).get(slot))
+    return out
+
+
+def estimate(config: Any) -> Cost:
+    """The LLM calls and retrievals per query the config's flow makes, as ranges.
+
+    Raises:
+        ConfigError: If the config is invalid.
+    """
+    from modular_rag.config import load_config
+    from modular_rag.registry import get_pattern
+
+    cfg = load_config(config)
+    pattern = get_pattern(cfg.pattern)
+    if pattern.cost is None:
+        from modular_rag.errors import ConfigError
+
+        raise ConfigError("pattern", f"pattern {cfg.pattern!r} registers no cost model (register_pattern(cost=...))")
+    return pattern.cost(cfg)
+
+
+CostFn = Callable[[Any, CostContext], Cost]

@@ -1,0 +1,95 @@
+"""Reports of evaluation runs: a terminal table, JSON (with per-query records), CSV, and a quality-vs-cost plot.
+
+Outputs are deterministic given the same results (sorted keys, fixed float formatting, no timestamps in files).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from modular_rag.eval.runner import FlowResult
+from modular_rag.tables import format_table
+
+__all__ = ["COLUMNS", "summary_rows", "format_results", "write_report", "plot_quality_cost"]
+
+COLUMNS: list[tuple[str, str, str]] = [
+    ("config", "config", "s"),
+    ("pattern", "pattern", "s"),
+    ("ndcg@10", "nDCG@10", ".3f"),
+    ("recall@5", "R@5", ".3f"),
+    ("all@5", "all@5", ".3f"),
+    ("em", "EM", ".3f"),
+    ("f1", "F1", ".3f"),
+    ("grounded", "grounded", ".3f"),
+    ("llm_calls", "LLM/q", ".2f"),
+    ("retrievals", "retr/q", ".2f"),
+    ("tokens", "tok/q", ".0f"),
+    ("ms", "ms/q", ".0f"),
+    ("errors", "errors", ".0f"),
+]
+"""Report columns: (summary key, header, format)."""
+
+
+def summary_rows(results: Sequence[FlowResult]) -> list[dict[str, Any]]:
+    """One flat dict per config: its name, pattern and summary figures."""
+    return [{"config": r.name, "pattern": r.pattern, **r.summary()} for r in results]
+
+
+def format_results(results: Sequence[FlowResult]) -> str:
+    """The terminal table."""
+    rows = []
+    for row in summary_rows(results):
+        rows.append([format(row.get(key, 0.0), fmt) if fmt != "s" else str(row.get(key, "")) for key, _, fmt in COLUMNS])
+    return format_table([header for _, header, _ in COLUMNS], rows)
+
+
+def plot_quality_cost(results: Sequence[FlowResult], path: Path, *, quality: str = "f1", cost: str = "llm_calls") -> Path:
+    """A scatter plot, one labelled point per config: cost per query (x) against quality (y)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary_rows(results)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    for row in rows:
+        ax.scatter(row[cost], row[quality], s=40)
+        ax.annotate(row["config"], (row[cost], row[quality]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel({"llm_calls": "LLM calls per query", "ms": "milliseconds per query",
+                   "tokens": "tokens per query"}.get(cost, cost))  # fmt: skip
+    ax.set_ylabel(quality)
+    ax.set_title("quality vs cost")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def write_report(
+    results: Sequence[FlowResult], out: Path, *, dataset: str, quality: str = "f1", cost: str = "llm_calls"
+) -> dict[str, Path]:
+    """Write ``results.json`` (summaries and per-query records), ``results.csv`` and ``quality_cost.png``."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = summary_rows(results)
+    data = {
+        "dataset": dataset,
+        "results": rows,
+        "queries": {r.name: [asdict(rec) for rec in r.records] for r in results},
+    }
+    json_path = out / "results.json"
+    json_path.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+    csv_path = out / "results.csv"
+    keys = [key for key, _, _ in COLUMNS] + sorted({k for row in rows for k in row} - {k for k, _, _ in COLUMNS})
+    with open(csv_path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
+    png_path = plot_quality_cost(results, out / "quality_cost.png", quality=quality, cost=cost)
+    return {"json": json_path, "csv": csv_path, "png": png_path}

@@ -1,0 +1,209 @@
+"""Fine-tuning the embedder: pairs and hard negatives from qrels and BM25, batches without false negatives, a saved
+folder that sentence-transformers and ``build_flow`` load, the same model twice from the same seed, and one-line
+CLI errors."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modular_rag.cli import main
+from modular_rag.eval.datasets import load_beir
+from modular_rag.finetune import FinetuneSettings, document_text, finetune, plan_batches, training_examples
+
+DOCS = {
+    "d1": ("Vitamin D", "Vitamin D deficiency is linked to weak bones and rickets in children."),
+    "d2": ("Statins", "Statins lower LDL cholesterol and reduce the risk of heart attacks."),
+    "d3": ("Insulin", "Insulin resistance precedes type 2 diabetes in most patients."),
+    "d4": ("Malaria", "Malaria is transmitted by Anopheles mosquitoes carrying Plasmodium parasites."),
+    "d5": ("Aspirin", "Low-dose aspirin reduces the risk of a second heart attack."),
+    "d6": ("Sleep", "Short sleep raises appetite hormones and the risk of obesity."),
+    "d7": ("Smoking", "Smoking causes most cases of lung cancer worldwide."),
+    "d8": ("Exercise", "Regular exercise improves insulin sensitivity in adults with diabetes."),
+}
+QUERIES = {
+    "q1": ("Vitamin D deficiency weakens bones.", ["d1"]),
+    "q2": ("Statins reduce the risk of heart attacks.", ["d2", "d5"]),
+    "q3": ("Insulin resistance comes before type 2 diabetes.", ["d3"]),
+    "q4": ("Mosquitoes transmit malaria parasites.", ["d4"]),
+    "q5": ("Lack of sleep is linked to obesity.", ["d6"]),
+    "q6": ("Smoking causes lung cancer.", ["d7"]),
+    "q7": ("Exercise helps people with diabetes.", ["d8", "d3"]),
+}
+
+
+def write_beir(root: Path, split: str = "train") -> Path:
+    """A tiny BEIR folder: the corpus and one split's queries and qrels."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "corpus.jsonl", "w", encoding="utf-8") as fh:
+        for doc_id, (title, text) in DOCS.items():
+            fh.write(json.dumps({"_id": doc_id, "title": title, "text": text}) + "\n")
+    prefix = "" if split == "dev" else f"{split}_"
+    with open(root / f"{prefix}queries.jsonl", "w", encoding="utf-8") as fh:
+        for qid, (text, _) in QUERIES.items():
+            fh.write(json.dumps({"_id": qid, "text": text}) + "\n")
+    with open(root / f"{prefix}qrels.tsv", "w", encoding="utf-8") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n")
+        for qid, (_, relevant) in QUERIES.items():
+            for doc_id in relevant:
+                fh.write(f"{qid}\t{doc_id}\t1\n")
+    return root
+
+
+FAST = {"epochs": 1, "batch_size": 4, "hard_negatives": 1, "negative_depth": 3, "max_seq_length": 32, "seed": 7}
+
+
+# ------------------------------------------------------------------------------------------------------------- unit
+
+
+@pytest.mark.unit
+def test_examples_pair_each_judgement_with_bm25_negatives_that_are_not_relevant(tmp_path: Path) -> None:
+    dataset = load_beir(write_beir(tmp_path / "tiny"), split="train")
+    examples, skipped, _ = training_examples(dataset, FinetuneSettings(hard_negatives=2, negative_depth=4))
+    assert skipped == 0
+    assert sorted((e.query_id, e.positive_id) for e in examples) == sorted(
+        (qid, d) for qid, (_, rel) in QUERIES.items() for d in rel
+    )
+    for ex in examples:
+        relevant = set(QUERIES[ex.query_id][1])
+        assert len(ex.negative_ids) == 2 and not relevant & set(ex.negative_ids), ex
+        assert ex.positive == document_text(*DOCS[ex.positive_id])
+    q2 = next(e for e in examples if e.query_id == "q2")
+    assert "d5" not in q2.negative_ids  # judged relevant to q2, so never its negative
+
+
+@pytest.mark.unit
+def test_batches_hold_no_document_twice_and_no_document_relevant_to_another_query(tmp_path: Path) -> None:
+    dataset = load_beir(write_beir(tmp_path / "tiny"), split="train")
+    examples, _, _ = training_examples(dataset, FinetuneSettings(hard_negatives=1, negative_depth=3))
+    batches = plan_batches(examples, dataset.qrels, 4, random.Random(0))
+    assert sorted(map(id, (e for b in batches for e in b))) == sorted(map(id, examples))
+    for batch in batches:
+        docs = [d for e in batch for d in (e.positive_id, *e.negative_ids)]
+        assert len(docs) == len(set(docs)), batch
+        for ex in batch:
+            others = {d for o in batch if o is not ex for d in (o.positive_id, *o.negative_ids)}
+            assert not set(QUERIES[ex.query_id][1]) & others, batch
+
+
+@pytest.mark.unit
+def test_document_text_matches_the_document_chunker() -> None:
+    assert document_text("Title", "  Body text. ") == "Title\nBody text."
+    assert document_text("", "Body") == "Body"
+    assert document_text("Body", "Body starts with its title") == "Body starts with its title"
+
+
+@pytest.mark.unit
+def test_cli_missing_dataset_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["finetune", "--dataset", str(tmp_path / "nowhere"), "--out", str(tmp_path / "model"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and "corpus.jsonl is missing" in err
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--epochs", "0"], "--epochs: Input should be greater than or equal to 1"),
+        (["--batch-size", "1"], "--batch-size: Input should be greater than or equal to 2"),
+        (["--hard-negatives", "5", "--negative-depth", "2"], "negative_depth (2) must be >= hard_negatives (5)"),
+        (["--split", "dev"], "queries.jsonl is missing"),
+    ],
+)
+def test_cli_bad_settings_exit_2_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    root = write_beir(tmp_path / "tiny")
+    assert main(["finetune", "--dataset", str(root), "--out", str(tmp_path / "m"), "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.unit
+def test_cli_refuses_to_overwrite_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    assert main(["finetune", "--dataset", str(write_beir(tmp_path / "tiny")), "--out", str(out), "--quiet"]) == 2
+    assert "--out:" in capsys.readouterr().err and (out / "keep.txt").exists()
+
+
+# ------------------------------------------------------------------------------------------------------ integration
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny dataset and a model fine-tuned on it for one epoch (2 steps of 4 pairs)."""
+    root = write_beir(tmp_path_factory.mktemp("beir") / "tiny")
+    out = tmp_path_factory.mktemp("models") / "tiny-minilm"
+    report = finetune(root, out, split="train", settings=FAST)
+    assert report.pairs == 9 and report.steps >= 3 and report.seconds > 0
+    return root, out
+
+
+@pytest.mark.integration
+def test_finetuned_folder_loads_with_sentence_transformers(tiny_model: tuple[Path, Path]) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from modular_rag.providers import minilm_path
+
+    _, out = tiny_model
+    model = SentenceTransformer(str(out), device="cpu")
+    base = SentenceTransformer(str(minilm_path()), device="cpu")
+    assert model.max_seq_length == base.max_seq_length  # the training length is not the inference length
+    text = ["Statins reduce the risk of heart attacks."]
+    tuned, original = model.encode(text)[0], base.encode(text)[0]
+    assert tuned.shape == (384,) and not np.allclose(tuned, original)
+    meta = json.loads((out / "finetune.json").read_text())
+    assert meta["pairs"] == 9 and meta["settings"]["seed"] == 7
+
+
+@pytest.mark.integration
+def test_build_flow_retrieves_with_the_finetuned_embedder(tiny_model: tuple[Path, Path], tmp_path: Path) -> None:
+    from modular_rag.builder import build_flow
+    from modular_rag.config import OperatorSpec, load_config
+    from modular_rag.providers import Providers
+    from operators.indexing import index_paths
+
+    root, out = tiny_model
+    config = load_config({
+        "pattern": "linear",
+        "providers": {"embeddings": {"name": "sentence_transformers", "path": str(out)},
+                      "vectorstore": {"name": "chroma", "path": str(tmp_path / "index"), "collection": "tiny"}},
+        "operators": {"retrieve": {"name": "dense", "params": {"k": 3}}, "context": "none", "generate": "none"},
+    })  # fmt: skip
+    env = Providers(config.providers)
+    summary = index_paths([root / "corpus.jsonl"], env, chunker=OperatorSpec(name="document"), progress=False)
+    assert summary.index_chunks == len(DOCS)
+    result = build_flow(config, providers=env).invoke({"query": "Which insects carry malaria?"})
+    hits = result["candidates"]
+    assert len(hits) == 3 and hits[0]["metadata"]["doc_id"] == "d4"
+
+
+@pytest.mark.integration
+def test_same_seed_gives_the_same_model(tiny_model: tuple[Path, Path], tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    root, first = tiny_model
+    second = tmp_path / "again"
+    finetune(root, second, split="train", settings=FAST)
+    texts = [text for text, _ in QUERIES.values()]
+    a = SentenceTransformer(str(first), device="cpu").encode(texts)
+    b = SentenceTransformer(str(second), device="cpu").encode(texts)
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.integration
+def test_cli_prints_pairs_steps_and_seconds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = write_beir(tmp_path / "tiny")
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in FAST.items()]
+    assert main(["finetune", "--dataset", str(root), "--out", str(tmp_path / "m"), "--quiet", *args]) == 0
+    out = capsys.readouterr().out
+    assert "pairs: 9 from 7 train queries" in out and "steps: " in out and "training: " in out
+    assert (tmp_path / "m" / "modules.json").exists()
