@@ -1,0 +1,133 @@
+"""LangGraph Server: langgraph.json exposes the six patterns' compiled graphs; ``langgraph dev`` serves
+them."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from langgraph.graph.state import CompiledStateGraph
+
+from modular_rag import template_path
+from modular_rag.providers import Providers
+from tests.ecosystem.conftest import REPO, background, executable, free_port
+
+PATTERNS = ("linear", "conditional", "branching", "iterative", "recursive", "adaptive")
+QUESTION = "What does error code E07 mean on the e-bike display?"
+
+
+def load_graph(spec: str, base: Path) -> Any:
+    """Import a ``langgraph.json`` graph entry the way LangGraph Server does: ``path/to/file.py:var`` is
+    loaded from the file (relative to the config's folder), ``package.module:var`` is imported."""
+    target, _, variable = spec.rpartition(":")
+    if "/" in target:
+        path = (base / target).resolve()
+        name = "langgraph_json__" + path.stem
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        assert module_spec is not None and module_spec.loader is not None, f"cannot load {path}"
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return getattr(module, variable)
+
+
+@pytest.mark.unit
+def test_langgraph_json_exposes_every_pattern_as_a_compiled_graph() -> None:
+    config = json.loads((REPO / "langgraph.json").read_text())
+    assert config["dependencies"] == ["."]
+    assert sorted(config["graphs"]) == sorted(PATTERNS)
+    from modular_rag.builder import build_flow
+
+    for name, spec in config["graphs"].items():
+        graph = load_graph(spec if isinstance(spec, str) else spec["path"], REPO)
+        assert isinstance(graph, CompiledStateGraph), name
+        expected = build_flow(template_path(name))  # the same template, built directly
+        assert set(graph.get_graph().nodes) == set(expected.get_graph().nodes), name
+        assert graph.name == yaml.safe_load(template_path(name).read_text())["name"]
+        assert graph.config["recursion_limit"] == expected.config["recursion_limit"]  # type: ignore[index]
+
+
+@pytest.mark.unit
+def test_server_module_serves_configs_from_modular_rag_flows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modular_rag import server
+
+    own = tmp_path / "linear.yaml"
+    own.write_text(
+        yaml.safe_dump(
+            {
+                "pattern": "linear",
+                "operators": {"retrieve": "bm25", "generate": "none"},
+                "providers": {"vectorstore": {"in_memory": True}},
+            }
+        )
+    )
+    monkeypatch.setenv("MODULAR_RAG_FLOWS", str(tmp_path))
+    assert server.config_path("linear") == own
+    assert server.config_path("iterative") == template_path("iterative")  # no file there: the template
+    monkeypatch.delenv("MODULAR_RAG_FLOWS")
+    assert server.config_path("linear") == template_path("linear")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_langgraph_dev_answers_over_http(demo_dir: Path, demo_env: Providers, tmp_path: Path) -> None:
+    from langgraph_sdk import get_sync_client
+
+    # the served linear flow: the session's demo index, and the session's llama-server as an OpenAI-compatible
+    # endpoint (so the server process does not start a second one)
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    config = yaml.safe_load(template_path("linear").read_text())
+    config["providers"]["vectorstore"] = {"name": "chroma", "path": str(demo_dir), "collection": "demo"}
+    config["providers"]["llm"] = {
+        "name": "openai",
+        "model": "smollm2",
+        "base_url": demo_env.llm.model.openai_api_base,
+        "api_key_env": "MODULAR_RAG_TEST_UNSET_KEY",
+        "max_tokens": 64,
+        "prefill": True,
+    }
+    config["operators"]["generate"] = {"name": "cited_answer", "params": {"max_tokens": 64}}
+    (flows / "linear.yaml").write_text(yaml.safe_dump(config))
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [
+        executable("langgraph"),
+        "dev",
+        "--config",
+        str(REPO / "langgraph.json"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-browser",
+        "--no-reload",
+    ]
+    env = {
+        "MODULAR_RAG_FLOWS": str(flows),
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGSMITH_TRACING": "false",
+        "LANGCHAIN_TRACING_V2": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    with background(cmd, f"{url}/ok", log=tmp_path / "langgraph-dev.log", cwd=REPO, env=env):
+        client = get_sync_client(url=url, timeout=300)
+        graphs = {a["graph_id"] for a in client.assistants.search(limit=20)}
+        assert graphs == set(PATTERNS)
+        thread = client.threads.create()
+        out = client.runs.wait(thread["thread_id"], "linear", input={"query": QUESTION})
+        assert out["answer"]["text"].strip() and not out["answer"]["refused"]
+        assert any("E07" in e["text"] for e in out["evidence"])
+        assert [e["node"] for e in out["ledger"]] == ["retrieve", "context", "generate"]
+        state = client.threads.get_state(thread["thread_id"])  # the server checkpoints the thread
+        assert state["values"]["answer"] == out["answer"]
