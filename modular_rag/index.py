@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from modular_rag.errors import ConfigError, IndexingError, ProviderError
-from modular_rag.sparse import PostingsBM25, SparseScorer, build_scorer
+from modular_rag.sparse import SparseScorer, build_scorer
 from modular_rag.state import Chunk, Hit
 from modular_rag.text import Analyzer
 from modular_rag.trace import record

@@ -13,14 +13,13 @@ patterns stop when any verdict of the current step says ``stop``, and always at 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from modular_rag.errors import JudgeError
 from modular_rag.costs import ZERO, llm
+from modular_rag.errors import JudgeError
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from modular_rag.state import Verdict

@@ -16,8 +16,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
+from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, Port, operator
 from modular_rag.state import Evidence, Hit

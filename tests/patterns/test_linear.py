@@ -13,6 +13,7 @@ from patterns import build_linear
 from tests.conftest import demo_flow, fake_llm
 from tests.patterns.conftest import snapshot
 
+
 @pytest.mark.unit
 def test_template_graph_matches_snapshot() -> None:
     cfg = load_config(template_path("linear"))
