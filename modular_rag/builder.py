@@ -22,7 +22,7 @@ import importlib
 import os
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FlowBuilder",
     "build_flow",
+    "GraphNode",
     "make_node",
     "run_chain",
     "internal_node",
@@ -278,7 +279,13 @@ def run_chain(steps: Sequence[_Step], state: Mapping[str, Any]) -> dict[str, Any
     return merged
 
 
-def make_node(steps: Sequence[_Step]) -> Callable[[RAGState], dict[str, Any]]:
+class GraphNode(Protocol):
+    """A node function as LangGraph's ``add_node`` types it: the state (a named parameter) in, an update out."""
+
+    def __call__(self, state: RAGState) -> dict[str, Any]: ...
+
+
+def make_node(steps: Sequence[_Step]) -> GraphNode:
     """A graph node that runs one operator, or a chain of same-port operators in order, with trace and ledger."""
     if len(steps) == 1:
         step = steps[0]
@@ -298,7 +305,7 @@ def make_node(steps: Sequence[_Step]) -> Callable[[RAGState], dict[str, Any]]:
     return chain_node
 
 
-def internal_node(name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Callable[[RAGState], dict[str, Any]]:
+def internal_node(name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]]) -> GraphNode:
     """Instrument a pattern's own bookkeeping function (a loop counter, a fan-out) like an operator node."""
     return make_node([_Step(name, "pattern", fn, OperatorSpec(name="pattern"))])
 
@@ -449,7 +456,7 @@ class FlowBuilder:
         limit = sub.config.get("recursion_limit", 25)  # type: ignore[union-attr]
 
         def node(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
-            inputs = {key: state[key] for key in ("query", "filter") if key in state}  # type: ignore[literal-required]
+            inputs = {key: state[key] for key in ("query", "filter") if key in state}
             out = sub.invoke(inputs, {**config, "recursion_limit": limit})
             update = {k: v for k, v in out.items() if k in _SUBFLOW_KEYS}
             for key in ("trace", "ledger"):
@@ -525,7 +532,7 @@ class FlowBuilder:
         limit = inner.config.get("recursion_limit", 25)  # type: ignore[union-attr]
 
         def run_flow(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
-            inputs = {key: state[key] for key in ("query", "filter") if key in state}  # type: ignore[literal-required]
+            inputs = {key: state[key] for key in ("query", "filter") if key in state}
             return dict(inner.invoke(inputs, {**config, "recursion_limit": limit}))
 
         def hit(state: RAGState) -> Literal["hit", "miss"]:

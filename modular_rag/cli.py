@@ -47,7 +47,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     config = _demo_config(args.index)
     env = Providers(config.providers)
     if env.index.count() == 0:
-        print(f"indexing the demo corpus into {config.providers.vectorstore.path} (first run only) ...", file=sys.stderr)
+        print(f"indexing the demo corpus into {config.providers.vectorstore.path} (first run only) ...",
+              file=sys.stderr)  # fmt: skip
         summary = index_paths([demo_corpus_path()], env, chunker=config.indexing.chunker, progress=not args.quiet)
         for line in summary.lines():
             print(line, file=sys.stderr)
@@ -91,10 +92,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from modular_rag.errors import ConfigError
 
             raise ConfigError("--filter", f"not valid JSON: {exc.msg}") from None
-    if args.stream:  # node lines go to stderr when stdout carries JSON
-        result = stream_run(flow, state, out=sys.stderr if args.json else sys.stdout)
-    else:
-        result = flow.invoke(state)
+    out = sys.stderr if args.json else sys.stdout  # node lines go to stderr when stdout carries JSON
+    result = stream_run(flow, state, out=out) if args.stream else flow.invoke(state)
     print_result(result, as_json=args.json)
     return 0
 

@@ -338,7 +338,9 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> list[str]:
     parts: list[str] = []
     node = data
     for part in loc:
-        if isinstance(node, Mapping) and part in node or isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node):
+        if (isinstance(node, Mapping) and part in node) or (
+            isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node)
+        ):
             node = node[part]
             parts.append(str(part))
         elif isinstance(node, Mapping | list | tuple) and isinstance(part, str) and not _is_inserted(part):

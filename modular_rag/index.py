@@ -10,6 +10,7 @@ load. Chunk ids come from content, so re-adding the same chunks is a no-op and a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 class Encoder(Protocol):
     """Turns texts into L2-normalised float32 vectors."""
 
-    dim: int | None
+    @property
+    def dim(self) -> int | None: ...
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -298,10 +300,8 @@ class LangChainStore:
         found = {cid for cid in ids if cid in self._ids}
         rest = [cid for cid in ids if cid not in found]
         if rest:
-            try:
+            with contextlib.suppress(NotImplementedError):
                 found.update(d.id for d in self.store.get_by_ids(rest) if d.id)
-            except NotImplementedError:
-                pass
         return found
 
     def query_text(self, text: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
@@ -420,7 +420,8 @@ class SparseIndex:
             blobs["docs.json"] = np.frombuffer(json.dumps(payload, ensure_ascii=False).encode(), dtype=np.uint8)
             tmp_file = folder / "sparse.npz"
             with open(tmp_file, "wb") as fh:
-                np.savez(fh, **{name.replace(".", "__"): blob for name, blob in blobs.items()})
+                # numpy's stub types **kwds beside the keyword-only allow_pickle: bool, so a dict of arrays is refused
+                np.savez(fh, **{name.replace(".", "__"): blob for name, blob in blobs.items()})  # type: ignore[arg-type]
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp_file, file)

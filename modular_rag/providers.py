@@ -75,7 +75,7 @@ def _shared(kind: str, key: str, build: Callable[[], T]) -> T:
         if found is None:
             found = build()
             _SHARED[(kind, key)] = found
-        return found  # type: ignore[no-any-return]
+        return found
 
 
 def _offline_hub() -> None:
@@ -613,7 +613,9 @@ def _chat_openai(*, model: str, base_url: str | None, api_key: str, cfg: LocalLL
     try:
         from langchain_openai import ChatOpenAI
     except ImportError as exc:  # pragma: no cover - core dependency
-        raise MissingDependencyError("the openai provider needs langchain-openai: pip install langchain-openai") from exc
+        raise MissingDependencyError(
+            "the openai provider needs langchain-openai: pip install langchain-openai"
+        ) from exc
     kwargs: dict[str, Any] = {}
     if cfg.seed is not None:
         kwargs["seed"] = cfg.seed
@@ -701,7 +703,7 @@ class Providers:
         cfg = self.config.embeddings
         if not isinstance(cfg, _CONFIG_TYPES):
             return _shared("encoder", self._key(cfg), lambda: LangChainEncoder(cfg))
-        return _shared("encoder", self._key(cfg), lambda: _build_encoder(cfg))  # type: ignore[arg-type]
+        return _shared("encoder", self._key(cfg), lambda: _build_encoder(cfg))
 
     @cached_property
     def index(self) -> KnowledgeIndex:
@@ -713,12 +715,12 @@ class Providers:
     def _build_index(self) -> KnowledgeIndex:
         vs, sp = self.config.vectorstore, self.config.sparse
         analyzer = Analyzer(stemmer=sp.stemmer, stopwords=sp.stopwords)
-        settings = {"analyzer": analyzer, "backend": sp.backend, "k1": sp.k1, "b": sp.b}
+        settings: dict[str, Any] = {"analyzer": analyzer, "backend": sp.backend, "k1": sp.k1, "b": sp.b}
         if not isinstance(vs, ChromaConfig):
-            return KnowledgeIndex(LangChainStore(vs), None, sparse_file=None, **settings)  # type: ignore[arg-type]
+            return KnowledgeIndex(LangChainStore(vs), None, sparse_file=None, **settings)
         dense = ChromaStore(path=vs.path, host=vs.host, port=vs.port, in_memory=vs.in_memory, collection=vs.collection)
         sparse_file = _sparse_file(vs, sp.backend)
-        return KnowledgeIndex(dense, _LazyEncoder(self), sparse_file=sparse_file, **settings)  # type: ignore[arg-type]
+        return KnowledgeIndex(dense, _LazyEncoder(self), sparse_file=sparse_file, **settings)
 
     def close(self) -> None:
         """Forget this flow's references (shared objects stay cached for other flows)."""

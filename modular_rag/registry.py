@@ -80,7 +80,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 """The paper's modules and their sub-modules, in flow order."""
 
 
-class Port(str, Enum):
+class Port(str, Enum):  # noqa: UP042 - StrEnum would change str(Port.X) from "Port.X" to its value
     """The stage contract an operator fits: what it reads from state and what it writes."""
 
     LOAD = "load"
@@ -135,6 +135,8 @@ class Operator(Protocol):
 
 class OperatorFactory(Protocol):
     """Builds an operator from its validated parameters and the flow's providers."""
+
+    __qualname__: str
 
     def __call__(self, params: Any, env: Providers, /) -> Any: ...
 

@@ -26,8 +26,17 @@ __all__ = [
 ]
 
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
-    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "s", "t", "don"]
-)
+    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be",
+     "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does",
+     "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her",
+     "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself",
+     "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or",
+     "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than",
+     "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those",
+     "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which",
+     "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "s", "t",
+     "don"]
+)  # fmt: skip
 """A compact English stop-word list (function words only; negations other than 'not'/'no' are kept out)."""
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -98,7 +107,7 @@ class Analyzer:
 
 def split_sentences(text: str) -> list[str]:
     """Split prose into sentences on terminal punctuation followed by a capital or digit; keeps each non-empty."""
-    parts = []
+    parts: list[str] = []
     for block in re.split(r"\n\s*\n", text):
         block = " ".join(block.split())
         parts.extend(s.strip() for s in _SENTENCE_END.split(block) if s.strip())

@@ -212,8 +212,9 @@ def _vote(branches: list[Branch], weights: np.ndarray) -> tuple[str, list[int]]:
     """Weighted voting: answers grouped by normalised text (token F1 >= 0.8 joins a group); heaviest group wins."""
     groups: list[tuple[str, float, list[int]]] = []
     for b, w in zip(branches, weights, strict=True):
-        text = (b.get("answer") or {}).get("text", "")
-        if not text or (b.get("answer") or {}).get("refused"):
+        answer: Mapping[str, Any] = b.get("answer") or {}
+        text = answer.get("text", "")
+        if not text or answer.get("refused"):
             continue
         for i, (rep, total, members) in enumerate(groups):
             if token_f1(text, rep) >= 0.8:
@@ -335,7 +336,8 @@ def llm_fusion(params: LLMFusionParams, env: Providers) -> Operator:
         if not partials or not evidence:
             return {"answer": Answer(text=REFUSAL, citations=[], refused=True), "evidence": evidence}
         listing = "\n".join(f"- {q} -> {a}" for q, a, _ in partials)
-        prompt = FUSION_PROMPT.format(passages=format_evidence(evidence), partials=listing, query=state.get("query", ""))
+        prompt = FUSION_PROMPT.format(passages=format_evidence(evidence), partials=listing,
+                                      query=state.get("query", ""))  # fmt: skip
         completion = env.llm.complete(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
         return {"answer": make_answer(completion.text, evidence), "evidence": evidence}
 

@@ -292,8 +292,9 @@ def draft_sentence(params: DraftParams, env: Providers) -> Operator:
 
 class VerifyParams(_P):
     lexical_threshold: float = Field(0.5, ge=0.0, le=1.0, description="share of a sentence's terms found in a passage")
-    semantic_threshold: float | None = Field(0.6, ge=-1.0, le=1.0, description="embedding cosine with a passage "
-                                                                              "sentence (null: lexical only)")  # fmt: skip
+    semantic_threshold: float | None = Field(
+        0.6, ge=-1.0, le=1.0, description="embedding cosine with a passage sentence (null: lexical only)"
+    )
 
 
 def lexically_unsupported(text: str, passages: Sequence[str], threshold: float = 0.5) -> tuple[list[str], int]:
@@ -301,7 +302,8 @@ def lexically_unsupported(text: str, passages: Sequence[str], threshold: float =
     passage, and the number of sentences judged."""
     sentences = [s for s in split_sentences(_CITE.sub("", text)) if len(_ANALYZER(s)) >= 2]
     terms = [set(_ANALYZER(p)) for p in passages]
-    unsupported = [s for s in sentences if max((_overlap(set(_ANALYZER(s)), t) for t in terms), default=0.0) < threshold]
+    unsupported = [s for s in sentences
+                   if max((_overlap(set(_ANALYZER(s)), t) for t in terms), default=0.0) < threshold]  # fmt: skip
     return unsupported, len(sentences)
 
 
@@ -325,7 +327,8 @@ def unsupported_sentences(env: Providers, text: str, evidence: Sequence[Evidence
     if unsupported and params.semantic_threshold is not None and evidence:
         passages = [p for e in evidence for p in split_sentences(e["text"])] or [e["text"] for e in evidence]
         sims = env.encoder.encode(unsupported) @ env.encoder.encode(passages).T
-        unsupported = [s for s, row in zip(unsupported, sims, strict=True) if float(row.max()) < params.semantic_threshold]
+        unsupported = [s for s, row in zip(unsupported, sims, strict=True)
+                       if float(row.max()) < params.semantic_threshold]  # fmt: skip
     return unsupported, total
 
 

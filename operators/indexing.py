@@ -210,7 +210,9 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
                 yield file, root
 
 
-def load_file(path: Path, root: Path, env: Providers, *, max_file_mb: float = 20.0) -> tuple[list[Document], FileReport]:
+def load_file(
+    path: Path, root: Path, env: Providers, *, max_file_mb: float = 20.0
+) -> tuple[list[Document], FileReport]:
     """Load one file with the loader for its suffix; never raises for a bad file (it is skipped with a reason)."""
     rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
     report = FileReport(path=rel)
@@ -250,7 +252,9 @@ class SizeParams(_P):
     @model_validator(mode="after")
     def _overlap_fits(self) -> SizeParams:
         if self.chunk_overlap >= self.chunk_size:
-            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})")
+            raise ValueError(
+                f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})"
+            )
         return self
 
 

@@ -116,7 +116,8 @@ def llm_judge(params: LLMJudgeParams, env: Providers) -> Operator:
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         evidence = evidence_of(state)
-        context = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence and params.criterion != "needs_retrieval" else ""
+        context = (f"{format_evidence(evidence)}\n{DATA_RULE}\n\n"
+                   if evidence and params.criterion != "needs_retrieval" else "")  # fmt: skip
         answer = (state.get("answer") or {}).get("text") or (state.get("draft") or {}).get("text") or ""
         prompt = JUDGE_PROMPT.format(context=context, query=state.get("query", ""),
                                      answer=f"Answer: {answer}" if answer else "", ask=ask)  # fmt: skip
@@ -204,6 +205,7 @@ def prune(params: PruneParams, env: Providers) -> Operator:
         for i, node in enumerate(newest, start=len(earlier)):
             relevance = float(vectors[i] @ root)
             duplicate = max((float(vectors[i] @ vectors[j]) for j in kept), default=0.0)
+            decision: Literal["stop", "continue"]
             if node["depth"] > 0 and relevance < params.min_relevance:
                 decision, reason = "stop", "irrelevant"
             elif node["depth"] > 0 and duplicate >= params.max_similarity:
@@ -214,7 +216,7 @@ def prune(params: PruneParams, env: Providers) -> Operator:
                 decision, reason = "continue", "kept"
                 kept.append(i)
             out.append(Verdict(judge="prune", decision=decision, reason=reason, step=level, target=node["node_id"],
-                               score=round(relevance, 4)))  # type: ignore[typeddict-item]  # fmt: skip
+                               score=round(relevance, 4)))  # fmt: skip
         return {"verdicts": out}
 
     return run

@@ -54,7 +54,7 @@ def chunk_vectors(env: Providers, hits: list[Hit]) -> np.ndarray:
 def rescored(hits: list[Hit], scores: np.ndarray | list[float], channel: str, top_k: int | None) -> list[Hit]:
     """The hits with new scores, sorted best first (stable for ties), cut to ``top_k``."""
     order = sorted(range(len(hits)), key=lambda i: -float(scores[i]))
-    out = [Hit(**{**hits[i], "score": float(scores[i]), "channel": channel}) for i in order]  # type: ignore[typeddict-item]
+    out = [Hit(**{**hits[i], "score": float(scores[i]), "channel": channel}) for i in order]
     return out[:top_k] if top_k else out
 
 
@@ -137,7 +137,9 @@ class CrossEncoderScorer:
         try:
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
-            raise MissingDependencyError("cross_encoder needs sentence-transformers: pip install 'modular-rag[local]'") from exc
+            raise MissingDependencyError(
+                "cross_encoder needs sentence-transformers: pip install 'modular-rag[local]'"
+            ) from exc
         try:
             return CrossEncoder(self.model_name, device="cpu", max_length=self.max_length)
         except Exception as exc:
@@ -343,8 +345,9 @@ def mmr(params: MMRParams, env: Providers) -> Operator:
 
 
 class DedupParams(_P):
-    near_threshold: float | None = Field(0.95, ge=0.0, le=1.0, description="embedding cosine at which two chunks "
-                                                                          "are near-duplicates (null: exact only)")  # fmt: skip
+    near_threshold: float | None = Field(
+        0.95, ge=0.0, le=1.0, description="embedding cosine at which two chunks are near-duplicates (null: exact only)"
+    )
 
 
 def _norm_text(text: str) -> str:
@@ -409,16 +412,18 @@ def extractive(params: CompressParams, env: Providers) -> Operator:
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         q = env.encoder.encode_query(_query(state))
-        return {"candidates": [Hit(**{**h, "text": compress_text(env, q, h["text"], params.max_sentences,  # type: ignore[typeddict-item]
+        hits: list[Hit] = list(state.get("candidates") or [])
+        return {"candidates": [Hit(**{**h, "text": compress_text(env, q, h["text"], params.max_sentences,
                                                                    params.min_similarity)})
-                               for h in state.get("candidates") or []]}  # fmt: skip
+                               for h in hits]}  # fmt: skip
 
     return run
 
 
 def ends_first(items: list[Any]) -> list[Any]:
     """Lost-in-the-middle order: best first, second best last, third second, ... weakest in the middle."""
-    front, back = [], []
+    front: list[Any] = []
+    back: list[Any] = []
     for i, item in enumerate(items):
         (front if i % 2 == 0 else back).append(item)
     return front + back[::-1]

@@ -327,7 +327,8 @@ def filter_extract(params: FilterParams, env: Providers) -> Operator:
                     proposed[field] = hits[0]
         else:
             listing = "\n".join(f"- {f}: {', '.join(map(str, sorted(v, key=str)[:8]))}" for f, v in known.items())
-            text = env.llm.complete(FILTER_PROMPT.format(fields=listing, query=query), max_tokens=params.max_tokens).text
+            text = env.llm.complete(FILTER_PROMPT.format(fields=listing, query=query),
+                                    max_tokens=params.max_tokens).text  # fmt: skip
             match = re.search(r"\{.*\}", text, re.S)
             try:
                 parsed = json.loads(match.group(0)) if match else {}

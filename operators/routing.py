@@ -148,12 +148,15 @@ ROUTE_PROMPT = (
 )
 
 
-def _llm_scores(env: Providers, query: str, routes: Mapping[str, RouteInfo], max_tokens: int) -> tuple[dict[str, float], str]:
+def _llm_scores(
+    env: Providers, query: str, routes: Mapping[str, RouteInfo], max_tokens: int
+) -> tuple[dict[str, float], str]:
     """Eq. 21: the model's choice among the routes, with a softmax-normalised probability when it gives logprobs.
 
     Returns the scores and the raw model text (for the trace when it names no route).
     """
-    listing = "\n".join(f"- {name}: {info.description or ', '.join(info.examples[:2])}" for name, info in routes.items())
+    listing = "\n".join(f"- {name}: {info.description or ', '.join(info.examples[:2])}"
+                        for name, info in routes.items())  # fmt: skip
     completion = env.llm.complete(
         ROUTE_PROMPT.format(routes=listing, query=query.replace("</question>", "")),
         max_tokens=max_tokens, logprobs=True, top_logprobs=10,

@@ -11,4 +11,11 @@ from patterns.iterative import build_iterative
 from patterns.linear import build_linear
 from patterns.recursive import build_recursive
 
-__all__ = ["build_adaptive", "build_branching", "build_conditional", "build_iterative", "build_linear", "build_recursive"]
+__all__ = [
+    "build_adaptive",
+    "build_branching",
+    "build_conditional",
+    "build_iterative",
+    "build_linear",
+    "build_recursive",
+]

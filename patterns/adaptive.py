@@ -124,7 +124,8 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any) -> Comp
         return "accept" if stop_now(state) else "retrieve"
 
     def more(state: RAGState) -> Literal["draft", "finish"]:
-        done = bool((state.get("draft") or {}).get("done"))
+        draft: Mapping[str, Any] = state.get("draft") or {}
+        done = bool(draft.get("done"))
         return "finish" if done or int(state.get("step", 0) or 0) >= params.max_steps else "draft"
 
     flow.internal("start", start)

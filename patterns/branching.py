@@ -122,7 +122,8 @@ def build_branching(
 
         def fan_out(state: RAGState) -> list[Send]:
             queries = queries_of(state)[: params.branches]
-            return [Send(BRANCH, {"query": q, "branch": i, "filter": state.get("filter")}) for i, q in enumerate(queries)]
+            return [Send(BRANCH, {"query": q, "branch": i, "filter": state.get("filter")})
+                    for i, q in enumerate(queries)]  # fmt: skip
 
         head = flow.chain([EXPAND], end=None)
         flow.graph.add_node(BRANCH, branch)

@@ -125,7 +125,7 @@ def build_recursive(
     def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
         frontier = list(state.get("frontier") or [])
         if not frontier:
-            return FUSE
+            return "fuse"
         return [Send(NODE, {"query": f["question"], "branch": i, "frontier": [f], "filter": state.get("filter")})
                 for i, f in enumerate(frontier)]  # fmt: skip
 
@@ -135,7 +135,8 @@ def build_recursive(
         answer = update.get("answer") or {}
         item = TreeNode(node_id=spec["node_id"], parent=spec["parent"], depth=spec["depth"], question=spec["question"],
                         answer=answer.get("text", ""), chunk_ids=[h["chunk_id"] for h in update.get("candidates", [])],
-                        evidence=list(update.get("candidates", []))[:3], refused=bool(answer.get("refused")))  # fmt: skip
+                        evidence=list(update.get("candidates", []))[:3],
+                        refused=bool(answer.get("refused")))  # fmt: skip
         return {"tree": [item], "trace": update["trace"], "ledger": update["ledger"]}
 
     def grow(state: RAGState) -> Literal["expand", "fuse"]:

@@ -66,7 +66,8 @@ def test_chained_operators_each_get_a_trace_and_ledger_entry(demo_dir: Path) -> 
                rerank=[{"name": "embedding", "params": {"top_k": 4}}, {"name": "tests.helpers.custom_ops:keep_two"}]
                ).invoke({"query": "Which display code means a motor controller communication fault?"})  # fmt: skip
     steps = [(e["node"], e["operator"]) for e in out["trace"]]
-    assert steps[:3] == [("retrieve", "hybrid"), ("rerank", "embedding"), ("rerank", "tests.helpers.custom_ops:keep_two")]
+    assert steps[:3] == [("retrieve", "hybrid"), ("rerank", "embedding"),
+                         ("rerank", "tests.helpers.custom_ops:keep_two")]  # fmt: skip
     assert len(out["candidates"]) == 2 and out["candidates"][0]["channel"] == "embedding"
     assert len(out["ledger"]) == len(out["trace"])
     assert out["ledger"][0]["retrievals"] == 2 and out["ledger"][0]["embed_calls"] == 1  # a query not seen before

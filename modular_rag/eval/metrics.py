@@ -44,7 +44,8 @@ def retrieval_metrics(
     qrels = {q: dict(d) for q, d in qrels.items()}
     full = {q: {d: float(s) for d, s in run.get(q, {}).items()} for q in qrels}
     measures = {"ndcg_cut.10"} | {f"recall.{k}" for k in recall_at}
-    scores = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate({q: r or {"__none__": 0.0} for q, r in full.items()})
+    padded = {q: r or {"__none__": 0.0} for q, r in full.items()}
+    scores = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(padded)
     top10 = {q: _top(r, 10) or {"__none__": 0.0} for q, r in full.items()}
     rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
     per_query: dict[str, dict[str, float]] = {}

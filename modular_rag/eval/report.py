@@ -44,11 +44,14 @@ def format_results(results: Sequence[FlowResult]) -> str:
     """The terminal table."""
     rows = []
     for row in summary_rows(results):
-        rows.append([format(row.get(key, 0.0), fmt) if fmt != "s" else str(row.get(key, "")) for key, _, fmt in COLUMNS])
+        rows.append([format(row.get(key, 0.0), fmt) if fmt != "s" else str(row.get(key, ""))
+                     for key, _, fmt in COLUMNS])  # fmt: skip
     return format_table([header for _, header, _ in COLUMNS], rows)
 
 
-def plot_quality_cost(results: Sequence[FlowResult], path: Path, *, quality: str = "f1", cost: str = "llm_calls") -> Path:
+def plot_quality_cost(
+    results: Sequence[FlowResult], path: Path, *, quality: str = "f1", cost: str = "llm_calls"
+) -> Path:
     """A scatter plot, one labelled point per config: cost per query (x) against quality (y)."""
     import matplotlib
 

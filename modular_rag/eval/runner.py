@@ -145,7 +145,8 @@ def run_retrieval(
             cost[key] = cost.get(key, 0.0) + value
     elapsed = (time.perf_counter() - start) * 1000 / max(len(queries), 1)
     per_query = {k: v / max(len(queries), 1) for k, v in cost.items()}
-    return RetrievalResult(name or cfg.name or cfg.pattern, run, retrieval_metrics(dataset.qrels, run), elapsed, per_query)
+    metrics = retrieval_metrics(dataset.qrels, run)
+    return RetrievalResult(name or cfg.name or cfg.pattern, run, metrics, elapsed, per_query)
 
 
 def retrieved_docs(result: Mapping[str, Any]) -> list[str]:
@@ -213,7 +214,7 @@ def _record(qid: str, answers: Sequence[str], out: Mapping[str, Any] | BaseExcep
     from operators.generation import grounded_share
 
     if isinstance(out, BaseException):
-        return QueryRecord(qid, "", False, 0.0, 0.0, [], 0, 0, 0, 0, ms, f"{type(out).__name__}: {out}")
+        return QueryRecord(qid, "", False, 0.0, 0.0, [], 0, 0, 0, 0, ms, error=f"{type(out).__name__}: {out}")
     answer = out.get("answer") or {}
     text = str(answer.get("text", ""))
     em, f1 = best_answer_scores(text, answers) if answers else (0.0, 0.0)

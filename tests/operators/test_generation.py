@@ -20,7 +20,8 @@ def generate(env: Providers, state: dict[str, Any], **params: Any) -> dict[str, 
 
 EVIDENCE = [
     {"ref": 1, "chunk_id": "c1", "text": "E07 means the speed sensor signal was lost.", "score": 1.0, "metadata": {}},
-    {"ref": 2, "chunk_id": "c2", "text": "Brake pads TP-4410 fit the TW-E1.", "score": 0.5, "metadata": {"title": "Pads"}},
+    {"ref": 2, "chunk_id": "c2", "text": "Brake pads TP-4410 fit the TW-E1.", "score": 0.5,
+     "metadata": {"title": "Pads"}},  # fmt: skip
 ]
 
 

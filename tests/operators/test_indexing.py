@@ -76,14 +76,16 @@ def test_bad_files_are_skipped_with_reasons(tmp_path: Path) -> None:
     assert docs[0]["text"] == "café au lait" and "not UTF-8" in rep.notes[0]
     docs, rep = reports["c.jsonl"]
     assert [d["doc_id"] for d in docs] == ["1", "3"]
-    assert rep.notes == ["1 broken lines skipped", "1 duplicate ids skipped (first kept)", "1 rows with empty text skipped"]
+    assert rep.notes == ["1 broken lines skipped", "1 duplicate ids skipped (first kept)",
+                         "1 rows with empty text skipped"]  # fmt: skip
 
 
 @pytest.mark.integration
 def test_indexing_the_same_folder_twice_gives_the_same_counts(tmp_path: Path) -> None:
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path), collection="twice")))
-    first = index_paths([DEMO], env, chunker=OperatorSpec(name="recursive", params={"chunk_size": 400}), progress=False)
-    second = index_paths([DEMO], env, chunker=OperatorSpec(name="recursive", params={"chunk_size": 400}), progress=False)
+    chunker = OperatorSpec(name="recursive", params={"chunk_size": 400})
+    first = index_paths([DEMO], env, chunker=chunker, progress=False)
+    second = index_paths([DEMO], env, chunker=chunker, progress=False)
     assert first.files_read == second.files_read == 36
     assert first.files_read == first.files_indexed + first.files_skipped
     assert first.chunks == second.chunks > 36  # 400-character chunks split the documents

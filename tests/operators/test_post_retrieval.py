@@ -83,7 +83,8 @@ def test_mmr_prefers_diverse_chunks(demo_env: Providers) -> None:
 
 def test_dedup_drops_exact_and_near_duplicates(demo_env: Providers) -> None:
     hits = [hit("a", "Chain lube keeps the chain quiet."), hit("b", "chain lube keeps the chain quiet!"),
-            hit("c", "Chain lube keeps the chains quiet."), hit("d", "Helmets must sit level on the head.")]  # fmt: skip
+            hit("c", "Chain lube keeps the chains quiet."),
+            hit("d", "Helmets must sit level on the head.")]  # fmt: skip
     out = build(Port.RERANK, "dedup", demo_env, near_threshold=0.95)({"candidates": hits, "query": "q"})["candidates"]
     assert [h["chunk_id"] for h in out] == ["a", "d"]
     exact_only = build(Port.RERANK, "dedup", demo_env, near_threshold=None)({"candidates": hits})["candidates"]
@@ -105,7 +106,8 @@ def test_lost_in_the_middle_and_compress_budget(demo_env: Providers, base_state:
     ev = build(Port.CONTEXT, "compress_budget", demo_env, keep_whole=1, max_sentences=1, max_chunks=3)(
         base_state)["evidence"]  # fmt: skip
     assert ev[0]["text"] == base_state["candidates"][0]["text"]
-    assert len(ev) == 3 and all(len(e["text"]) <= len(c["text"]) for e, c in zip(ev, base_state["candidates"]))
+    assert len(ev) == 3
+    assert all(len(e["text"]) <= len(c["text"]) for e, c in zip(ev, base_state["candidates"], strict=False))
     ends = build(Port.CONTEXT, "budget", demo_env, order="ends", max_chunks=4)(base_state)["evidence"]
     assert [e["chunk_id"] for e in ends] == [base_state["candidates"][i]["chunk_id"] for i in (0, 2, 3, 1)]
     assert [e["ref"] for e in ends] == [1, 2, 3, 4]

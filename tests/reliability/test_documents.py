@@ -58,7 +58,8 @@ def test_bad_documents_are_skipped_with_reasons_and_counts_reconcile(tmp_path: P
 
 def _corpus(folder: Path, n: int) -> None:
     folder.mkdir()
-    words = ["chain", "brake", "tyre", "saddle", "spoke", "frame", "battery", "motor", "display", "pedal", "crank", "gear"]
+    words = ["chain", "brake", "tyre", "saddle", "spoke", "frame", "battery", "motor", "display", "pedal", "crank",
+             "gear"]  # fmt: skip
     for i in range(n):
         body = " ".join(words[(i + j) % len(words)] + str((i * 7 + j) % 97) for j in range(120))
         (folder / f"doc{i:04d}.txt").write_text(f"Document {i}. {body}.")
