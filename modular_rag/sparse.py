@@ -3,8 +3,10 @@
 Two backends score the same analysed terms:
 
 * ``sparse`` (default): term-major postings (a CSC matrix) with BM25 weights precomputed at build time; a query
-  sums the postings of its terms and takes the top k with ``argpartition``. Cost grows with the postings of the
-  query's terms, not with the corpus, so it stays in milliseconds at a million chunks.
+  sums the postings of its terms and takes the top k with a partition. On large corpora (``prune_min_docs``) a
+  query with long postings is answered with MaxScore pruning: the documents of the rare, high-weight terms are
+  scored first, and the long lists of common terms are only looked up for the documents that can still reach the
+  top k. The result is exactly that of scoring every posting; a query stays in milliseconds at a million chunks.
 * ``rank_bm25``: the ``rank-bm25`` package's ``BM25Okapi``, which scores every document in Python per query term;
   kept selectable for comparison.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -24,6 +27,11 @@ import numpy as np
 __all__ = ["SparseScorer", "PostingsBM25", "RankBM25", "build_scorer", "load_scorer"]
 
 IdfKind = Literal["lucene", "okapi"]
+
+_SEED_POSTINGS = 4096
+"""MaxScore: postings of the rarest terms scored first to set the threshold."""
+_SLACK = 1e-6
+"""MaxScore: relative margin on the bounds, so float rounding never prunes a document that belongs in the top k."""
 
 
 class SparseScorer(Protocol):
@@ -38,11 +46,16 @@ class SparseScorer(Protocol):
     def save(self, folder: Path) -> None: ...
 
 
+def _kth(scores: np.ndarray, k: int) -> float:
+    """The k-th largest value (``len(scores) >= k``)."""
+    return float(np.partition(scores, len(scores) - k)[len(scores) - k])
+
+
 def _top_k(doc_ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    if len(scores) > k:
-        part = np.argpartition(-scores, k - 1)[:k]
-        doc_ids, scores = doc_ids[part], scores[part]
-    order = np.lexsort((doc_ids, -scores))  # score desc, then position asc: deterministic ties
+    if len(scores) > k:  # everything scoring at least the k-th score, so ties at the cut are broken by position
+        keep = scores >= _kth(scores, k)
+        doc_ids, scores = doc_ids[keep], scores[keep]
+    order = np.lexsort((doc_ids, -scores))[:k]  # score desc, then position asc: deterministic ties
     return doc_ids[order], scores[order]
 
 
@@ -55,6 +68,10 @@ class PostingsBM25:
         vocab: term -> column.
         n_docs: number of documents.
         k1, b, idf: the BM25 settings the weights were computed with (kept for the manifest).
+        prune_above, prune_min_docs: A query whose terms have more than ``prune_above`` postings, on a corpus of at
+            least ``prune_min_docs`` documents, is answered with MaxScore pruning (below that, summing every posting
+            is as fast: measured on SciFact copies, pruning halves the median latency at 1M chunks and slows it by a
+            third at 100k).
     """
 
     backend = "sparse"
@@ -70,48 +87,59 @@ class PostingsBM25:
         k1: float,
         b: float,
         idf: IdfKind,
+        prune_above: int = 50_000,
+        prune_min_docs: int = 300_000,
     ) -> None:
         self.indptr, self.indices, self.data = indptr, indices, data
         self.vocab, self.n_docs = vocab, n_docs
         self.k1, self.b, self.idf = k1, b, idf
+        self.prune_above, self.prune_min_docs = prune_above, prune_min_docs
+        self._term_max: np.ndarray | None = None
 
     @classmethod
     def build(
         cls, corpus_terms: Sequence[Sequence[str]], *, k1: float = 1.2, b: float = 0.75, idf: IdfKind = "lucene"
     ) -> PostingsBM25:
-        """Build from analysed documents (one term list per document)."""
-        vocab: dict[str, int] = {}
-        doc_parts: list[np.ndarray] = []
-        term_parts: list[np.ndarray] = []
-        tf_parts: list[np.ndarray] = []
-        doc_len = np.zeros(len(corpus_terms), dtype=np.float32)
-        for d, terms in enumerate(corpus_terms):
-            doc_len[d] = len(terms)
-            if not terms:
-                continue
-            ids = np.fromiter((vocab.setdefault(t, len(vocab)) for t in terms), dtype=np.int64, count=len(terms))
-            uniq, counts = np.unique(ids, return_counts=True)
-            term_parts.append(uniq)
-            tf_parts.append(counts.astype(np.float32))
-            doc_parts.append(np.full(len(uniq), d, dtype=np.int32))
-        n_docs, n_terms = len(corpus_terms), len(vocab)
-        if term_parts:
-            term = np.concatenate(term_parts)
-            doc = np.concatenate(doc_parts)
-            tf = np.concatenate(tf_parts)
-        else:
-            term = np.zeros(0, np.int64)
-            doc = np.zeros(0, np.int32)
-            tf = np.zeros(0, np.float32)
-        df = np.bincount(term, minlength=n_terms).astype(np.float64)
+        """Build from analysed documents (one term list per document).
+
+        Terms become columns in sorted order. Term occurrences are counted into the term-major matrix by scipy's
+        COO -> CSR conversion (a counting sort in C), so building a million chunks is a few passes over arrays, not a
+        Python loop per document.
+        """
+        from scipy.sparse import coo_matrix
+
+        n_docs = len(corpus_terms)
+        vocab = {t: i for i, t in enumerate(sorted(set(chain.from_iterable(corpus_terms))))}
+        n_terms = len(vocab)
+        lengths = np.fromiter(map(len, corpus_terms), dtype=np.int64, count=n_docs)
+        total = int(lengths.sum())
+        term = np.fromiter(map(vocab.__getitem__, chain.from_iterable(corpus_terms)), dtype=np.int32, count=total)
+        doc = np.repeat(np.arange(n_docs, dtype=np.int32), lengths)
+        counts = coo_matrix((np.ones(total, dtype=np.float32), (term, doc)), shape=(n_terms, n_docs)).tocsr()
+        del term, doc
+        counts.sum_duplicates()  # tocsr already sums them; a no-op check, so the layout below is guaranteed
+        indptr = counts.indptr.astype(np.int64)
+        indices = counts.indices.astype(np.int32)
+        tf = counts.data
+        del counts
+        df = np.diff(indptr).astype(np.float64)
         idf_values = _idf(df, n_docs, idf)
-        avgdl = float(doc_len.mean()) if n_docs and doc_len.sum() else 1.0
-        norm = k1 * (1.0 - b + b * doc_len[doc] / avgdl)
-        weights = (idf_values[term] * tf * (k1 + 1.0) / (tf + norm)).astype(np.float32)
-        order = np.lexsort((doc, term))
-        indptr = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(term, minlength=n_terms), out=indptr[1:])
-        return cls(indptr, doc[order], weights[order], vocab, n_docs, k1=k1, b=b, idf=idf)
+        doc_len = lengths.astype(np.float32)
+        avgdl = float(doc_len.mean()) if n_docs and total else 1.0
+        norm = k1 * (1.0 - b + b * doc_len[indices] / avgdl)
+        term_of = np.repeat(np.arange(n_terms, dtype=np.int32), np.diff(indptr))
+        weights = (idf_values[term_of] * tf * (k1 + 1.0) / (tf + norm)).astype(np.float32)
+        return cls(indptr, indices, weights, vocab, n_docs, k1=k1, b=b, idf=idf)
+
+    @property
+    def term_max(self) -> np.ndarray:
+        """The largest weight in each term's postings (the bound MaxScore pruning uses), computed on first use."""
+        if self._term_max is None:
+            lengths = np.diff(self.indptr)
+            starts = np.minimum(self.indptr[:-1], max(len(self.data) - 1, 0))
+            peak = np.maximum.reduceat(self.data, starts) if len(self.data) else np.zeros(len(lengths), np.float32)
+            self._term_max = np.where(lengths > 0, peak, 0.0).astype(np.float32)
+        return self._term_max
 
     def top_k(
         self, terms: Sequence[str], k: int, mask: np.ndarray | None = None
@@ -119,7 +147,9 @@ class PostingsBM25:
         """Positions and scores of the ``k`` best documents for the analysed query ``terms``.
 
         Repeated query terms count as many times as they occur (as in rank-bm25). ``mask`` (bool per document)
-        restricts the result to documents where it is true.
+        restricts the result to documents where it is true. On a large corpus, when the query's postings are long,
+        MaxScore pruning skips scoring the documents that only contain low-weight terms; the result is the same as
+        scoring every posting.
         """
         counts: dict[int, int] = {}
         for t in terms:
@@ -128,24 +158,97 @@ class PostingsBM25:
                 counts[col] = counts.get(col, 0) + 1
         if not counts or k <= 0:
             return np.zeros(0, np.int32), np.zeros(0, np.float32)
-        spans = [(self.indptr[c], self.indptr[c + 1], n) for c, n in counts.items()]
-        if len(spans) == 1:
-            s, e, n = spans[0]
-            docs, scores = self.indices[s:e], self.data[s:e] * n
-        else:
-            docs_all = np.concatenate([self.indices[s:e] for s, e, _ in spans])
-            weights_all = np.concatenate([self.data[s:e] * n for s, e, n in spans])
-            if len(docs_all) * 8 < self.n_docs:
-                docs, inverse = np.unique(docs_all, return_inverse=True)
-                scores = np.bincount(inverse, weights=weights_all).astype(np.float32)
-            else:
-                dense = np.bincount(docs_all, weights=weights_all, minlength=self.n_docs)
-                docs = np.flatnonzero(dense).astype(np.int32)
-                scores = dense[docs].astype(np.float32)
+        cols = np.fromiter(counts, dtype=np.int64, count=len(counts))
+        mult = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+        postings = int((self.indptr[cols + 1] - self.indptr[cols]).sum())
+        if len(cols) > 1 and self.n_docs >= self.prune_min_docs and postings > self.prune_above:
+            found = self._top_k_pruned(cols, mult, k, mask)
+            if found is not None:
+                return found
+        return self._top_k_exhaustive(cols, mult, k, mask)
+
+    def _postings(self, col: int) -> tuple[np.ndarray, np.ndarray]:
+        start, end = self.indptr[col], self.indptr[col + 1]
+        return self.indices[start:end], self.data[start:end]
+
+    def _accumulate(self, cols: np.ndarray, mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Documents having any of the terms (ascending) and their summed weights: each weight times the term's
+        multiplicity in float32, summed in float64 (exact for a handful of terms, so the order of terms never changes
+        a score)."""
+        pairs = [self._postings(c) for c in cols.tolist()]
+        if len(pairs) == 1:
+            return pairs[0][0], (pairs[0][1] * mult[0]).astype(np.float64)
+        docs_all = np.concatenate([docs for docs, _ in pairs])
+        weights_all = np.concatenate([w * n for (_, w), n in zip(pairs, mult.tolist(), strict=True)])
+        if len(docs_all) * 8 < self.n_docs:
+            docs, inverse = np.unique(docs_all, return_inverse=True)
+            return docs, np.bincount(inverse, weights=weights_all)
+        dense = np.bincount(docs_all, weights=weights_all, minlength=self.n_docs)
+        docs = np.flatnonzero(dense).astype(np.int32)
+        return docs, dense[docs]
+
+    def _lookup(self, docs: np.ndarray, cols: np.ndarray, mult: np.ndarray) -> np.ndarray:
+        """The summed weights of the given documents for the given terms, by binary search in the postings."""
+        scores = np.zeros(len(docs), dtype=np.float64)
+        for col, n in zip(cols.tolist(), mult.tolist(), strict=True):
+            postings, weights = self._postings(col)
+            at = np.searchsorted(postings, docs)
+            hit = at < len(postings)
+            hit[hit] = postings[at[hit]] == docs[hit]
+            scores[hit] += weights[at[hit]] * np.float32(n)  # float32 products, float64 sums: as _accumulate
+        return scores
+
+    def _top_k_exhaustive(
+        self, cols: np.ndarray, mult: np.ndarray, k: int, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Score every posting of the query's terms."""
+        docs, scores = self._accumulate(cols, mult)
         if mask is not None:
             keep = mask[docs]
             docs, scores = docs[keep], scores[keep]
-        return _top_k(np.asarray(docs), np.asarray(scores), k)
+        return _top_k(np.asarray(docs), scores.astype(np.float32), k)
+
+    def _top_k_pruned(
+        self, cols: np.ndarray, mult: np.ndarray, k: int, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """MaxScore (Turtle and Flood, 1995) over the query's terms sorted by their bound (largest weight x
+        multiplicity), high first; ``rest[j]`` bounds what the terms from ``j`` on can add to a document.
+
+        1. Fully score the documents of the shortest postings lists: their k-th score ``theta`` is a lower bound on
+           the final k-th score.
+        2. A document having none of the first ``j`` terms scores at most ``rest[j]``; the terms before the first
+           ``j`` with ``rest[j] < theta`` are essential, and only their documents are candidates.
+        3. Add the other (long, low-weight) terms one by one, by binary search, to the candidates that can still
+           reach ``theta``; ``theta`` rises to the k-th partial score as it goes (partial scores only grow).
+
+        Returns ``None`` when the seeds hold fewer than ``k`` documents (the caller scores exhaustively).
+        """
+        bound = self.term_max[cols] * mult
+        order = np.argsort(-bound, kind="stable")
+        cols, mult = cols[order], mult[order]
+        rest = np.concatenate([np.cumsum(bound[order][::-1])[::-1], [0.0]]) * (1.0 + _SLACK)
+        lengths = self.indptr[cols + 1] - self.indptr[cols]
+        shortest = np.argsort(lengths, kind="stable")
+        n_seed = max(int(np.searchsorted(np.cumsum(lengths[shortest]), _SEED_POSTINGS, side="right")), 1)
+        seeds, _ = self._accumulate(np.sort(cols[shortest[:n_seed]]), np.ones(n_seed, np.float32))
+        if mask is not None:
+            seeds = seeds[mask[seeds]]
+        if len(seeds) < k:
+            return None
+        theta = _kth(self._lookup(seeds, cols, mult), k)
+        below = rest < theta
+        essential = max(int(np.argmax(below)), 1) if below.any() else len(cols)
+        docs, scores = self._accumulate(cols[:essential], mult[:essential])
+        if mask is not None:
+            keep = mask[docs]
+            docs, scores = docs[keep], scores[keep]
+        for j in range(essential, len(cols)):
+            keep = scores + rest[j] >= theta
+            docs, scores = docs[keep], scores[keep]
+            scores += self._lookup(docs, cols[j : j + 1], mult[j : j + 1])
+            if len(scores) >= k:
+                theta = max(theta, _kth(scores, k))
+        return _top_k(np.asarray(docs), scores.astype(np.float32), k)
 
     def save(self, folder: Path) -> None:
         """Write the postings and vocabulary into ``folder``."""

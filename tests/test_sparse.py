@@ -68,3 +68,41 @@ def test_sparse_index_saves_and_loads_atomically(tmp_path: Path) -> None:
     assert loaded.ids == ["a", "b"] and loaded.search("bicycles", 1)[0]["chunk_id"] == "a"
     assert loaded.search("car", 5, where={"n": 1}) == []
     assert [p.name for p in tmp_path.iterdir()] == ["s.npz"]
+
+
+def _zipf_corpus(n_docs: int, seed: int) -> tuple[list[list[str]], np.ndarray, list[str]]:
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(400)]
+    p = 1 / np.arange(1, len(words) + 1)
+    p /= p.sum()
+    docs = [list(rng.choice(words, size=int(rng.integers(0, 60)), p=p)) for _ in range(n_docs)]
+    return docs, p, words
+
+
+def test_maxscore_pruning_returns_exactly_what_scoring_every_posting_does() -> None:
+    docs, p, words = _zipf_corpus(3000, seed=1)
+    pruned = PostingsBM25.build(docs, idf="okapi")
+    pruned.prune_above = pruned.prune_min_docs = 0  # prune every multi-term query, even on this small corpus
+    exhaustive = PostingsBM25.build(docs, idf="okapi")
+    exhaustive.prune_above = 10**12
+    rng = np.random.default_rng(2)
+    mask = rng.random(len(docs)) < 0.5
+    for _ in range(300):
+        query = list(rng.choice(words, size=int(rng.integers(2, 12)), p=p))  # repeats count, as in rank-bm25
+        for k in (1, 10, 50):
+            for m in (None, mask):
+                (a, sa), (b, sb) = pruned.top_k(query, k, m), exhaustive.top_k(query, k, m)
+                assert a.tolist() == b.tolist() and sa.tolist() == sb.tolist(), (query, k)
+
+
+def test_ties_at_the_cut_are_broken_by_position() -> None:
+    index = PostingsBM25.build([["x", "y"], ["x"], ["x"], ["x"], ["y"]])
+    docs, scores = index.top_k(["x"], 2)
+    assert docs.tolist() == [1, 2] and scores[0] == scores[1]  # 1, 2 and 3 tie; the first positions win
+
+
+def test_build_handles_empty_documents_and_corpora() -> None:
+    assert PostingsBM25.build([]).top_k(["a"], 3)[0].tolist() == []
+    index = PostingsBM25.build([[], ["a", "a", "b"], []])
+    assert index.n_docs == 3 and index.top_k(["a", "b"], 3)[0].tolist() == [1]
+    assert index.top_k(["b"], 3, mask=np.array([True, False, True]))[0].tolist() == []
