@@ -5,6 +5,7 @@
     python -m modular_rag.bench tune --dataset ../shared/datasets/scifact --split train [--embeddings MODEL_DIR]
     python -m modular_rag.bench holdout --dataset DIR --split train --fraction 0.2 --out NEW_DIR
     python -m modular_rag.bench patterns [--dataset demo|DIR] [--limit N] [--runs a,b]
+    python -m modular_rag.bench datasets [--root ../shared/datasets] [--limit N] [--runs a,b]
 
 ``retrieval`` indexes the dataset's corpus once per embedder (cached) and runs each preset's retrieval over the
 queries in one process, side by side, printing nDCG@10, MRR@10, recall@10, recall@100 and milliseconds per query.
@@ -25,14 +26,14 @@ __all__ = ["RETRIEVAL_PRESETS", "retrieval_preset", "PATTERN_RUNS", "pattern_con
 
 DEPTH = 100
 
-_TUNED = {"k": DEPTH, "pool": 200, "fusion": "convex", "weights": [0.4, 0.6]}
-_TUNED_BM25 = {"k1": 1.2, "b": 0.75}
+_TUNED = {"k": DEPTH, "pool": 100, "fusion": "convex", "weights": [0.5, 0.5]}
+_TUNED_BM25 = {"k1": 0.9, "b": 0.6}
 
 RETRIEVAL_PRESETS: dict[str, dict[str, Any]] = {
     "bm25": {"operators": {"retrieve": {"name": "bm25", "params": {"k": DEPTH}}}},
     "dense": {"operators": {"retrieve": {"name": "dense", "params": {"k": DEPTH}}}},
     "hybrid": {"operators": {"retrieve": {"name": "hybrid", "params": {"k": DEPTH, "pool": DEPTH, "fusion": "rrf"}}}},
-    # settings chosen by `bench tune` on SciFact's train split (benchmarks/README.md); dev was not looked at
+    # settings chosen by `bench tune` on a holdout of SciFact's train split (benchmarks/README.md); never on dev
     "hybrid-tuned": {
         "providers": {"sparse": _TUNED_BM25},
         "operators": {"retrieve": {"name": "hybrid", "params": _TUNED}},
@@ -40,12 +41,12 @@ RETRIEVAL_PRESETS: dict[str, dict[str, Any]] = {
     "hybrid-tuned-mmr": {
         "providers": {"sparse": _TUNED_BM25},
         "operators": {"retrieve": {"name": "hybrid", "params": _TUNED},
-                      "rerank": {"name": "mmr", "params": {"k": DEPTH, "lambda_mult": 0.9}}},
+                      "rerank": {"name": "mmr", "params": {"k": DEPTH, "lambda_mult": 0.9, "relevance": "score"}}},
     },
     "hybrid-tuned-embedding": {
         "providers": {"sparse": _TUNED_BM25},
         "operators": {"retrieve": {"name": "hybrid", "params": _TUNED},
-                      "rerank": {"name": "embedding", "params": {"weight": 0.3}}},
+                      "rerank": {"name": "embedding", "params": {"weight": 0.1}}},
     },
 }  # fmt: skip
 """Retrieval-only linear flows (context and generation off), by name: the operators, and BM25 settings in
@@ -191,8 +192,8 @@ def _tune(args: argparse.Namespace) -> int:
     if args.rerank:
         specs: list[dict[str, Any]] = [{"name": "embedding", "params": {"weight": w}}
                                        for w in _floats(args.embedding_weight, "--embedding-weight")]
-        specs += [{"name": "mmr", "params": {"k": args.k, "lambda_mult": lam}}
-                  for lam in _floats(args.mmr_lambda, "--mmr-lambda")]  # fmt: skip
+        specs += [{"name": "mmr", "params": {"k": args.k, "lambda_mult": lam, "relevance": rel}}
+                  for rel in ("embedding", "score") for lam in _floats(args.mmr_lambda, "--mmr-lambda")]  # fmt: skip
         rerank_rows = tune_rerank(dataset, env, runs, best, specs, k=args.k)
         print(f"\nrerankers on the best setting ({best.label()}):")
         print(format_table(head, [row("(none)", ranked[0].metrics)] + [row(r.label, r.metrics) for r in rerank_rows]))
@@ -296,6 +297,57 @@ def _patterns(args: argparse.Namespace) -> int:
     return 0
 
 
+def _datasets(args: argparse.Namespace) -> int:
+    """One table over several BEIR folders: retrieval presets on sets without answers, pattern runs on QA sets."""
+    from pathlib import Path
+
+    from modular_rag.config import load_config
+    from modular_rag.errors import ConfigError
+    from modular_rag.eval.datasets import load_beir
+    from modular_rag.eval.runner import dataset_providers, evaluate_flow, run_retrieval
+    from modular_rag.tables import format_table
+
+    root = Path(args.root)
+    names = [n for n in args.datasets.split(",") if n]
+    missing = [n for n in names if not (root / n / "corpus.jsonl").exists()]
+    if missing:
+        raise ConfigError("--datasets", f"no BEIR folder (corpus.jsonl) for {', '.join(missing)} under {root}")
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    rows: list[list[Any]] = []
+    results: list[dict[str, Any]] = []
+    for name in names:
+        dataset = load_beir(root / name)
+        qa = any(q.answers for q in dataset.queries)
+        dataset = dataset.limited(args.limit if qa else args.retrieval_limit, spread=True)
+        env = dataset_providers(dataset, progress=not args.quiet, log=log)
+        n = len(dataset.queries)
+        if not qa:
+            for preset in [p for p in args.presets.split(",") if p]:
+                res = run_retrieval(load_config(retrieval_preset(preset)), dataset, env)
+                m = res.mean
+                rows.append([name, n, preset, f"{m['ndcg@10']:.3f}", f"{m['recall@5']:.3f}", "", "", "", "0", "0",
+                             f"{res.ms_per_query / 1000:.2f}", 0])  # fmt: skip
+                results.append({"dataset": name, "queries": n, "run": preset, **m, "ms": res.ms_per_query})
+                log(f"  {name} {preset}: nDCG@10 {m['ndcg@10']:.3f}")
+            continue
+        for run in [r for r in args.runs.split(",") if r]:
+            flow_result = evaluate_flow(pattern_config(run), dataset, env, name=run, progress=not args.quiet)
+            s = flow_result.summary()
+            rows.append([name, n, run, f"{s['ndcg@10']:.3f}", f"{s['recall@5']:.3f}", f"{s['all@5']:.3f}",
+                         f"{s['em']:.3f}", f"{s['f1']:.3f}", f"{s['llm_calls']:.1f}", f"{s['retrievals']:.1f}",
+                         f"{s['ms'] / 1000:.2f}", int(s["errors"])])  # fmt: skip
+            results.append({"dataset": name, "run": run, **s})
+            log(f"  {name} {run}: F1 {s['f1']:.3f}, all@5 {s['all@5']:.3f}, {s['llm_calls']:.1f} LLM calls/q")
+    print(f"shared datasets under {root} (QA sets: {args.limit} questions each, evenly spaced; local model)")
+    print(format_table(["dataset", "queries", "run", "nDCG@10", "R@5", "all@5", "EM", "F1", "LLM/q", "retr/q", "s/q",
+                        "errors"],
+                       rows))  # fmt: skip
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"root": str(root), "results": results}, fh, indent=2)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a benchmark command; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m modular_rag.bench", description=__doc__.split("\n\n")[0])
@@ -324,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pool", default="100,200", help="candidates per channel")
     p.add_argument("--rerank", action="store_true", help="also tune embedding re-score and MMR on the best setting")
     p.add_argument("--embedding-weight", default="0.1,0.2,0.3,0.5,0.7,1.0", help="embedding reranker weights")
-    p.add_argument("--mmr-lambda", default="0.5,0.7,0.8,0.9,1.0", help="MMR lambda values")
+    p.add_argument("--mmr-lambda", default="0.5,0.7,0.8,0.9,0.95", help="MMR lambda values")
     p.add_argument("--top", type=int, default=10, help="settings listed (default 10)")
     p.add_argument("--limit", type=int, help="only the first N queries")
     p.add_argument("--json", help="also write every setting's metrics to this JSON file")
@@ -345,6 +397,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_patterns)
+    p = sub.add_parser("datasets", help="one table over the shared datasets: retrieval and every pattern's answers")
+    p.add_argument("--root", default="../shared/datasets", help="folder holding the BEIR folders")
+    p.add_argument("--datasets", default="scifact,hotpotqa,nq_open_oracle,squad_expmrc", help="comma-separated folders")
+    p.add_argument("--presets", default="bm25,hybrid,hybrid-tuned", help="retrieval presets for sets without answers")
+    p.add_argument("--runs", default="linear,conditional,branching,iterative,recursive,adaptive",
+                   help=f"pattern runs for QA sets: {', '.join(PATTERN_RUNS)}")  # fmt: skip
+    p.add_argument("--limit", type=int, default=20, help="questions per QA set, evenly spaced (default 20)")
+    p.add_argument("--retrieval-limit", type=int, help="queries per retrieval-only set (default: all)")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_datasets)
     args = parser.parse_args(argv)
     from modular_rag.errors import ModularRagError
 

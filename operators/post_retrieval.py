@@ -307,13 +307,24 @@ class MMRParams(_P):
     k: int = Field(5, gt=0, le=1000, description="hits selected")
     pool: int | None = Field(None, gt=0, le=5000, description="candidates considered (default: all)")
     lambda_mult: float = Field(0.7, ge=0.0, le=1.0, description="1 = relevance only, 0 = diversity only")
+    relevance: Literal["embedding", "score"] = Field(
+        "embedding",
+        description="relevance term: embedding cosine to the query, or the incoming score scaled to [0, 1] "
+        "(keeps a hybrid or reranked order at lambda 1)",
+    )
 
 
-def mmr_order(query: np.ndarray, vectors: np.ndarray, k: int, lambda_mult: float) -> list[int]:
-    """Maximal marginal relevance: greedily pick argmax lambda*sim(q, d) - (1-lambda)*max sim(d, selected)."""
+def mmr_order(
+    query: np.ndarray, vectors: np.ndarray, k: int, lambda_mult: float, relevance: np.ndarray | None = None
+) -> list[int]:
+    """Maximal marginal relevance: greedily pick argmax lambda*rel(q, d) - (1-lambda)*max sim(d, selected).
+
+    ``rel`` is the cosine ``vectors @ query`` unless ``relevance`` gives one value per vector.
+    """
     if len(vectors) == 0:
         return []
-    relevance = vectors @ query
+    if relevance is None:
+        relevance = vectors @ query
     chosen: list[int] = []
     redundancy = np.full(len(vectors), -np.inf)
     for _ in range(min(k, len(vectors))):
@@ -335,8 +346,13 @@ def mmr(params: MMRParams, env: Providers) -> Operator:
         hits = list(state.get("candidates") or [])[: params.pool]
         if not hits:
             return {"candidates": []}
+        prior = None
+        if params.relevance == "score":
+            scores = np.asarray([float(h.get("score", 0.0)) for h in hits])
+            spread = float(scores.max() - scores.min())
+            prior = (scores - scores.min()) / spread if spread > 0 else np.ones(len(hits))
         order = mmr_order(env.encoder.encode_query(_query(state)), chunk_vectors(env, hits), params.k,
-                          params.lambda_mult)  # fmt: skip
+                          params.lambda_mult, prior)  # fmt: skip
         n = len(order)
         return {"candidates": [Hit(**{**hits[i], "score": float(n - rank), "channel": "mmr"})  # type: ignore[typeddict-item]
                                for rank, i in enumerate(order)]}  # fmt: skip

@@ -57,3 +57,21 @@ def test_a_tuned_setting_is_a_valid_flow_with_its_bm25_settings() -> None:
 def test_every_preset_is_a_valid_flow() -> None:
     for name in RETRIEVAL_PRESETS:
         assert load_config(retrieval_preset(name)).name == name
+
+
+def test_datasets_benchmark_names_missing_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_beir(tmp_path / "tiny", split="dev")
+    assert main(["datasets", "--root", str(tmp_path), "--datasets", "tiny,absent"]) == 2
+    assert "error: --datasets: no BEIR folder (corpus.jsonl) for absent under" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_datasets_benchmark_prints_retrieval_rows_for_sets_without_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
+    write_beir(tmp_path / "tiny", split="dev")
+    assert main(["datasets", "--root", str(tmp_path), "--datasets", "tiny", "--presets", "bm25", "--quiet"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    row = next(line.split() for line in table if line.startswith("tiny"))
+    assert row[2] == "bm25" and 0.0 <= float(row[3]) <= 1.0

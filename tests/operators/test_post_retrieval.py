@@ -77,8 +77,20 @@ def test_mmr_prefers_diverse_chunks(demo_env: Providers) -> None:
     state = {"query": "chain lube and tyre pressure", "candidates": hits}
     picked = [h["chunk_id"] for h in build(Port.RERANK, "mmr", demo_env, k=2, lambda_mult=0.5)(state)["candidates"]]
     assert "c" in picked and len(picked) == 2
-    relevance_only = build(Port.RERANK, "mmr", demo_env, k=2, lambda_mult=1.0)(state)["candidates"]
-    assert {h["chunk_id"] for h in relevance_only} != set(picked) or "c" in picked
+
+
+def test_mmr_on_incoming_scores_keeps_the_order_at_lambda_one_and_diversifies_below(demo_env: Providers) -> None:
+    hits = [hit("a", "Chain lube keeps the chain quiet and rust free.", 3.0),
+            hit("b", "Chain lube keeps the chain quiet and free of rust.", 2.9),
+            hit("c", "Tyre pressure depends on rider weight and tyre width.", 1.0)]  # fmt: skip
+    state = {"query": "tyre pressure", "candidates": hits}
+
+    def picked(lam: float) -> list[str]:
+        out = build(Port.RERANK, "mmr", demo_env, k=2, lambda_mult=lam, relevance="score")(state)["candidates"]
+        return [h["chunk_id"] for h in out]
+
+    assert picked(1.0) == ["a", "b"]  # the incoming order, although "c" is closest to the query's embedding
+    assert picked(0.3) == ["a", "c"]  # the near-copy of "a" gives way
 
 
 def test_dedup_drops_exact_and_near_duplicates(demo_env: Providers) -> None:
