@@ -453,12 +453,14 @@ class SparseIndex:
 
 @dataclass
 class AddReport:
-    """What :meth:`KnowledgeIndex.add` did."""
+    """What :meth:`KnowledgeIndex.add` did; ``stages`` splits its seconds (``embed``, ``dense write wait``: time
+    spent waiting for the background writes, ``sparse``: building and saving BM25)."""
 
     chunks: int
     added: int
     existing: int
     seconds: float
+    stages: dict[str, float] = field(default_factory=dict)
 
 
 class KnowledgeIndex:
@@ -602,7 +604,8 @@ class KnowledgeIndex:
             new = [c for c in todo if c["chunk_id"] not in present]
             if progress and present:
                 progress(len(todo) - len(new))
-            self._write_dense(new, batch_size, progress)
+            stages = self._write_dense(new, batch_size, progress)
+            sparse_start = time.perf_counter()
             if had_before == 0 and not present:
                 order = sorted(range(len(todo)), key=lambda i: todo[i]["chunk_id"])
                 self.rebuild_sparse(
@@ -614,24 +617,36 @@ class KnowledgeIndex:
                 )
             else:
                 self.rebuild_sparse()
-        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start)
+            stages["sparse"] = time.perf_counter() - sparse_start
+        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages)
 
-    def _write_dense(self, new: list[Chunk], batch_size: int, progress: Callable[[int], None] | None) -> None:
+    def _write_dense(
+        self, new: list[Chunk], batch_size: int, progress: Callable[[int], None] | None
+    ) -> dict[str, float]:
+        """Embed in batches (longest texts first, so each batch holds texts of similar length and the encoder pads
+        little) and write each batch on a background thread while the next is embedded. Returns the seconds spent
+        embedding and waiting for writes."""
+        stages = {"embed": 0.0, "dense write wait": 0.0}
         if not new:
-            return
+            return stages
         embed_here = not isinstance(self.dense, LangChainStore)
         if embed_here and self.encoder is None:
             raise IndexingError("indexing needs an embeddings provider")
+        new = sorted(new, key=lambda c: -len(c["text"]))
         pending: list[Future[None]] = []
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dense-write") as writer:
             for batch in _batches(new, batch_size):
                 texts = [c["text"] for c in batch]
+                t0 = time.perf_counter()
                 try:
                     vectors = self.encoder.encode(texts) if embed_here and self.encoder else np.zeros((len(batch), 0))
                 except Exception as exc:
                     raise IndexingError(f"embedding failed: {exc}") from exc
+                t1 = time.perf_counter()
+                stages["embed"] += t1 - t0
                 while pending and (len(pending) >= 2 or pending[0].done()):
                     self._settle(pending.pop(0))
+                stages["dense write wait"] += time.perf_counter() - t1
                 pending.append(
                     writer.submit(
                         self.dense.add,
@@ -643,8 +658,11 @@ class KnowledgeIndex:
                 )
                 if progress:
                     progress(len(batch))
+            t1 = time.perf_counter()
             for fut in pending:
                 self._settle(fut)
+            stages["dense write wait"] += time.perf_counter() - t1
+        return stages
 
     def _settle(self, fut: Future[None]) -> None:
         try:

@@ -340,7 +340,8 @@ def document_chunker(params: DocumentParams, env: Providers) -> Chunker:
 
 @dataclass
 class IndexSummary:
-    """What an indexing run did. ``files_read == files_indexed + files_skipped`` always holds."""
+    """What an indexing run did. ``files_read == files_indexed + files_skipped`` always holds. ``stages`` splits
+    ``seconds``: ``load and chunk``, then the index's own stages (``embed``, ``dense write wait``, ``sparse``)."""
 
     files_read: int
     files_indexed: int
@@ -352,6 +353,7 @@ class IndexSummary:
     seconds: float
     files: list[FileReport]
     index_chunks: int
+    stages: dict[str, float] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         """A human-readable summary (what ``modular-rag index`` prints)."""
@@ -407,6 +409,7 @@ def index_paths(
         documents += len(docs)
         for doc in docs:
             chunks.extend(chunk_fn(doc))
+    loaded = time.perf_counter() - start
     bar = None
     if progress and chunks:
         from tqdm import tqdm
@@ -421,5 +424,5 @@ def index_paths(
     return IndexSummary(
         files_read=len(reports), files_indexed=len(reports) - skipped, files_skipped=skipped, documents=documents,
         chunks=added.chunks, added=added.added, existing=added.existing, seconds=time.perf_counter() - start,
-        files=reports, index_chunks=env.index.count(),
+        files=reports, index_chunks=env.index.count(), stages={"load and chunk": loaded, **added.stages},
     )  # fmt: skip
