@@ -38,6 +38,15 @@ def _demo_config(path: str | None) -> Any:
     return config
 
 
+def _prestart(config: Any, env: Any) -> None:
+    """Launch a local LLM server in the background when the flow may call the model, so the server loads while the
+    embedder and the index do (the cost model says whether any active operator calls the LLM)."""
+    from modular_rag.costs import estimate
+
+    if estimate(config).llm_calls.hi > 0:
+        env.prestart()
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from modular_rag import demo_corpus_path
     from modular_rag.builder import build_flow
@@ -46,6 +55,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     config = _demo_config(args.index)
     env = Providers(config.providers)
+    _prestart(config, env)
     if env.index.count() == 0:
         print(f"indexing the demo corpus into {config.providers.vectorstore.path} (first run only) ...",
               file=sys.stderr)  # fmt: skip
@@ -82,8 +92,13 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from modular_rag.builder import build_flow
+    from modular_rag.config import load_config
+    from modular_rag.providers import Providers
 
-    flow = build_flow(args.config)
+    config = load_config(args.config)
+    env = Providers(config.providers)
+    _prestart(config, env)
+    flow = build_flow(config, providers=env)
     state: dict[str, Any] = {"query": args.question}
     if args.filter:
         try:

