@@ -126,7 +126,7 @@ def build_branching(
                     for i, q in enumerate(queries)]  # fmt: skip
 
         head = flow.chain([EXPAND], end=None)
-        flow.graph.add_node(BRANCH, branch)
+        flow.node(BRANCH, branch)
         flow.graph.add_conditional_edges(head[-1] if head else START, fan_out, [BRANCH])
         flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
         flow.graph.add_edge(BRANCH, FUSE)
@@ -153,7 +153,7 @@ def build_branching(
         ]  # fmt: skip
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.graph.add_node(BRANCH, generate_one)
+    flow.node(BRANCH, generate_one)
     flow.graph.add_conditional_edges(head[-1], per_doc, [BRANCH, FUSE])
     flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.graph.add_edge(BRANCH, FUSE)

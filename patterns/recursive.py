@@ -144,8 +144,8 @@ def build_recursive(
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 
-    flow.graph.add_node(EXPAND, expand)
-    flow.graph.add_node(NODE, node)
+    flow.node(EXPAND, expand)
+    flow.node(NODE, node)
     flow.graph.add_edge(START, EXPAND)
     flow.graph.add_conditional_edges(EXPAND, fan_out, [NODE, FUSE])
     last = PRUNE if flow.add(PRUNE) else NODE

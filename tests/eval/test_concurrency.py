@@ -80,3 +80,19 @@ def test_eval_cli_concurrency_writes_the_serial_report(demo_dir: Path, tmp_path:
             row.pop("ms")
         report["queries"] = {name: [without_ms(r) for r in recs] for name, recs in report["queries"].items()}
     assert reports[0] == reports[1]
+
+
+def test_abatch_is_bounded_by_max_concurrency_not_the_event_loops_default_executor(demo_dir: Path) -> None:
+    import os
+
+    default_threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor: sync nodes used to run there
+    n = default_threads + 4
+    config = stub_config(demo_dir, "")
+    config["operators"]["retrieve"] = {"name": "bm25", "params": {"k": 5}}  # quick retrieval: the calls overlap
+    with StubLLM(latency_s=1.0) as stub:
+        config["providers"]["llm"]["base_url"] = stub.url
+        flow = build_flow(config)
+        queries = [f"{q.text} ({i})" for i, q in enumerate(load_demo().queries[:n])]
+        results = asyncio.run(flow.abatch([{"query": q} for q in queries], {"max_concurrency": n}))
+    assert [r["query"] for r in results] == queries
+    assert default_threads < stub.max_in_flight <= n
