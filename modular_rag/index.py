@@ -511,10 +511,13 @@ class KnowledgeIndex:
             else:
                 if len(loaded.ids) == count and self._same_settings(loaded):
                     return loaded
-                log.warning(
-                    "sparse index has %d chunks, dense store %d; rebuilding from the dense store",
-                    len(loaded.ids), count,
-                )  # fmt: skip
+                if len(loaded.ids) == count:
+                    log.info("sparse index was built with other BM25 settings; rebuilding from the dense store")
+                else:
+                    log.warning(
+                        "sparse index has %d chunks, dense store %d; rebuilding from the dense store",
+                        len(loaded.ids), count,
+                    )  # fmt: skip
         return self.rebuild_sparse()
 
     def _same_settings(self, loaded: SparseIndex) -> bool:
