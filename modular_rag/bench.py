@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["RETRIEVAL_PRESETS", "retrieval_preset", "PATTERN_RUNS", "pattern_config", "main"]
@@ -77,7 +78,6 @@ def retrieval_preset(name: str) -> dict[str, Any]:
 
 def _embeddings(path: str | None) -> Any:
     """``--embeddings``: a sentence-transformers folder, or ``None`` (each config's own embeddings)."""
-    from pathlib import Path
 
     from modular_rag.config import SentenceTransformersConfig
     from modular_rag.errors import ConfigError
@@ -278,7 +278,7 @@ def _patterns(args: argparse.Namespace) -> int:
     dataset = load_demo() if args.dataset == "demo" else load_beir(args.dataset)
     dataset = dataset.limited(args.limit, spread=True)
     env = dataset_providers(dataset, progress=not args.quiet, log=lambda s: print(s, file=sys.stderr))
-    rows, results = [], []
+    rows, results, flows = [], [], []
     for run in [r for r in args.runs.split(",") if r]:
         res = evaluate_flow(pattern_config(run), dataset, env, name=run, progress=not args.quiet)
         s = res.summary()
@@ -286,6 +286,7 @@ def _patterns(args: argparse.Namespace) -> int:
                      f"{s['retrievals']:.1f} ({s['retrievals_max']:.0f})", round(s["tokens"]), f"{s['ms'] / 1000:.1f}",
                      f"{s['recall@5']:.3f}", f"{s['all@5']:.3f}", f"{s['f1']:.3f}", int(s["errors"])])  # fmt: skip
         results.append({"run": run, **s})
+        flows.append(res)
         print(f"  {run}: {s['llm_calls']:.2f} LLM calls/q, {s['retrievals']:.2f} retrievals/q, "
               f"{s['ms'] / 1000:.1f} s/q", file=sys.stderr, flush=True)
     print(f"{dataset.name} ({len(dataset.queries)} questions, local model)")
@@ -294,12 +295,21 @@ def _patterns(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"dataset": dataset.name, "queries": len(dataset.queries), "results": results}, fh, indent=2)
+    if args.out:
+        _write_reports(flows, Path(args.out), dataset=dataset.name, log=lambda s: print(s, file=sys.stderr))
     return 0
+
+
+def _write_reports(flows: Sequence[Any], out: Path, *, dataset: str, log: Callable[[str], None]) -> None:
+    """Write ``modular-rag eval``'s report (JSON, CSV, quality-vs-cost PNG) for one dataset's pattern runs."""
+    from modular_rag.eval.report import write_report
+
+    paths = write_report(flows, out, dataset=dataset)
+    log(f"wrote {', '.join(str(p) for p in paths.values())}")
 
 
 def _datasets(args: argparse.Namespace) -> int:
     """One table over several BEIR folders: retrieval presets on sets without answers, pattern runs on QA sets."""
-    from pathlib import Path
 
     from modular_rag.config import load_config
     from modular_rag.errors import ConfigError
@@ -330,6 +340,7 @@ def _datasets(args: argparse.Namespace) -> int:
                 results.append({"dataset": name, "queries": n, "run": preset, **m, "ms": res.ms_per_query})
                 log(f"  {name} {preset}: nDCG@10 {m['ndcg@10']:.3f}")
             continue
+        flows = []
         for run in [r for r in args.runs.split(",") if r]:
             flow_result = evaluate_flow(pattern_config(run), dataset, env, name=run, progress=not args.quiet)
             s = flow_result.summary()
@@ -337,7 +348,10 @@ def _datasets(args: argparse.Namespace) -> int:
                          f"{s['em']:.3f}", f"{s['f1']:.3f}", f"{s['llm_calls']:.1f}", f"{s['retrievals']:.1f}",
                          f"{s['ms'] / 1000:.2f}", int(s["errors"])])  # fmt: skip
             results.append({"dataset": name, "run": run, **s})
+            flows.append(flow_result)
             log(f"  {name} {run}: F1 {s['f1']:.3f}, all@5 {s['all@5']:.3f}, {s['llm_calls']:.1f} LLM calls/q")
+        if args.out:
+            _write_reports(flows, Path(args.out) / name, dataset=name, log=log)
     print(f"shared datasets under {root} (QA sets: {args.limit} questions each, evenly spaced; local model)")
     print(format_table(["dataset", "queries", "run", "nDCG@10", "R@5", "all@5", "EM", "F1", "LLM/q", "retr/q", "s/q",
                         "errors"],
@@ -395,6 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--runs", default=",".join(PATTERN_RUNS), help=f"comma-separated: {', '.join(PATTERN_RUNS)}")
     p.add_argument("--limit", type=int, default=8, help="questions, evenly spaced over the file (default 8)")
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--out", help="also write results.json, results.csv and quality_cost.png (as eval does) here")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_patterns)
     p = sub.add_parser("datasets", help="one table over the shared datasets: retrieval and every pattern's answers")
@@ -406,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=20, help="questions per QA set, evenly spaced (default 20)")
     p.add_argument("--retrieval-limit", type=int, help="queries per retrieval-only set (default: all)")
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--out", help="also write eval's report (JSON, CSV, quality_cost.png) per QA set into OUT/<set>")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_datasets)
     args = parser.parse_args(argv)

@@ -75,3 +75,22 @@ def test_datasets_benchmark_prints_retrieval_rows_for_sets_without_answers(
     table = capsys.readouterr().out.splitlines()
     row = next(line.split() for line in table if line.startswith("tiny"))
     assert row[2] == "bm25" and 0.0 <= float(row[3]) <= 1.0
+
+
+@pytest.mark.integration
+def test_patterns_benchmark_measures_from_the_ledger_and_writes_evals_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the real local model: one linear run over two demo questions; the row's counts come from the ledger
+    (one cited-answer call and two retrievals per question) and ``--out`` writes eval's report files."""
+    import json
+
+    monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
+    out = tmp_path / "report"
+    args = ["patterns", "--runs", "linear", "--limit", "2", "--quiet", "--out", str(out)]
+    assert main([*args, "--json", str(tmp_path / "p.json")]) == 0
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("linear"))
+    assert row[1:5] == ["1.0", "(1)", "2.0", "(2)"]  # LLM calls/q (max), retrievals/q (max)
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "quality_cost.png"}
+    summary = json.loads((out / "results.json").read_text())["results"][0]
+    assert summary["config"] == "linear" and summary["llm_calls"] == 1.0 and summary["errors"] == 0
