@@ -65,7 +65,10 @@ def test_ainvoke_astream_abatch(pattern: str, demo_dir: Path) -> None:
     assert out["answer"]["text"] == ANSWER and out["answer"]["citations"]
     assert updates and {node for node, _ in updates} <= nodes
     assert any("answer" in (update or {}) for _, update in updates)
-    assert [e["node"] for _, u in updates for e in u.get("ledger", [])] == [e["node"] for e in out["ledger"]]
+    streamed = [e["node"] for _, u in updates for e in u.get("ledger", [])]
+    # the same ledger entries; parallel branches stream in the order they finish, the state keeps task order
+    assert sorted(streamed) == sorted(e["node"] for e in out["ledger"])
+    assert [n for n in streamed if "[" not in n] == [e["node"] for e in out["ledger"] if "[" not in e["node"]]
     assert [o["query"] for o in batch] == QUERIES
     assert all(o["answer"]["text"] == ANSWER for o in batch)
 
