@@ -8,13 +8,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+
+from tests.helpers.loopback import LoopbackServer, QuietHandler
 
 FAULTS = ("timeout", "500", "429", "empty", "malformed")
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     """Run with ``with FaultProxy(upstream, rate=0.3, seed=1) as proxy: ... proxy.url ...``.
 
     Args:
@@ -32,17 +32,7 @@ class FaultProxy:
         self.counts: dict[str, int] = {"ok": 0, **dict.fromkeys(faults, 0)}
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # quiet
-                pass
-
-            def _reply(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802
                 self._forward(None)
 
@@ -74,15 +64,5 @@ class FaultProxy:
                 except urllib.error.HTTPError as err:
                     self._reply(err.code, err.read())
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FaultProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(Handler)
+        self.url = f"http://127.0.0.1:{self.port}"

@@ -8,8 +8,9 @@ import hashlib
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.helpers.loopback import LoopbackServer, QuietHandler
 
 __all__ = ["StubLLM", "stub_reply"]
 
@@ -22,12 +23,7 @@ def stub_reply(messages: list[dict[str, Any]]) -> str:
     return f"The passages answer this ({hashlib.sha1(text.encode()).hexdigest()[:10]}) [1]."
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # listen backlog: many clients connect at once
-
-
-class StubLLM:
+class StubLLM(LoopbackServer):
     """Run with ``with StubLLM(latency_s=0.5) as llm: ... llm.url ...`` (the OpenAI ``base_url``, ending ``/v1``).
 
     Args:
@@ -45,22 +41,14 @@ class StubLLM:
         self._lock = threading.Lock()
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # quiet
-                pass
-
-            def _reply(self, status: int, payload: dict[str, Any]) -> None:
-                body = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        class Handler(QuietHandler):
+            def _json(self, status: int, payload: dict[str, Any]) -> None:
+                self._reply(status, json.dumps(payload).encode())
 
             def do_POST(self) -> None:  # noqa: N802
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._reply(404, {"error": {"message": f"no route {self.path}; only /v1/chat/completions"}})
+                    self._json(404, {"error": {"message": f"no route {self.path}; only /v1/chat/completions"}})
                     return
                 with stub._lock:
                     stub.calls += 1
@@ -71,7 +59,7 @@ class StubLLM:
                     messages = request.get("messages") or []
                     text = stub_reply(messages)
                     prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
-                    self._reply(200, {
+                    self._json(200, {
                         "id": f"stub-{stub.calls}", "object": "chat.completion", "created": int(time.time()),
                         "model": request.get("model", "stub"),
                         "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
@@ -83,14 +71,5 @@ class StubLLM:
                     with stub._lock:
                         stub.in_flight -= 1
 
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> StubLLM:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(Handler)
+        self.url = f"http://127.0.0.1:{self.port}/v1"
