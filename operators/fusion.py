@@ -27,7 +27,7 @@ from modular_rag.text import token_f1
 from modular_rag.trace import note
 from operators.generation import DATA_RULE, REFUSAL, SYSTEM, format_evidence, make_answer
 
-__all__ = ["rrf", "score_fusion", "fuse", "replug_weights"]
+__all__ = ["rrf", "score_fusion", "normalise_scores", "fuse", "replug_weights"]
 
 Norm = Literal["minmax", "zscore"]
 
@@ -80,7 +80,9 @@ def rrf(
     return _merged(first, scores, k, channel)
 
 
-def _normalise(values: np.ndarray, norm: Norm) -> np.ndarray:
+def normalise_scores(values: np.ndarray, norm: Norm) -> np.ndarray:
+    """Scores of one ranked list on a common scale: ``minmax`` to [0, 1] (all ones when they are equal), or
+    ``zscore`` (all zeros when they are equal)."""
     if len(values) == 0:
         return values
     if norm == "minmax":
@@ -106,7 +108,7 @@ def score_fusion(
     first: dict[str, Hit] = {}
     per_list: list[dict[str, float]] = []
     for hits in lists:
-        values = _normalise(np.array([h["score"] for h in hits], dtype=np.float64), norm)
+        values = normalise_scores(np.array([h["score"] for h in hits], dtype=np.float64), norm)
         per_list.append({h["chunk_id"]: float(v) for h, v in zip(hits, values, strict=True)})
         for h in hits:
             first.setdefault(h["chunk_id"], h)

@@ -22,6 +22,7 @@ from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, Port, operator
 from modular_rag.state import Evidence, Hit
 from modular_rag.text import estimate_tokens
+from operators.fusion import normalise_scores
 
 __all__ = ["chunk_vectors", "rescored", "CrossEncoderScorer", "mmr_order", "compress_text", "ends_first", "relevance"]
 
@@ -348,9 +349,7 @@ def mmr(params: MMRParams, env: Providers) -> Operator:
             return {"candidates": []}
         prior = None
         if params.relevance == "score":
-            scores = np.asarray([float(h.get("score", 0.0)) for h in hits])
-            spread = float(scores.max() - scores.min())
-            prior = (scores - scores.min()) / spread if spread > 0 else np.ones(len(hits))
+            prior = normalise_scores(np.asarray([float(h.get("score", 0.0)) for h in hits]), "minmax")
         order = mmr_order(env.encoder.encode_query(_query(state)), chunk_vectors(env, hits), params.k,
                           params.lambda_mult, prior)  # fmt: skip
         n = len(order)
