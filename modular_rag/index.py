@@ -212,13 +212,13 @@ class ChromaStore:
         return found
 
     def query(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
-        """The ``k`` nearest chunks by cosine similarity, optionally filtered."""
-        n = self.count()
-        if n == 0 or k <= 0:
+        """The ``k`` nearest chunks by cosine similarity, optionally filtered (fewer when fewer are stored)."""
+        if k <= 0:
             return []
+        # Chroma caps n_results at what the collection holds; asking count() first cost a round trip per query
         res = self.collection.query(
             query_embeddings=np.asarray(vector, dtype=np.float32)[None, :],
-            n_results=min(k, n),
+            n_results=k,
             where=dict(where) if where else None,
             include=["documents", "metadatas", "distances"],
         )

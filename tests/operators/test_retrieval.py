@@ -77,3 +77,19 @@ def test_rrf_by_hand() -> None:
     convex = score_fusion([a, b], weights=[0.5, 0.5], norm="minmax")
     # d2: 0.5*0 + 0.5*1; d1: 0.5*1 + 0.5*min(b)=0; d3: 0.5*0 + 0.5*0
     assert {h["chunk_id"]: round(h["score"], 6) for h in convex} == {"d1": 0.5, "d2": 0.5, "d3": 0.0}
+
+
+def test_chroma_store_returns_what_it_holds_when_k_exceeds_it() -> None:
+    import numpy as np
+
+    from modular_rag.index import ChromaStore
+
+    store = ChromaStore(in_memory=True, collection="k-exceeds-store")
+    vector = np.eye(4, dtype=np.float32)[0]
+    assert store.query(vector, 10) == []  # empty collection
+    store.add(["a", "b"], ["alpha", "beta"], [{"n": 1}, {"n": 2}], np.eye(4, dtype=np.float32)[:2])
+    hits = store.query(vector, 10)
+    assert [h["chunk_id"] for h in hits] == ["a", "b"] and hits[0]["score"] == pytest.approx(1.0)
+    assert [h["chunk_id"] for h in store.query(vector, 10, where={"n": 2})] == ["b"]
+    assert store.query(vector, 10, where={"n": 3}) == [] and store.query(vector, 0) == []
+    store.delete_all()
