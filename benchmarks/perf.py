@@ -20,8 +20,9 @@ What each measures:
   the difference: the operators through the kit's per-operator wrapper without a graph, and the same functions
   as the nodes of a bare LangGraph ``StateGraph`` (LangGraph's own cost, no kit).
 * ``indexing``: ``index_paths`` on the SciFact corpus (load, chunk, embed, write Chroma, build BM25) into a fresh
-  store, against the raw ``SentenceTransformer.encode()`` of the same chunk texts with the same batch size. The
-  raw encode runs in two halves around the kit's run (A-B-A), so slow drift on the machine falls on both.
+  store, with each embeddings backend (ONNX Runtime, torch), against the raw ``SentenceTransformer.encode()`` of
+  the same chunk texts with the same batch size. The raw encode runs in two halves around the kit's runs
+  (A-B-A), so slow drift on the machine falls on both.
   Target: kit throughput >= 0.90 of raw.
 * ``sparse``: BM25 query latency (analysis + top 10) at 100k and 1M chunks for the default ``sparse`` backend
   and ``rank_bm25``, the same queries interleaved; build time and memory (resident set growth while the index is
@@ -38,7 +39,8 @@ What each measures:
   against the local llama-server started with ``--slots`` parallel slots: throughput against serial.
 * ``startup``: wall time from starting ``modular-rag run --config <linear template> QUESTION`` to its exit with
   the answer, over the demo index; and, in a fresh process doing the same steps, the split: interpreter, imports,
-  flow build, model loads (embedder, Chroma, BM25), llama-server start, query.
+  flow build, model loads (embedder, Chroma, BM25), llama-server start, query; side by side with the embedder on
+  torch instead of ONNX Runtime, and with llama-server started only when first needed.
 """
 
 from __future__ import annotations
@@ -262,8 +264,15 @@ def _framework_floor() -> str:
 
 
 def _indexing(args: argparse.Namespace, out: _Report) -> None:
-    from modular_rag.config import ChromaConfig, IndexingConfig, OperatorSpec, ProvidersConfig, validate_params
-    from modular_rag.providers import Providers
+    from modular_rag.config import (
+        ChromaConfig,
+        IndexingConfig,
+        MiniLMConfig,
+        OperatorSpec,
+        ProvidersConfig,
+        validate_params,
+    )
+    from modular_rag.providers import Providers, SentenceEncoder, minilm_path
     from modular_rag.registry import Port, get_operator
     from operators.indexing import index_paths, load_file
 
@@ -277,15 +286,22 @@ def _indexing(args: argparse.Namespace, out: _Report) -> None:
                         break
                     dst.write(line)
         spec = OperatorSpec(name="document")
-        env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(Path(tmp) / "store"), collection="perf")))
+
+        def providers(backend: str) -> Any:
+            store = ChromaConfig(path=str(Path(tmp) / f"store-{backend}"), collection="perf")
+            return Providers(ProvidersConfig(vectorstore=store, embeddings=MiniLMConfig(backend=backend)))
+
+        envs = {backend: providers(backend) for backend in ("onnx", "torch")}
+        env = envs["torch"]
         info = get_operator(Port.CHUNK, spec.name)  # the chunker index_paths uses, built the same way
         chunk = info.factory(validate_params(info.params, spec.params, "chunker"), env)
         docs, _ = load_file(corpus, corpus.parent, env)
         texts = [c["text"] for d in docs for c in chunk(d)]
-        encoder: Any = env.encoder  # the SentenceEncoder
-        model = encoder.model  # loaded before either timing
-        batch = encoder.batch_size
+        model = SentenceEncoder(minilm_path()).model  # the raw library, loaded before any timing
+        batch = MiniLMConfig().batch_size
         model.encode(texts[:8], batch_size=batch)
+        for each in envs.values():
+            each.encoder.encode(texts[:8])  # load the session / model
         half = len(texts) // 2
 
         def raw(part: Sequence[str]) -> float:
@@ -295,26 +311,32 @@ def _indexing(args: argparse.Namespace, out: _Report) -> None:
             return time.perf_counter() - t0
 
         out(f"corpus: {corpus.name} from {args.dataset.name}, {len(texts)} chunks (one per abstract); "
-            f"MiniLM batch size {batch}; order: raw first half, kit, raw second half")
+            f"MiniLM batch size {batch}; order: raw first half, kit (onnx), kit (torch), raw second half")
         raw_a = raw(texts[:half])
-        t0 = time.perf_counter()
-        summary = index_paths([corpus], env, chunker=spec, progress=False)
-        kit = time.perf_counter() - t0
+        runs = {}
+        for backend, each in envs.items():
+            t0 = time.perf_counter()
+            summary = index_paths([corpus], each, chunker=spec, progress=False)
+            runs[backend] = (time.perf_counter() - t0, summary)
+            assert summary.index_chunks == len(texts), summary.lines()
         raw_b = raw(texts[half:])
-        assert summary.index_chunks == len(texts), summary.lines()
         raw_total = raw_a + raw_b
-        stages = summary.stages
-        rows = [
-            ["raw SentenceTransformer.encode()", len(texts), round(raw_total, 1), round(len(texts) / raw_total, 2), ""],
-            ["kit index_paths (load, chunk, embed, Chroma, BM25)", summary.index_chunks, round(kit, 1),
-             round(len(texts) / kit, 2), round(raw_total / kit, 3)],
-        ]  # fmt: skip
+        rows: list[list[Any]] = [
+            ["raw SentenceTransformer.encode() (torch)", len(texts), round(raw_total, 1),
+             round(len(texts) / raw_total, 2), ""]]  # fmt: skip
+        for backend, (seconds, summary) in runs.items():
+            rows.append([f"kit index_paths, embeddings backend {backend} (load, chunk, embed, Chroma, BM25)",
+                         summary.index_chunks, round(seconds, 1), round(len(texts) / seconds, 2),
+                         round(raw_total / seconds, 3)])  # fmt: skip
         out()
         out(_table(["run", "chunks", "seconds", "chunks/s", "of raw throughput"], rows))
-        out(f"kit / raw throughput: {raw_total / kit:.3f} (target >= 0.90: {_verdict(raw_total / kit >= 0.90)})")
-        if stages:
-            out()
-            out("inside the kit's run (seconds): " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
+        for backend, (seconds, _) in runs.items():
+            ratio = raw_total / seconds
+            out(f"kit ({backend}) / raw throughput: {ratio:.3f} (target >= 0.90: {_verdict(ratio >= 0.90)})")
+        for backend, (_, summary) in runs.items():
+            if summary.stages:
+                out(f"inside the kit's {backend} run (seconds): "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in summary.stages.items()))  # fmt: skip
         dense: Any = env.index.dense
         out(f"embedding batches of {IndexingConfig().batch_size} chunks, longest texts first; each batch written to "
             f"Chroma on a background thread while the next is embedded (a write takes at most "
@@ -638,7 +660,7 @@ mark("load config (as run does: + launch llama-server, no wait)")
 flow = build_flow(config, providers=env)
 mark("build flow (operator and pattern plugins)")
 env.encoder.encode_query(sys.argv[2])
-mark("load embedder (torch, sentence-transformers, MiniLM)")
+mark("load embedder (MiniLM: ONNX Runtime session, or torch + sentence-transformers)")
 env.index.count(); env.index.sparse
 mark("open index (Chroma, BM25 file)")
 env.llm  # the chat client (imports langchain-openai) on the local server, which it starts or waits for
@@ -665,8 +687,16 @@ def _startup(args: argparse.Namespace, out: _Report) -> None:
         data["providers"]["vectorstore"]["path"] = index
         config = Path(tmp) / "linear.yaml"
         config.write_text(yaml.safe_dump(data))
+        data["providers"]["embeddings"] = {"name": "minilm", "backend": "torch"}
+        torch_config = Path(tmp) / "linear-torch.yaml"
+        torch_config.write_text(yaml.safe_dump(data))
+        variants = {  # column: (config, mode)
+            "as run does it (s)": (config, "prestart"),
+            "embeddings backend torch (s)": (torch_config, "prestart"),
+            "server started on first use (s)": (config, "sequential"),
+        }
         totals, interpreter = [], []
-        phases: dict[str, list[dict[str, float]]] = {"prestart": [], "sequential": []}
+        phases: dict[str, list[dict[str, float]]] = {column: [] for column in variants}
         for i in range(args.runs):
             t0 = time.perf_counter()
             subprocess.run([python, "-c", "pass"], check=True)
@@ -677,26 +707,28 @@ def _startup(args: argparse.Namespace, out: _Report) -> None:
             totals.append(time.perf_counter() - t0)
             if done.returncode != 0 or "A:" not in done.stdout:
                 raise RuntimeError(f"modular-rag run failed ({done.returncode}): {done.stderr[-500:]}")
-            for mode in ("prestart", "sequential") if i % 2 == 0 else ("sequential", "prestart"):
-                child = subprocess.run([python, "-c", _PHASES, str(config), DEMO_QUESTION, mode], capture_output=True,
+            order = list(variants.items())
+            for column, (cfg, mode) in order[i % len(order) :] + order[: i % len(order)]:
+                child = subprocess.run([python, "-c", _PHASES, str(cfg), DEMO_QUESTION, mode], capture_output=True,
                                        text=True)  # fmt: skip
                 if child.returncode != 0:
                     raise RuntimeError(f"start-up phases failed: {child.stderr[-800:]}")
-                phases[mode].append(json.loads(child.stdout.strip().splitlines()[-1]))
+                phases[column].append(json.loads(child.stdout.strip().splitlines()[-1]))
     cmd = f"modular-rag run --config <linear template over the demo index> {DEMO_QUESTION!r}"
     out(f"{cmd}: {args.runs} runs, median of each")
     out(f"whole command, start to exit with the answer: {statistics.median(totals):.2f}s "
         f"(runs: {', '.join(f'{t:.2f}' for t in totals)})")
     out()
     out("The same steps in a fresh process, timed one by one: as `run` does them (llama-server launched at once, so "
-        "it loads while the rest does), and with the server started only when first needed (before this change)")
-    rows: list[list[Any]] = [["python interpreter start (python -c pass)", statistics.median(interpreter),
-                              statistics.median(interpreter)]]  # fmt: skip
-    for name in phases["prestart"][0]:
-        rows.append([name, statistics.median(p[name] for p in phases["prestart"]),
-                     statistics.median(p[name] for p in phases["sequential"])])  # fmt: skip
-    rows.append(["total", sum(r[1] for r in rows), sum(r[2] for r in rows)])
-    out(_table(["phase", "as run does it (s)", "server started on first use (s)"], rows))
+        "it loads while the rest does; the embedder on ONNX Runtime), with the embedder on torch + "
+        "sentence-transformers instead, and with the server started only when first needed")
+    first = next(iter(variants))
+    rows: list[list[Any]] = [["python interpreter start (python -c pass)",
+                              *[statistics.median(interpreter)] * len(variants)]]  # fmt: skip
+    for name in phases[first][0]:
+        rows.append([name, *(statistics.median(p[name] for p in phases[column]) for column in variants)])
+    rows.append(["total", *(sum(r[j] for r in rows) for j in range(1, len(variants) + 1))])
+    out(_table(["phase", *variants], rows))
 
 
 # ------------------------------------------------------------------------------------------------------------ main

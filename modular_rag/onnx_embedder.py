@@ -1,0 +1,341 @@
+"""Sentence-transformers models run by ONNX Runtime: the same vectors as torch, without torch at query time.
+
+A sentence-transformers folder (a transformer, mean or CLS pooling, optional normalisation: all-MiniLM-L6-v2
+and what ``modular-rag finetune`` writes) is exported once to ONNX, checked against torch, and cached under
+:func:`onnx_cache_home`, keyed by the model's files. Later processes load only ``onnxruntime`` and
+``tokenizers``: a fraction of a second instead of the ~10 s that importing torch, transformers and
+sentence-transformers takes, and a query embeds several times faster.
+
+    from modular_rag.onnx_embedder import OnnxEncoder
+    encoder = OnnxEncoder(minilm_path())          # exports on first use if no export is cached
+    vectors = encoder.encode(["a chunk", "another"])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from modular_rag.errors import MissingDependencyError, ProviderError
+from modular_rag.providers import LocalEncoder
+from modular_rag.trace import record
+
+__all__ = ["OnnxEncoder", "UnsupportedModel", "ModelLayout", "read_layout", "export_onnx", "onnx_cache_home"]
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMAT = 1
+"""Bumped when the exported graph changes, so older exports are not reused."""
+
+_PROBES = (
+    "What does error code E07 mean on the e-bike display?",
+    "Retrieval-augmented generation grounds a language model's answer in retrieved passages; " * 6,
+    "ok",
+)
+_TOLERANCE = 1e-4  # largest absolute difference allowed between ONNX Runtime's and torch's token states
+
+
+class UnsupportedModel(ProviderError):
+    """The model folder has a module the ONNX path does not run (the torch backend runs any model)."""
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """What the ONNX path needs from a sentence-transformers folder.
+
+    Attributes:
+        root: The model folder.
+        transformer: The folder of the transformer (its ``config.json``, weights and ``tokenizer.json``).
+        pooling: ``"mean"`` or ``"cls"``.
+        max_seq_length: Tokens kept per text (longer texts are truncated, as sentence-transformers does).
+    """
+
+    root: Path
+    transformer: Path
+    pooling: str
+    max_seq_length: int
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise ProviderError(f"cannot read {path}: {exc}") from exc
+
+
+def _pooling_mode(config: dict[str, Any], where: Path) -> str:
+    mode = config.get("pooling_mode")  # sentence-transformers 5 writes one mode by name
+    if mode is None:  # earlier versions write a flag per mode
+        modes = [m for m in ("mean", "cls", "max", "lasttoken", "weightedmean") if config.get(f"pooling_mode_{m}_token")
+                 or config.get(f"pooling_mode_{m}_tokens")]  # fmt: skip
+        mode = modes[0] if len(modes) == 1 else "+".join(modes) or "none"
+    mode = {"mean_tokens": "mean", "cls_token": "cls"}.get(str(mode), str(mode))
+    if mode not in ("mean", "cls"):
+        raise UnsupportedModel(f"{where}: pooling {mode!r}; the ONNX backend runs mean or cls pooling")
+    return mode
+
+
+def read_layout(path: str | os.PathLike[str]) -> ModelLayout:
+    """Read a sentence-transformers folder's modules and settings.
+
+    Args:
+        path: The model folder.
+
+    Returns:
+        Its :class:`ModelLayout`.
+
+    Raises:
+        ProviderError: If the folder does not exist.
+        UnsupportedModel: If it has a module other than a transformer, mean/CLS pooling and normalisation, or no
+            ``tokenizer.json``.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ProviderError(f"embedding model folder not found: {root}")
+    transformer, pooling = root, "mean"  # a plain transformer folder: sentence-transformers mean-pools it
+    if (root / "modules.json").exists():
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        for module in modules:
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            folder = root / str(module.get("path", ""))
+            if kind == "Transformer":
+                transformer = folder
+            elif kind == "Pooling":
+                pooling = _pooling_mode(_read_json(folder / "config.json"), folder)
+            elif kind != "Normalize":  # vectors are normalised anyway
+                raise UnsupportedModel(
+                    f"{root}: module {module.get('type')!r}; the ONNX backend runs Transformer, Pooling (mean, cls) "
+                    "and Normalize modules (use embeddings backend: torch for this model)"
+                )
+    if not (transformer / "tokenizer.json").exists():
+        raise UnsupportedModel(f"{transformer}: no tokenizer.json (a fast tokenizer); use backend: torch")
+    settings = root / "sentence_bert_config.json"
+    limit = _read_json(settings).get("max_seq_length") if settings.exists() else None
+    if limit is None:
+        tokenizer_config = transformer / "tokenizer_config.json"
+        limit = _read_json(tokenizer_config).get("model_max_length") if tokenizer_config.exists() else None
+    max_seq_length = min(int(limit or 512), 512)
+    return ModelLayout(root=root, transformer=transformer, pooling=pooling, max_seq_length=max_seq_length)
+
+
+def onnx_cache_home() -> Path:
+    """Where ONNX exports are kept: ``$MODULAR_RAG_MODEL_CACHE``, else ``$XDG_CACHE_HOME/modular_rag/onnx``,
+    else ``~/.cache/modular_rag/onnx``."""
+    if os.environ.get("MODULAR_RAG_MODEL_CACHE"):
+        return Path(os.environ["MODULAR_RAG_MODEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "modular_rag" / "onnx"
+
+
+def _export_path(layout: ModelLayout, cache: Path) -> Path:
+    """The export's file, keyed by the transformer's config and its weight files (where they really are, their
+    sizes and times). Pooling runs outside the exported graph, so folders sharing a transformer share an export."""
+    weights = sorted(layout.transformer.glob("*.safetensors")) + sorted(layout.transformer.glob("*.bin"))
+    if not weights:
+        raise ProviderError(f"{layout.transformer}: no weights (*.safetensors or *.bin)")
+    parts: list[Any] = [EXPORT_FORMAT, (layout.transformer / "config.json").read_text(encoding="utf-8")]
+    for file in weights:
+        real = file.resolve()
+        parts.append([str(real), real.stat().st_size, real.stat().st_mtime_ns])
+    key = hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:16]
+    return cache / f"{weights[0].resolve().parent.name}-{key}" / "model.onnx"
+
+
+def export_onnx(path: str | os.PathLike[str], *, cache: str | os.PathLike[str] | None = None) -> Path:
+    """Export a sentence-transformers folder's transformer to ONNX, once; later calls return the cached file.
+
+    The export is checked before it is kept: ONNX Runtime's token states on texts of other lengths than the
+    traced one must match torch's to within 1e-4.
+
+    Args:
+        path: The model folder.
+        cache: The cache folder (default :func:`onnx_cache_home`).
+
+    Returns:
+        The ``model.onnx`` file.
+
+    Raises:
+        UnsupportedModel: If the folder's modules are not ones the ONNX path runs.
+        MissingDependencyError: If an export is needed and torch, transformers or onnx is not installed.
+        ProviderError: If the export fails or does not match torch.
+    """
+    layout = read_layout(path)
+    target = _export_path(layout, Path(cache) if cache is not None else onnx_cache_home())
+    if target.exists():
+        return target
+    try:
+        import onnx  # noqa: F401 - torch's exporter needs it
+        import torch
+        from transformers import AutoModel
+        from transformers.utils import logging as transformers_logging
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"exporting {layout.root} to ONNX needs torch, transformers and onnx (once per model): run "
+            "scripts/setup.sh, or pip install torch==2.13.0 'modular-rag[local]'; or use embeddings backend: torch"
+        ) from exc
+    log.info("exporting %s to ONNX at %s (once)", layout.root, target)
+    transformers_logging.disable_progress_bar()
+    # eager attention: plain matmul/softmax ops, the same traced graph whatever the mask
+    model = AutoModel.from_pretrained(str(layout.transformer), local_files_only=True, attn_implementation="eager")
+    model.eval()
+    names = _input_names(model)
+
+    class _TokenStates(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.inner(**dict(zip(names, inputs, strict=True))).last_hidden_state
+
+    tokenizer = _tokenizer(layout)
+    traced, check = _feeds(tokenizer, _PROBES[:2], names), _feeds(tokenizer, _PROBES, names)
+    with torch.inference_mode():  # before exporting: the TorchScript exporter leaves the model changed
+        expected = model(**{n: torch.from_numpy(v) for n, v in check.items()}).last_hidden_state.numpy()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"model.{os.getpid()}.partial")
+    axes = {name: {0: "batch", 1: "tokens"} for name in [*names, "token_states"]}
+    try:
+        with warnings.catch_warnings():  # the TorchScript exporter's deprecation and tracer notes
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                _TokenStates(model), tuple(torch.from_numpy(traced[n]) for n in names), str(partial),
+                input_names=list(names), output_names=["token_states"], dynamic_axes=axes, opset_version=17,
+                do_constant_folding=True, dynamo=False,
+            )  # fmt: skip
+        got = _session(partial, threads=None).run(None, check)[0]
+        kept = check["attention_mask"][..., None] == 1  # padded positions are never pooled
+        worst = float(np.abs(np.where(kept, got - expected, 0.0)).max())
+        if worst > _TOLERANCE:
+            raise ProviderError(f"ONNX export of {layout.root} differs from torch by {worst:.1e} (> {_TOLERANCE})")
+        os.replace(partial, target)  # atomic: a concurrent process sees no file or the whole file
+    except ProviderError:
+        raise
+    except Exception as exc:
+        raise ProviderError(f"cannot export {layout.root} to ONNX: {type(exc).__name__}: {exc}") from exc
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
+
+
+def _input_names(model: Any) -> tuple[str, ...]:
+    accepted = inspect.signature(model.forward).parameters
+    return tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted)
+
+
+def _tokenizer(layout: ModelLayout) -> Any:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:  # pragma: no cover - a dependency of transformers and chromadb
+        raise MissingDependencyError("the ONNX backend needs tokenizers: pip install tokenizers") from exc
+    tokenizer = Tokenizer.from_file(str(layout.transformer / "tokenizer.json"))
+    tokenizer.enable_truncation(layout.max_seq_length)
+    tokenizer.no_padding()  # batches are padded to their longest text in _feeds
+    return tokenizer
+
+
+def _feeds(tokenizer: Any, texts: Any, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    encodings = tokenizer.encode_batch(list(texts))
+    width = max(len(e.ids) for e in encodings)
+    feeds = {name: np.zeros((len(encodings), width), dtype=np.int64) for name in names}
+    for row, enc in enumerate(encodings):
+        n = len(enc.ids)
+        feeds["input_ids"][row, :n] = enc.ids
+        feeds["attention_mask"][row, :n] = 1
+        if "token_type_ids" in feeds:
+            feeds["token_type_ids"][row, :n] = enc.type_ids
+    return feeds
+
+
+def _session(path: Path, threads: int | None) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise MissingDependencyError("the ONNX backend needs onnxruntime: pip install onnxruntime") from exc
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    # idle threads sleep instead of spinning: they share the cores with llama-server and the flow's own work
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxEncoder(LocalEncoder):
+    """A sentence-transformers folder run by ONNX Runtime; the same L2-normalised vectors as
+    :class:`~modular_rag.providers.SentenceEncoder` (to within 1e-6).
+
+    Args:
+        path: Model folder (see :func:`read_layout` for what it may hold).
+        batch_size: Texts per forward pass; texts are sorted by length first, so a batch pads little.
+        query_prefix: Text put before queries.
+        threads: ONNX Runtime's intra-op threads (default: its own choice, the physical cores).
+        cache: Where the ONNX export is kept (default :func:`onnx_cache_home`).
+
+    Raises:
+        UnsupportedModel: At construction, if the folder has modules the ONNX path does not run.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        batch_size: int = 64,
+        query_prefix: str = "",
+        threads: int | None = None,
+        cache: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(path, batch_size=batch_size, query_prefix=query_prefix)
+        self.layout = read_layout(path)
+        self.threads = threads
+        self.cache = cache
+
+    @cached_property
+    def session(self) -> Any:
+        """The ONNX Runtime session (the model is exported first if no export is cached)."""
+        return _session(export_onnx(self.path, cache=self.cache), self.threads)
+
+    @cached_property
+    def tokenizer(self) -> Any:
+        """The model's fast tokenizer, truncating at its ``max_seq_length``."""
+        return _tokenizer(self.layout)
+
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.session.get_inputs())
+
+    @property
+    def dim(self) -> int | None:
+        """Vector size."""
+        return int(self.session.get_outputs()[0].shape[-1])
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts (one embedding call in the ledger)."""
+        record(embed_calls=1)
+        if not texts:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = np.empty((len(texts), self.dim or 0), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            feeds = _feeds(self.tokenizer, [texts[i] for i in rows], self._names)
+            states = self.session.run(None, feeds)[0]
+            if self.layout.pooling == "cls":
+                pooled = states[:, 0]
+            else:
+                mask = feeds["attention_mask"][..., None].astype(np.float32)
+                pooled = (states * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            out[rows] = pooled / np.where(norms == 0, 1.0, norms)
+        return out

@@ -1,0 +1,90 @@
+"""The ONNX Runtime embedder: same vectors as torch, exported once, and the folders it refuses."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modular_rag import demo_corpus_path
+from modular_rag.config import ProvidersConfig, SentenceTransformersConfig
+from modular_rag.errors import ProviderError
+from modular_rag.onnx_embedder import OnnxEncoder, UnsupportedModel, export_onnx, read_layout
+from modular_rag.providers import Providers, SentenceEncoder, minilm_path
+
+pytestmark = pytest.mark.integration
+
+
+def _texts() -> list[str]:
+    texts = [p.read_text(encoding="utf-8") for p in sorted(Path(demo_corpus_path()).rglob("*.md"))]
+    long = " ".join(texts)  # far past the 256-token limit: truncated like sentence-transformers does
+    return [*texts, long, "", "E07", "What does error code E07 mean on the e-bike display?"]
+
+
+@pytest.fixture(scope="module")
+def torch_encoder() -> SentenceEncoder:
+    return SentenceEncoder(minilm_path())
+
+
+def _copy(tmp: Path, modules: list[dict[str, str]] | None = None, pooling: dict[str, object] | None = None) -> Path:
+    """The bundled model's folder with links to its files, and its modules or pooling replaced."""
+    root = tmp / "model"
+    shutil.copytree(minilm_path(), root, copy_function=lambda src, dst: Path(dst).symlink_to(src))
+    if modules is not None:
+        (root / "modules.json").unlink()
+        (root / "modules.json").write_text(json.dumps(modules))
+    if pooling is not None:
+        (root / "1_Pooling" / "config.json").unlink()
+        (root / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return root
+
+
+def test_default_embedder_runs_on_onnx_and_matches_torch(torch_encoder: SentenceEncoder) -> None:
+    encoder = Providers(ProvidersConfig()).encoder
+    assert isinstance(encoder, OnnxEncoder) and encoder.dim == 384
+    texts = _texts()
+    got, expected = encoder.encode(texts), torch_encoder.encode(texts)
+    assert got.shape == expected.shape == (len(texts), 384) and got.dtype == np.float32
+    assert float(np.abs(got - expected).max()) < 1e-5
+    query = texts[-1]
+    assert float(np.abs(encoder.encode_query(query) - torch_encoder.encode_query(query)).max()) < 1e-5
+    assert encoder.encode([]).shape == (0, 384)
+
+
+def test_export_is_made_once(tmp_path: Path) -> None:
+    first = export_onnx(minilm_path(), cache=tmp_path)
+    made = first.stat().st_mtime_ns
+    assert first.parent.parent == tmp_path and first.name == "model.onnx"
+    assert export_onnx(minilm_path(), cache=tmp_path) == first and first.stat().st_mtime_ns == made
+    assert [p.name for p in first.parent.iterdir()] == ["model.onnx"]  # no partial file left behind
+
+
+def test_cls_pooling_and_either_pooling_config_format(tmp_path: Path, torch_encoder: SentenceEncoder) -> None:
+    old_format = {"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
+    root = _copy(tmp_path, pooling=old_format)
+    assert read_layout(root).pooling == "cls"
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 384, "pooling_mode": "cls"}))
+    assert read_layout(root).pooling == "cls" and read_layout(minilm_path()).pooling == "mean"
+    texts = _texts()[:4]
+    got = OnnxEncoder(root).encode(texts)  # shares the bundled model's export: same transformer files
+    assert float(np.abs(got - SentenceEncoder(root).encode(texts)).max()) < 1e-5
+    assert float(np.abs(got - torch_encoder.encode(texts)).max()) > 0.01  # CLS, not mean, pooling
+
+
+def test_a_module_onnx_does_not_run_falls_back_to_torch_under_auto(tmp_path: Path) -> None:
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]  # fmt: skip
+    root = _copy(tmp_path, modules=modules)
+    with pytest.raises(UnsupportedModel, match=r"sentence_transformers\.models\.Dense.*Transformer, Pooling"):
+        read_layout(root)
+    auto = Providers(ProvidersConfig(embeddings=SentenceTransformersConfig(path=str(root)))).encoder
+    assert type(auto) is SentenceEncoder
+    strict = ProvidersConfig(embeddings=SentenceTransformersConfig(path=str(root), backend="onnx"))
+    with pytest.raises(UnsupportedModel):
+        Providers(strict).encoder  # noqa: B018
+    with pytest.raises(ProviderError, match="not found"):
+        read_layout(tmp_path / "nowhere")
