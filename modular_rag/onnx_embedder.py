@@ -18,6 +18,7 @@ import inspect
 import json
 import logging
 import os
+import shutil
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -141,22 +142,44 @@ def onnx_cache_home() -> Path:
 def _export_path(layout: ModelLayout, cache: Path) -> Path:
     """The export's file, keyed by the transformer's config and its weight files (where they really are, their
     sizes and times). Pooling runs outside the exported graph, so folders sharing a transformer share an export."""
-    weights = sorted(layout.transformer.glob("*.safetensors")) + sorted(layout.transformer.glob("*.bin"))
-    if not weights:
-        raise ProviderError(f"{layout.transformer}: no weights (*.safetensors or *.bin)")
+    weights = _weights(layout)
     parts: list[Any] = [EXPORT_FORMAT, (layout.transformer / "config.json").read_text(encoding="utf-8")]
     for file in weights:
-        real = file.resolve()
-        parts.append([str(real), real.stat().st_size, real.stat().st_mtime_ns])
+        parts.append([str(file), file.stat().st_size, file.stat().st_mtime_ns])
     key = hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:16]
-    return cache / f"{weights[0].resolve().parent.name}-{key}" / "model.onnx"
+    return cache / f"{weights[0].parent.name}-{key}" / "model.onnx"
+
+
+def _weights(layout: ModelLayout) -> list[Path]:
+    """The transformer's weight files, where they really are (links resolved)."""
+    found = sorted(layout.transformer.glob("*.safetensors")) + sorted(layout.transformer.glob("*.bin"))
+    if not found:
+        raise ProviderError(f"{layout.transformer}: no weights (*.safetensors or *.bin)")
+    return [file.resolve() for file in found]
+
+
+def _prune(kept: Path) -> None:
+    """Drop other exports of the same weight files (since retrained) and exports whose weights are gone."""
+    mine = set(json.loads((kept / "source.json").read_text())["weights"])
+    for folder in kept.parent.iterdir():
+        source = folder / "source.json"
+        if folder == kept or not source.exists():
+            continue
+        try:
+            theirs = set(json.loads(source.read_text())["weights"])
+        except (OSError, ValueError, KeyError):
+            continue
+        if theirs & mine or not all(Path(w).exists() for w in theirs):
+            log.info("removing stale ONNX export %s", folder)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def export_onnx(path: str | os.PathLike[str], *, cache: str | os.PathLike[str] | None = None) -> Path:
     """Export a sentence-transformers folder's transformer to ONNX, once; later calls return the cached file.
 
     The export is checked before it is kept: ONNX Runtime's token states on texts of other lengths than the
-    traced one must match torch's to within 1e-4.
+    traced one must match torch's to within 1e-4. Making one removes the cache's exports of earlier versions of
+    the same weight files and exports whose weight files are gone (models fine-tuned into temporary folders).
 
     Args:
         path: The model folder.
@@ -220,6 +243,8 @@ def export_onnx(path: str | os.PathLike[str], *, cache: str | os.PathLike[str] |
         if worst > _TOLERANCE:
             raise ProviderError(f"ONNX export of {layout.root} differs from torch by {worst:.1e} (> {_TOLERANCE})")
         os.replace(partial, target)  # atomic: a concurrent process sees no file or the whole file
+        (target.parent / "source.json").write_text(json.dumps({"weights": [str(w) for w in _weights(layout)]}))
+        _prune(target.parent)
     except ProviderError:
         raise
     except Exception as exc:

@@ -22,6 +22,14 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 DATASETS = Path(os.environ.get("MODULAR_RAG_DATASETS", SHARED / "datasets"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ONNX exports go to a session folder, not the user's cache (the suite fine-tunes throwaway models)."""
+    folder = tmp_path_factory.mktemp("onnx-cache")
+    os.environ["MODULAR_RAG_MODEL_CACHE"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A persistent Chroma folder holding the demo corpus (indexed once per session)."""

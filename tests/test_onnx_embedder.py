@@ -54,12 +54,18 @@ def test_default_embedder_runs_on_onnx_and_matches_torch(torch_encoder: Sentence
     assert encoder.encode([]).shape == (0, 384)
 
 
-def test_export_is_made_once(tmp_path: Path) -> None:
+def test_export_is_made_once_and_replaces_stale_ones(tmp_path: Path) -> None:
+    weights = str((minilm_path() / "model.safetensors").resolve())
+    stale = {"gone": [str(tmp_path / "deleted" / "model.safetensors")], "older": [weights], "other": ["/"]}
+    for name, files in stale.items():  # a temporary fine-tune since deleted, an earlier export of the same weights
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "source.json").write_text(json.dumps({"weights": files}))
     first = export_onnx(minilm_path(), cache=tmp_path)
     made = first.stat().st_mtime_ns
     assert first.parent.parent == tmp_path and first.name == "model.onnx"
     assert export_onnx(minilm_path(), cache=tmp_path) == first and first.stat().st_mtime_ns == made
-    assert [p.name for p in first.parent.iterdir()] == ["model.onnx"]  # no partial file left behind
+    assert sorted(p.name for p in first.parent.iterdir()) == ["model.onnx", "source.json"]  # no partial file
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.parent.name, "other"])
 
 
 def test_cls_pooling_and_either_pooling_config_format(tmp_path: Path, torch_encoder: SentenceEncoder) -> None:
