@@ -299,7 +299,7 @@ def _session(path: Path, threads: int | None) -> Any:
 
 class OnnxEncoder(LocalEncoder):
     """A sentence-transformers folder run by ONNX Runtime; the same L2-normalised vectors as
-    :class:`~modular_rag.providers.SentenceEncoder` (to within 1e-6).
+    :class:`~modular_rag.providers.SentenceEncoder` (to within 1e-5).
 
     Args:
         path: Model folder (see :func:`read_layout` for what it may hold).
