@@ -13,6 +13,7 @@ sentence-transformers takes, and a query embeds several times faster.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -226,10 +227,10 @@ def export_onnx(path: str | os.PathLike[str], *, cache: str | os.PathLike[str] |
     traced, check = _feeds(tokenizer, _PROBES[:2], names), _feeds(tokenizer, _PROBES, names)
     with torch.inference_mode():  # before exporting: the TorchScript exporter leaves the model changed
         expected = model(**{n: torch.from_numpy(v) for n, v in check.items()}).last_hidden_state.numpy()
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"model.{os.getpid()}.partial")
     axes = {name: {0: "batch", 1: "tokens"} for name in [*names, "token_states"]}
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)  # an unwritable cache is a ProviderError like the rest
         with warnings.catch_warnings():  # the TorchScript exporter's deprecation and tracer notes
             warnings.simplefilter("ignore")
             torch.onnx.export(
@@ -250,7 +251,8 @@ def export_onnx(path: str | os.PathLike[str], *, cache: str | os.PathLike[str] |
     except Exception as exc:
         raise ProviderError(f"cannot export {layout.root} to ONNX: {type(exc).__name__}: {exc}") from exc
     finally:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # nothing to remove, or nowhere it could have been written
+            partial.unlink(missing_ok=True)
     return target
 
 

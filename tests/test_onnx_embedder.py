@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from modular_rag import demo_corpus_path
-from modular_rag.config import ProvidersConfig, SentenceTransformersConfig
+from modular_rag.config import MiniLMConfig, ProvidersConfig, SentenceTransformersConfig
 from modular_rag.errors import ProviderError
 from modular_rag.onnx_embedder import OnnxEncoder, UnsupportedModel, export_onnx, read_layout
 from modular_rag.providers import Providers, SentenceEncoder, minilm_path
@@ -94,3 +94,13 @@ def test_a_module_onnx_does_not_run_falls_back_to_torch_under_auto(tmp_path: Pat
         Providers(strict).encoder  # noqa: B018
     with pytest.raises(ProviderError, match="not found"):
         read_layout(tmp_path / "nowhere")
+
+
+def test_an_unwritable_cache_falls_back_to_torch_under_auto(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")  # the cache path runs through a file: nothing can be written under it
+    with pytest.raises(ProviderError, match="cannot export"):
+        export_onnx(minilm_path(), cache=blocked / "onnx")
+    monkeypatch.setenv("MODULAR_RAG_MODEL_CACHE", str(blocked / "onnx"))
+    config = ProvidersConfig(embeddings=MiniLMConfig(batch_size=63))  # not the process's shared default encoder
+    assert type(Providers(config).encoder) is SentenceEncoder
