@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from modular_rag.errors import MissingDependencyError, ProviderError
-from modular_rag.providers import LocalEncoder
+from modular_rag.providers import LocalEncoder, l2_normalise
 from modular_rag.trace import record
 
 __all__ = ["OnnxEncoder", "UnsupportedModel", "ModelLayout", "read_layout", "export_onnx", "onnx_cache_home"]
@@ -363,6 +363,5 @@ class OnnxEncoder(LocalEncoder):
             else:
                 mask = feeds["attention_mask"][..., None].astype(np.float32)
                 pooled = (states * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-            out[rows] = pooled / np.where(norms == 0, 1.0, norms)
+            out[rows] = l2_normalise(pooled)
         return out

@@ -57,6 +57,7 @@ __all__ = [
     "Completion",
     "TokenLogprob",
     "LocalEncoder",
+    "l2_normalise",
     "SentenceEncoder",
     "LangChainEncoder",
     "LocalLLMServer",
@@ -198,15 +199,16 @@ class LangChainEncoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts with ``embed_documents``."""
         record(embed_calls=1)
-        return _normalise(np.asarray(self.embeddings.embed_documents(list(texts)), dtype=np.float32))
+        return l2_normalise(np.asarray(self.embeddings.embed_documents(list(texts)), dtype=np.float32))
 
     def encode_query(self, text: str) -> np.ndarray:
         """Embed a query with ``embed_query``."""
         record(embed_calls=1)
-        return _normalise(np.asarray(self.embeddings.embed_query(text), dtype=np.float32)[None, :])[0]
+        return l2_normalise(np.asarray(self.embeddings.embed_query(text), dtype=np.float32)[None, :])[0]
 
 
-def _normalise(x: np.ndarray) -> np.ndarray:
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (all-zero rows stay zero)."""
     if x.size == 0:
         return x
     norms = np.linalg.norm(x, axis=1, keepdims=True)
