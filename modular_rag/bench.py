@@ -80,7 +80,6 @@ def retrieval_preset(name: str) -> dict[str, Any]:
 
 def _embeddings(path: str | None) -> Any:
     """``--embeddings``: a sentence-transformers folder, or ``None`` (each config's own embeddings)."""
-
     from modular_rag.config import SentenceTransformersConfig
     from modular_rag.errors import ConfigError
 
@@ -312,7 +311,6 @@ def _write_reports(flows: Sequence[Any], out: Path, *, dataset: str, log: Callab
 
 def _datasets(args: argparse.Namespace) -> int:
     """One table over several BEIR folders: retrieval presets on sets without answers, pattern runs on QA sets."""
-
     from modular_rag.config import load_config
     from modular_rag.errors import ConfigError
     from modular_rag.eval.datasets import load_beir

@@ -4,6 +4,7 @@ the real local LLM (llama-server + SmolLM2), and scripted fake chat models where
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,16 @@ DATASETS = Path(os.environ.get("MODULAR_RAG_DATASETS", SHARED / "datasets"))
 
 
 @pytest.fixture(scope="session", autouse=True)
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """ONNX exports go to a session folder, not the user's cache (the suite fine-tunes throwaway models)."""
     folder = tmp_path_factory.mktemp("onnx-cache")
+    before = os.environ.get("MODULAR_RAG_MODEL_CACHE")
     os.environ["MODULAR_RAG_MODEL_CACHE"] = str(folder)
-    return folder
+    yield folder
+    if before is None:
+        os.environ.pop("MODULAR_RAG_MODEL_CACHE", None)
+    else:
+        os.environ["MODULAR_RAG_MODEL_CACHE"] = before
 
 
 @pytest.fixture(scope="session")
