@@ -65,6 +65,7 @@ __all__ = [
     "llama_server_binary",
     "default_server_threads",
     "shutdown_local_servers",
+    "running_local_servers",
 ]
 
 log = logging.getLogger(__name__)
@@ -316,6 +317,44 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
+class _Spawner:
+    """Starts child processes from one daemon thread that lives as long as the process.
+
+    ``PR_SET_PDEATHSIG`` signals the child when the *thread* that forked it exits, not the process. A server started
+    lazily from whichever thread first needed the model (a worker pool, a timeout pool, a ``Send`` branch, a web
+    framework's request thread) died with that thread. Forking from this thread instead ties the child's life to
+    the process: it never outlives the process, and no request thread can take it down.
+    """
+
+    def __init__(self) -> None:
+        import queue
+
+        self._requests: queue.Queue[tuple[Callable[[], Any], Any]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, start: Callable[[], T]) -> T:
+        """Call ``start`` (which forks) on the spawner thread and return its result (or raise its error)."""
+        from concurrent.futures import Future
+
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="modular-rag-spawner", daemon=True)
+                self._thread.start()
+        done: Future[T] = Future()
+        self._requests.put((start, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            start, done = self._requests.get()
+            try:
+                done.set_result(start())
+            except BaseException as exc:  # handed to the caller
+                done.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
 _SERVERS: list[LocalLLMServer] = []
 
 
@@ -375,12 +414,12 @@ class LocalLLMServer:
                 self._wait_ready()
                 self._ready = True
 
-    def _launch(self) -> None:
+    def _launch(self, port: int | None = None) -> None:
         if self.process is not None and self.process.poll() is None:
             return
         self._ready = False
         binary = llama_server_binary()
-        self.port = _free_port()
+        self.port = port or _free_port()
         fd, log_name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
         os.close(fd)
         self.log_file = Path(log_name)
@@ -389,13 +428,36 @@ class LocalLLMServer:
             "-np", str(self.parallel), "-c", str(self.ctx_size * self.parallel), "--no-webui",
         ]  # fmt: skip
         cmd += ["-t", str(self.threads or default_server_threads())]
-        with open(self.log_file, "wb") as log_fh:
-            self.process = subprocess.Popen(
-                cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )  # fmt: skip
+        log_file = self.log_file
+
+        def spawn() -> subprocess.Popen[bytes]:
+            with open(log_file, "wb") as log_fh:
+                return subprocess.Popen(
+                    cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                )  # fmt: skip
+
+        self.process = _SPAWNER.run(spawn)
         if self not in _SERVERS:
             _SERVERS.append(self)
+
+    def revive(self) -> str | None:
+        """Restart the server on its port if its process has died; returns why it died, or ``None`` when it is
+        running (or was never started). The chat client calls this once after a failed connection.
+
+        Raises:
+            ProviderError: If the restarted server does not become ready.
+        """
+        with self._lock:
+            proc = self.process
+            if proc is None or proc.poll() is None:
+                return None
+            reason = f"llama-server had exited with code {proc.returncode}"
+            log.warning("%s; restarting it on port %s", reason, self.port)
+            self._launch(port=self.port)
+            self._wait_ready()
+            self._ready = True
+            return reason
 
     def _wait_ready(self) -> None:
         assert self.process is not None and self.port is not None
@@ -441,6 +503,11 @@ def shutdown_local_servers() -> None:
     """Stop every llama-server this process started (also runs at exit)."""
     while _SERVERS:
         _SERVERS.pop().stop()
+
+
+def running_local_servers() -> list[LocalLLMServer]:
+    """The llama-servers this process has started and not stopped."""
+    return [s for s in _SERVERS if s.process is not None]
 
 
 atexit.register(shutdown_local_servers)
@@ -506,6 +573,8 @@ class ChatClient:
         retries: Extra attempts for responses the HTTP client does not retry (malformed or empty bodies); HTTP
             429/5xx, timeouts and dropped connections are retried by the OpenAI client itself (``max_retries``).
         backoff_s: First wait between those attempts (doubling).
+        revive: Called once when a request cannot connect: restarts a dead local server and returns why it died
+            (then the request is sent again), or returns ``None``.
     """
 
     def __init__(
@@ -518,6 +587,7 @@ class ChatClient:
         logprobs: bool = True,
         retries: int = 2,
         backoff_s: float = 0.5,
+        revive: Callable[[], str | None] | None = None,
     ) -> None:
         self.model = model
         self.openai_compatible = openai_compatible
@@ -527,23 +597,33 @@ class ChatClient:
         self.cache: Any = None  # a KVCache, set by Providers when providers.cache.llm is on
         self.retries = retries
         self.backoff_s = backoff_s
+        self.revive = revive
 
     def _invoke(self, runnable: Any, messages: list[tuple[str, str]]) -> Any:
         """Call the model; retry malformed or empty responses (which the HTTP client does not retry) with
         exponential backoff, up to ``retries`` more times; raise :class:`ProviderError` when it keeps failing."""
         delay = self.backoff_s
-        for attempt in range(self.retries + 1):
+        revived = False
+        attempt = 0
+        while True:
             try:
-                message = runnable.invoke(messages)
+                return runnable.invoke(messages)
             except Exception as exc:
                 record(llm_calls=1)
+                if not revived and self.revive is not None and _connection_failed(exc):
+                    revived = True
+                    reason = self.revive()
+                    if reason is not None:
+                        from modular_rag.trace import note
+
+                        note(f"llama-server restarted: {reason}")
+                        continue
                 if attempt < self.retries and _retryable(exc):
+                    attempt += 1
                     time.sleep(delay)
                     delay *= 2
                     continue
                 raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
-            return message
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def next_token(
         self, prompt: str, prefix: str, *, system: str | None = None, top_logprobs: int = 10
@@ -644,6 +724,15 @@ def _completion_from(d: dict[str, Any]) -> Completion:
     return Completion(d["text"], tokens, d["prompt"], d["completion"], d.get("meta") or {})
 
 
+def _connection_failed(exc: BaseException) -> bool:
+    """Whether a request failed to reach the server at all (refused or dropped connection; not a timeout)."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - langchain-openai depends on it
+        return False
+    return isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
+
+
 def _retryable(exc: BaseException) -> bool:
     """Failures worth another attempt: malformed or empty bodies; not a refused request (4xx), which the same request
     would meet again, nor what the HTTP client already retried (429/5xx, timeouts, dropped connections)."""
@@ -686,7 +775,7 @@ def _build_local_chat(cfg: LocalLLMConfig) -> ChatClient:
         model=model_path.stem, base_url=server.base_url, api_key="local-no-key", cfg=cfg
     )
     return ChatClient(model, openai_compatible=True, describe=f"local llama-server ({model_path.name})", prefill=True,
-                      retries=cfg.max_retries)  # fmt: skip
+                      retries=cfg.max_retries, revive=server.revive)  # fmt: skip
 
 
 def _chat_openai(*, model: str, base_url: str | None, api_key: str, cfg: LocalLLMConfig | OpenAILLMConfig) -> Any:
@@ -762,7 +851,8 @@ class Providers:
             build = _LLM_BUILDERS[type(cfg)]
             shared = _shared("llm", self._key(cfg), lambda: build(cfg))
             client = ChatClient(shared.model, openai_compatible=shared.openai_compatible, describe=shared.describe,
-                                prefill=shared.prefill, logprobs=shared.logprobs, retries=shared.retries)  # fmt: skip
+                                prefill=shared.prefill, logprobs=shared.logprobs, retries=shared.retries,
+                                revive=shared.revive)  # fmt: skip
         if self.config.cache is not None and self.config.cache.llm:
             client.cache = self.cache
         return client

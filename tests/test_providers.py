@@ -42,3 +42,46 @@ def test_prestart_launches_the_shared_server_the_chat_model_then_uses() -> None:
     assert env.llm.complete("Say yes.", max_tokens=2).completion_tokens > 0
     remote = Providers(ProvidersConfig(llm=OpenAILLMConfig(model="m", base_url="http://127.0.0.1:9/v1")))
     remote.prestart()  # not a local model: nothing to launch, nothing contacted
+
+
+def _thread_test_flow(demo_dir, **llm: object):  # type: ignore[no-untyped-def]
+    """A linear flow whose local server settings no other test uses, so its server starts where this test says."""
+    from modular_rag.builder import build_flow
+    from tests.conftest import demo_flow
+
+    llm_cfg = {"name": "local", "parallel": 1, "ctx_size": 1536, "max_tokens": 12, **llm}
+    return build_flow(demo_flow(demo_dir, providers={"llm": llm_cfg, "vectorstore": {
+        "name": "chroma", "path": str(demo_dir), "collection": "demo"}}))  # fmt: skip
+
+
+@pytest.mark.integration
+def test_the_local_server_outlives_the_thread_that_started_it(demo_dir) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    flow = _thread_test_flow(demo_dir)
+    results: list[dict] = []
+    worker = threading.Thread(target=lambda: results.append(flow.invoke({"query": "What does error code E07 mean?"})))
+    worker.start()
+    worker.join()
+    assert results and results[0]["answer"]["text"].strip()
+    # the thread that started llama-server has ended; the server must still answer
+    again = flow.invoke({"query": "What does error code E12 mean?"})
+    assert again["answer"]["text"].strip()
+    assert not any("restarted" in e["summary"] for e in again["trace"])  # alive, not revived
+
+
+@pytest.mark.integration
+def test_a_dead_local_server_is_restarted_once_with_the_reason_in_the_trace(demo_dir) -> None:  # type: ignore[no-untyped-def]
+    import signal
+
+    from modular_rag.providers import running_local_servers
+
+    flow = _thread_test_flow(demo_dir, ctx_size=1280)
+    assert flow.invoke({"query": "What does error code E07 mean?"})["answer"]["text"].strip()
+    server = next(s for s in running_local_servers() if s.ctx_size == 1280)
+    server.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+    server.process.wait()  # type: ignore[union-attr]
+    out = flow.invoke({"query": "What does error code E12 mean?"})
+    assert out["answer"]["text"].strip()
+    event = next(e for e in out["trace"] if e["node"] == "generate")
+    assert "llama-server restarted" in event["summary"] and "-9" in event["summary"]
