@@ -37,7 +37,7 @@ from modular_rag.config import Condition, FlowConfig, OperatorSpec, load_config,
 from modular_rag.errors import ConfigError, OperatorError, OperatorTimeout
 from modular_rag.providers import Providers
 from modular_rag.registry import Port
-from modular_rag.state import APPEND_KEYS, STATE_KEYS, LedgerEntry, RAGState, TraceEvent
+from modular_rag.state import APPEND_KEYS, STATE_KEYS, LedgerEntry, RAGState, TraceEvent, fresh_question
 from modular_rag.trace import Meter, metered
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FlowBuilder",
     "build_flow",
+    "BEGIN",
     "GraphNode",
     "make_node",
     "PooledNode",
@@ -542,26 +543,32 @@ class FlowBuilder:
         """A conditional edge with an explicit ``path_map`` (so drawings and checks know every edge)."""
         self.graph.add_conditional_edges(source, decide, path_map)  # type: ignore[arg-type]
 
-    def compile(self, *, checkpointer: Any = None, max_steps: int) -> CompiledStateGraph:
+    def compile(self, *, checkpointer: Any = None, max_steps: int, threads: bool | None = None) -> CompiledStateGraph:
         """Compile with an optional checkpointer; ``recursion_limit`` is derived from the pattern's bound.
 
         Args:
             checkpointer: Any LangGraph checkpointer (for example ``SqliteSaver``).
             max_steps: The most supersteps one run can take under the config's loop bounds.
+            threads: Whether runs share state through threads (``thread_id``): then every new question first
+                passes a ``begin`` step that clears what an earlier question on the thread left (a resume with
+                input ``None`` does not pass it). Default: when a checkpointer is given; a server that attaches
+                its own checkpointer (LangGraph Server) asks for it explicitly.
         """
         name = self.config.name or self.info.name
+        threaded = checkpointer is not None if threads is None else threads
         if self.config.answer_cache is not None:
             return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=max_steps + 4),
-                                           checkpointer, name)  # fmt: skip
-        compiled = self.graph.compile(checkpointer=checkpointer, name=name)
-        return compiled.with_config(recursion_limit=max_steps + 4, **self._run_labels(name))
+                                           checkpointer, name, threaded)  # fmt: skip
+        compiled = _compile(self.graph, checkpointer, name, threaded)
+        return compiled.with_config(recursion_limit=max_steps + 4 + threaded, **self._run_labels(name))
 
     def _run_labels(self, name: str) -> dict[str, Any]:
         """Tags and metadata every run of the flow carries (shown by LangSmith and other tracers)."""
         return {"tags": ["modular_rag", f"pattern:{self.info.name}"],
                 "metadata": {"modular_rag_pattern": self.info.name, "modular_rag_flow": name}}  # fmt: skip
 
-    def _with_answer_cache(self, inner: CompiledStateGraph, checkpointer: Any, name: str) -> CompiledStateGraph:
+    def _with_answer_cache(self, inner: CompiledStateGraph, checkpointer: Any, name: str,
+                           threaded: bool) -> CompiledStateGraph:  # fmt: skip
         """Put a semantic answer cache in front of the compiled flow: a hit answers at once; a miss runs the flow
         and stores its answer."""
         from modular_rag.cache import SemanticCache, content_key
@@ -612,8 +619,29 @@ class FlowBuilder:
         outer.add_conditional_edges("cache_lookup", hit, {"hit": END, "miss": "flow"})
         outer.add_edge("flow", "cache_store")
         outer.add_edge("cache_store", END)
-        return outer.compile(checkpointer=checkpointer, name=name).with_config(recursion_limit=limit + 4,
-                                                                               **self._run_labels(name))
+        return _compile(outer, checkpointer, name, threaded).with_config(recursion_limit=limit + 4 + threaded,
+                                                                         **self._run_labels(name))
+
+
+BEGIN = "begin"
+"""The step a flow on threads starts every new question with (see :meth:`FlowBuilder.compile`)."""
+
+
+def _begin(state: RAGState) -> dict[str, Any]:
+    return fresh_question(state)
+
+
+def _compile(graph: StateGraph, checkpointer: Any, name: str, threaded: bool) -> CompiledStateGraph:
+    """Compile ``graph``; on threads, first route START through :data:`BEGIN` (its edges and branches move there)."""
+    if threaded:
+        for edge in [e for e in graph.edges if e[0] == START]:
+            graph.edges.discard(edge)
+            graph.edges.add((BEGIN, edge[1]))
+        if START in graph.branches:
+            graph.branches[BEGIN] = graph.branches.pop(START)
+        graph.add_node(BEGIN, _begin)
+        graph.add_edge(START, BEGIN)
+    return graph.compile(checkpointer=checkpointer, name=name)
 
 
 def build_flow(
@@ -621,6 +649,7 @@ def build_flow(
     *,
     checkpointer: Any = None,
     providers: Providers | None = None,
+    threads: bool | None = None,
 ) -> CompiledStateGraph:
     """Build the graph of whatever pattern the config names.
 
@@ -628,6 +657,8 @@ def build_flow(
         config: A config object, dict or YAML path.
         checkpointer: Optional LangGraph checkpointer.
         providers: Optional shared providers.
+        threads: Whether runs share state through threads; default: when a checkpointer is given (see
+            :meth:`FlowBuilder.compile`).
 
     Returns:
         The compiled LangGraph ``StateGraph``; call ``.invoke({"query": ...})``.
@@ -637,5 +668,5 @@ def build_flow(
     """
     cfg = load_config(config)
     info = registry.get_pattern(cfg.pattern)
-    return info.factory(cfg, checkpointer=checkpointer, providers=providers)
+    return info.factory(cfg, checkpointer=checkpointer, providers=providers, threads=threads)
 

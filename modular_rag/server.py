@@ -44,9 +44,10 @@ def config_path(pattern: str) -> Path:
     return template_path(pattern)
 
 
-linear = build_flow(config_path("linear"))
-conditional = build_flow(config_path("conditional"))
-branching = build_flow(config_path("branching"))
-iterative = build_flow(config_path("iterative"))
-recursive = build_flow(config_path("recursive"))
-adaptive = build_flow(config_path("adaptive"))
+# the server attaches its own checkpointer and its threads are conversations: every new question starts clean
+linear = build_flow(config_path("linear"), threads=True)
+conditional = build_flow(config_path("conditional"), threads=True)
+branching = build_flow(config_path("branching"), threads=True)
+iterative = build_flow(config_path("iterative"), threads=True)
+recursive = build_flow(config_path("recursive"), threads=True)
+adaptive = build_flow(config_path("adaptive"), threads=True)

@@ -14,6 +14,7 @@ operators when they are built, never stored here.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired
 
 from typing_extensions import TypedDict
@@ -34,6 +35,9 @@ __all__ = [
     "RAGState",
     "STATE_KEYS",
     "APPEND_KEYS",
+    "INPUT_KEYS",
+    "QUESTION_KEYS",
+    "fresh_question",
 ]
 
 
@@ -209,3 +213,25 @@ STATE_KEYS: frozenset[str] = frozenset(RAGState.__annotations__)
 
 APPEND_KEYS: frozenset[str] = frozenset({"rounds", "branches", "tree", "verdicts", "trace", "ledger"})
 """Keys with an append reducer: an update adds to them, never replaces them."""
+
+INPUT_KEYS: frozenset[str] = frozenset({"query", "filter"})
+"""Keys the caller writes: a question and its metadata filter. On a thread (a checkpointed conversation) a
+``filter`` stays until the caller replaces it or sets it to ``None``."""
+
+QUESTION_KEYS: frozenset[str] = STATE_KEYS - INPUT_KEYS
+"""Keys that belong to one question: everything the flow derives from it (queries, candidates, answer, loop
+counters, branches, tree, verdicts, trace, ledger)."""
+
+
+def fresh_question(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The update that clears what an earlier question on the same thread left in ``state``: append keys are
+    overwritten with an empty list (bypassing their reducer), the other per-question keys are set to ``None``.
+    Empty for a fresh state."""
+    from langgraph.types import Overwrite
+
+    update: dict[str, Any] = {}
+    for key in sorted(QUESTION_KEYS):
+        if state.get(key) in (None, [], {}):
+            continue
+        update[key] = Overwrite([]) if key in APPEND_KEYS else None
+    return update

@@ -78,7 +78,8 @@ def masked_query(question: str, tokens: list[str], logprobs: list[float], below:
     return kept if len(kept.split()) >= 4 else f"{question} {kept}".strip()
 
 
-def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any) -> CompiledStateGraph:
+def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
+           threads: bool | None) -> CompiledStateGraph:
     defaults = _DEFAULTS["flare"]
     fetch = flow.runner([RETRIEVE, RERANK, CONTEXT], label="retrieve", defaults=defaults)
     draft = flow.runner([DRAFT], label=DRAFT)
@@ -142,10 +143,11 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any) -> Comp
     flow.graph.add_edge(REQUERY, ACCEPT)
     flow.branch(ACCEPT, more, {"draft": DRAFT, "finish": FINISH})
     flow.graph.add_edge(FINISH, END)
-    return flow.compile(checkpointer=checkpointer, max_steps=2 + params.max_steps * 4)
+    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=2 + params.max_steps * 4)
 
 
-def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any) -> CompiledStateGraph:
+def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
+              threads: bool | None) -> CompiledStateGraph:
     defaults = _DEFAULTS["self_rag"]
 
     def advance(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,7 +184,7 @@ def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any) -> C
         flow.graph.add_edge(START, body[0])
     flow.branch(last, again, {"again": REWRITE if rewrite else body[0], "done": END})
     per_round = len(body) + 2 + (last == JUDGE) + bool(rewrite)
-    return flow.compile(checkpointer=checkpointer, max_steps=1 + params.max_steps * per_round)
+    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=1 + params.max_steps * per_round)
 
 
 def cost(config: FlowConfig) -> Cost:
@@ -212,6 +214,7 @@ def build_adaptive(
     *,
     checkpointer: Any = None,
     providers: Providers | None = None,
+    threads: bool | None = None,
 ) -> CompiledStateGraph:
     """Build the adaptive flow (FLARE or Self-RAG style).
 
@@ -219,6 +222,8 @@ def build_adaptive(
         config: A flow config with ``pattern: adaptive``.
         checkpointer: Optional LangGraph checkpointer.
         providers: Optional providers to share.
+        threads: Whether runs share state through threads (default: with a checkpointer); see
+            :meth:`~modular_rag.builder.FlowBuilder.compile`.
 
     Returns:
         The compiled graph. Cost: flare = 1 draft per sentence + 1 retrieval and 1 redraft per low-confidence
@@ -233,4 +238,4 @@ def build_adaptive(
     flow = FlowBuilder(config, "adaptive", providers=providers)
     params: AdaptiveParams = flow.params
     builder = _flare if params.mode == "flare" else _self_rag
-    return builder(flow, params, checkpointer)
+    return builder(flow, params, checkpointer, threads)

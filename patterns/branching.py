@@ -90,6 +90,7 @@ def build_branching(
     *,
     checkpointer: Any = None,
     providers: Providers | None = None,
+    threads: bool | None = None,
 ) -> CompiledStateGraph:
     """Build the branching flow (multi-query fan-out or per-document REPLUG fan-out, fused).
 
@@ -97,6 +98,8 @@ def build_branching(
         config: A flow config with ``pattern: branching``.
         checkpointer: Optional LangGraph checkpointer.
         providers: Optional providers to share.
+        threads: Whether runs share state through threads (default: with a checkpointer); see
+            :meth:`~modular_rag.builder.FlowBuilder.compile`.
 
     Returns:
         The compiled graph. Cost: queries mode = expand calls + N retrievals (in parallel) + 1 generation; documents
@@ -131,7 +134,7 @@ def build_branching(
         flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
         flow.graph.add_edge(BRANCH, FUSE)
         tail = flow.chain([RERANK, CONTEXT, GENERATE], start=FUSE)
-        return flow.compile(checkpointer=checkpointer, max_steps=len(head) + 2 + len(tail))
+        return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(head) + 2 + len(tail))
 
     per_document = flow.runner([GENERATE], label=BRANCH + "[{branch}]")
 
@@ -158,4 +161,4 @@ def build_branching(
     flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.graph.add_edge(BRANCH, FUSE)
     flow.graph.add_edge(FUSE, END)
-    return flow.compile(checkpointer=checkpointer, max_steps=len(head) + 2)
+    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(head) + 2)

@@ -95,6 +95,7 @@ def build_conditional(
     *,
     checkpointer: Any = None,
     providers: Providers | None = None,
+    threads: bool | None = None,
 ) -> CompiledStateGraph:
     """Build the conditional flow: route -> one of the route sub-flows -> end.
 
@@ -102,6 +103,8 @@ def build_conditional(
         config: A flow config with ``pattern: conditional`` and ``params.routes``.
         checkpointer: Optional LangGraph checkpointer.
         providers: Optional providers to share.
+        threads: Whether runs share state through threads (default: with a checkpointer); see
+            :meth:`~modular_rag.builder.FlowBuilder.compile`.
 
     Returns:
         The compiled graph. Cost: the router's (0 LLM calls for keyword/embedding, 1 for llm) plus the chosen
@@ -131,4 +134,5 @@ def build_conditional(
         return state["route"]
 
     flow.branch(ROUTE, by_route, {name: name for name in params.routes})
-    return flow.compile(checkpointer=checkpointer, max_steps=2)  # each route runs as one node with its own bound
+    # each route runs as one node with its own bound
+    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=2)

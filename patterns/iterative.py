@@ -80,6 +80,7 @@ def build_iterative(
     *,
     checkpointer: Any = None,
     providers: Providers | None = None,
+    threads: bool | None = None,
 ) -> CompiledStateGraph:
     """Build the iterative flow: (retrieve -> rerank -> context -> generate -> advance -> judge) x up to T rounds.
 
@@ -87,6 +88,8 @@ def build_iterative(
         config: A flow config with ``pattern: iterative``.
         checkpointer: Optional LangGraph checkpointer (a run can resume between rounds).
         providers: Optional providers to share.
+        threads: Whether runs share state through threads (default: with a checkpointer); see
+            :meth:`~modular_rag.builder.FlowBuilder.compile`.
 
     Returns:
         The compiled graph. Cost per query: up to ``rounds`` x (1 generation + retrievals), plus judge calls.
@@ -113,4 +116,4 @@ def build_iterative(
 
     flow.branch(last, again, {"again": body[0], "done": END})
     per_round = len(body) + 1 + (last == JUDGE)
-    return flow.compile(checkpointer=checkpointer, max_steps=params.rounds * per_round)
+    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=params.rounds * per_round)

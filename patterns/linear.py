@@ -50,6 +50,7 @@ def build_linear(
     *,
     checkpointer: Any = None,
     providers: Providers | None = None,
+    threads: bool | None = None,
 ) -> CompiledStateGraph:
     """Build the linear flow: rewrite -> retrieve -> rerank -> context -> generate.
 
@@ -70,4 +71,4 @@ def build_linear(
     """
     flow = FlowBuilder(config, "linear", providers=providers)
     nodes = flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY])
-    return flow.compile(checkpointer=checkpointer, max_steps=len(nodes))
+    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(nodes))

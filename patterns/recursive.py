@@ -77,6 +77,7 @@ def build_recursive(
     *,
     checkpointer: Any = None,
     providers: Providers | None = None,
+    threads: bool | None = None,
 ) -> CompiledStateGraph:
     """Build the recursive flow: expand -> node (parallel) -> prune, per level, then fuse.
 
@@ -84,6 +85,8 @@ def build_recursive(
         config: A flow config with ``pattern: recursive``.
         checkpointer: Optional LangGraph checkpointer.
         providers: Optional providers to share.
+        threads: Whether runs share state through threads (default: with a checkpointer); see
+            :meth:`~modular_rag.builder.FlowBuilder.compile`.
 
     Returns:
         The compiled graph. Cost: per node one retrieval set and one generation; per expanded node one clarify
@@ -155,4 +158,4 @@ def build_recursive(
     flow.branch(last, grow, {"expand": EXPAND, "fuse": FUSE})
     flow.graph.add_edge(FUSE, END)
     per_level = 2 + (last == PRUNE)
-    return flow.compile(checkpointer=checkpointer, max_steps=per_level * (params.max_depth + 1) + 1)
+    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=per_level * (params.max_depth + 1) + 1)

@@ -47,7 +47,7 @@ def test_langgraph_json_exposes_every_pattern_as_a_compiled_graph() -> None:
     for name, spec in config["graphs"].items():
         graph = load_graph(spec if isinstance(spec, str) else spec["path"], REPO)
         assert isinstance(graph, CompiledStateGraph), name
-        expected = build_flow(template_path(name))  # the same template, built directly
+        expected = build_flow(template_path(name), threads=True)  # the same template, built directly, on threads
         assert set(graph.get_graph().nodes) == set(expected.get_graph().nodes), name
         assert graph.name == yaml.safe_load(template_path(name).read_text())["name"]
         assert graph.config["recursion_limit"] == expected.config["recursion_limit"]  # type: ignore[index]
@@ -131,3 +131,7 @@ def test_langgraph_dev_answers_over_http(demo_dir: Path, demo_env: Providers, tm
         assert [e["node"] for e in out["ledger"]] == ["retrieve", "context", "generate"]
         state = client.threads.get_state(thread["thread_id"])  # the server checkpoints the thread
         assert state["values"]["answer"] == out["answer"]
+        # a second question on the same thread (a conversation) starts clean: nothing of the first carries over
+        again = client.runs.wait(thread["thread_id"], "linear", input={"query": "What does error code E12 mean?"})
+        assert [e["node"] for e in again["ledger"]] == ["retrieve", "context", "generate"]
+        assert not any("E07" in e["text"] for e in again["evidence"][:1])
