@@ -38,7 +38,7 @@ from modular_rag.errors import ConfigError, OperatorError, OperatorTimeout
 from modular_rag.providers import Providers
 from modular_rag.registry import Port
 from modular_rag.state import APPEND_KEYS, STATE_KEYS, LedgerEntry, RAGState, TraceEvent, fresh_question
-from modular_rag.trace import Meter, metered
+from modular_rag.trace import Deadline, Meter, metered, run_with_deadline
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -188,14 +188,26 @@ def _events(
     return event, entry
 
 
+TIMEOUT_GRACE_S = 2.0
+"""After a step times out, how long to wait for its model calls in flight to end (they end at the deadline, their
+HTTP timeout), so what they spent reaches the ledger. Other work of the step is not waited for."""
+
+
 def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str, Any], timeout_s: float | None) -> Any:
+    """Call the operator; with a timeout, in a worker thread under a :class:`~modular_rag.trace.Deadline` that
+    model clients honour. On timeout the deadline is cancelled (no new model call starts) and the calls in flight
+    are given :data:`TIMEOUT_GRACE_S` to end, so their spending is in the step's meter when the step records it."""
     if timeout_s is None:
         return fn(state)
-    ctx = contextvars.copy_context()
+    limit = Deadline(timeout_s)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="op-timeout")
-    future = pool.submit(ctx.run, fn, state)
+    future = pool.submit(run_with_deadline, contextvars.copy_context(), limit, fn, state)
     try:
         return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        limit.cancel()
+        limit.wait_idle(TIMEOUT_GRACE_S)  # model calls in flight end at the deadline; count what they spent
+        raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -236,6 +248,9 @@ class _Step:
                 ms = (time.perf_counter() - t0) * 1000
                 timed_out = isinstance(exc, concurrent.futures.TimeoutError)
                 message = f"timed out after {self.spec.timeout_s}s" if timed_out else f"{type(exc).__name__}: {exc}"
+                if timed_out and meter.llm_calls:
+                    calls = f"{meter.llm_calls} LLM call{'s' if meter.llm_calls != 1 else ''}"
+                    message += f" ({calls} spent, then cancelled)"
                 if self.spec.on_error == "skip":
                     event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip", meter, message)
                     return {}, event, entry

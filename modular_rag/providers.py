@@ -49,7 +49,7 @@ from modular_rag.config import (
 from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.index import ChromaStore, Encoder, KnowledgeIndex, LangChainStore
 from modular_rag.text import Analyzer, estimate_tokens
-from modular_rag.trace import record
+from modular_rag.trace import current_deadline, record
 
 __all__ = [
     "Providers",
@@ -598,6 +598,7 @@ class ChatClient:
         self.retries = retries
         self.backoff_s = backoff_s
         self.revive = revive
+        self._bounded: Any = None
 
     def _invoke(self, runnable: Any, messages: list[tuple[str, str]]) -> Any:
         """Call the model; retry malformed or empty responses (which the HTTP client does not retry) with
@@ -609,7 +610,7 @@ class ChatClient:
             try:
                 return runnable.invoke(messages)
             except Exception as exc:
-                record(llm_calls=1)
+                record(llm_calls=1, prompt_tokens=sum(estimate_tokens(t) for _, t in messages))  # sent, if unanswered
                 if not revived and self.revive is not None and _connection_failed(exc):
                     revived = True
                     reason = self.revive()
@@ -618,12 +619,26 @@ class ChatClient:
 
                         note(f"llama-server restarted: {reason}")
                         continue
-                if attempt < self.retries and _retryable(exc):
+                deadline = current_deadline()
+                if attempt < self.retries and _retryable(exc) and (deadline is None or not deadline.over):
                     attempt += 1
                     time.sleep(delay)
                     delay *= 2
                     continue
                 raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
+
+    def _bounded_model(self) -> Any:
+        """The chat model without client-side retries, for calls under a deadline (an OpenAI client retries a
+        timed-out request, which would run past the step's time); the model itself when it has no such client."""
+        if self._bounded is None:
+            root = getattr(self.model, "root_client", None)
+            bounded = self.model
+            if root is not None and hasattr(root, "with_options"):
+                bounded = self.model.model_copy()
+                bounded.root_client = root.with_options(max_retries=0)
+                bounded.client = bounded.root_client.chat.completions
+            self._bounded = bounded
+        return self._bounded
 
     def next_token(
         self, prompt: str, prefix: str, *, system: str | None = None, top_logprobs: int = 10
@@ -671,6 +686,13 @@ class ChatClient:
         messages = _messages(prompt, system)
         runnable = self.model
         kwargs: dict[str, Any] = {}
+        deadline = current_deadline()
+        if deadline is not None:
+            if deadline.over:
+                raise ProviderError(f"{self.describe}: not called: the step's {deadline.seconds:g}s ran out")
+            if self.openai_compatible:  # the request ends at the deadline, and is not retried past it
+                runnable = self._bounded_model()
+                kwargs["timeout"] = deadline.remaining()
         if self.openai_compatible:
             if max_tokens is not None:
                 kwargs["max_tokens"] = max_tokens
@@ -681,17 +703,22 @@ class ChatClient:
             if stop:
                 kwargs["stop"] = list(stop)
             if kwargs:
-                runnable = self.model.bind(**kwargs)
+                runnable = runnable.bind(**kwargs)
         key = None
         if self.cache is not None:
             from modular_rag.cache import content_key
 
-            key = content_key(self.describe, _model_identity(self.model), messages, kwargs)
+            identity = {k: v for k, v in kwargs.items() if k != "timeout"}
+            key = content_key(self.describe, _model_identity(self.model), messages, identity)
             hit = self.cache.get("llm", key)
             if hit is not None:
                 record(cache_hits=1)
                 return _completion_from(hit)
-        message = self._invoke(runnable, messages)
+        if deadline is not None:
+            with deadline.calling():
+                message = self._invoke(runnable, messages)
+        else:
+            message = self._invoke(runnable, messages)
         text = message.content if isinstance(message.content, str) else _flatten(message.content)
         usage = getattr(message, "usage_metadata", None) or {}
         prompt_tokens = int(usage.get("input_tokens") or sum(estimate_tokens(t) for _, t in messages))

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Meter", "metered", "record", "note", "current_meter", "totals", "LEDGER_FIELDS"]
+__all__ = ["Meter", "metered", "record", "note", "current_meter", "totals", "LEDGER_FIELDS", "Deadline",
+           "current_deadline", "run_with_deadline"]
 
 
 @dataclass
@@ -72,6 +74,71 @@ def metered() -> Iterator[Meter]:
         yield meter
     finally:
         _CURRENT.reset(token)
+
+
+class Deadline:
+    """The time a step may still take (``timeout_s`` of its config). Model clients read it: they pass the time left
+    down as the HTTP request's timeout and refuse to start a call once it is over or cancelled, so a timed-out
+    step stops spending instead of running on in its worker thread.
+
+    Args:
+        seconds: Seconds from now.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+        self._cancelled = threading.Event()
+        self._idle = threading.Condition()
+        self._calls = 0
+
+    @contextmanager
+    def calling(self) -> Iterator[None]:
+        """Mark a model call in flight (so a timed-out step can wait for it to end and be counted)."""
+        with self._idle:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._calls -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no model call is in flight, at most ``timeout`` seconds; returns whether none is."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._calls == 0, timeout)
+
+    def remaining(self) -> float:
+        """Seconds left (0 once over or cancelled)."""
+        return 0.0 if self._cancelled.is_set() else max(0.0, self.ends - time.monotonic())
+
+    def cancel(self) -> None:
+        """End it now: calls not yet started are refused."""
+        self._cancelled.set()
+
+    @property
+    def over(self) -> bool:
+        """Whether no time is left."""
+        return self.remaining() <= 0.0
+
+
+_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("modular_rag_deadline", default=None)
+
+
+def current_deadline() -> Deadline | None:
+    """The deadline of the step running in this context, or ``None`` when it has no ``timeout_s``."""
+    return _DEADLINE.get()
+
+
+def run_with_deadline(context: contextvars.Context, deadline: Deadline, fn: Any, *args: Any) -> Any:
+    """Run ``fn(*args)`` in ``context`` with ``deadline`` current (a step's worker thread does this)."""
+
+    def call() -> Any:
+        _DEADLINE.set(deadline)
+        return fn(*args)
+
+    return context.run(call)
 
 
 LEDGER_FIELDS = (

@@ -96,3 +96,35 @@ def test_unknown_state_keys_are_refused(demo_dir: Path) -> None:
 )
 def test_conditions(condition: dict, state: dict, expected: bool) -> None:
     assert evaluate_condition(Condition(**condition), state) is expected
+
+
+def test_a_timed_out_step_cancels_its_model_call_and_records_it(demo_dir: Path) -> None:
+    import threading
+
+    from tests.helpers.stub_llm import StubLLM
+
+    with StubLLM(latency_s=4.0) as stub:
+        config = demo_flow(demo_dir, operators={
+            "retrieve": "bm25", "generate": "none",
+            "rewrite": {"name": "rewrite", "timeout_s": 0.5, "on_error": "skip"}},
+            providers={"llm": {"name": "openai", "model": "stub", "base_url": stub.url, "api_key_env": "NO_KEY",
+                               "max_retries": 2},
+                       "vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}})  # fmt: skip
+        from modular_rag.config import load_config
+        from modular_rag.providers import Providers
+
+        env = Providers(load_config(config).providers)
+        assert env.llm  # built before the clock starts: the step's time goes to the call itself
+        t0 = time.perf_counter()
+        out = build_flow(config, providers=env).invoke(Q)
+        elapsed = time.perf_counter() - t0
+        entry = next(e for e in out["ledger"] if e["node"] == "rewrite")
+        event = next(e for e in out["trace"] if e["node"] == "rewrite")
+        assert event["status"] == "error" and "timed out" in event["error"]
+        assert entry["llm_calls"] == 1 and entry["prompt_tokens"] > 0  # the cancelled call is on the ledger
+        assert "1 LLM call spent, then cancelled" in event["error"]
+        assert elapsed < 3.0  # the request was cut at the deadline, not retried past it
+        for worker in [t for t in threading.enumerate() if t.name.startswith("op-timeout")]:
+            worker.join(timeout=1.0)  # unwinding its cancelled call; it must not go on (old code: 4 s and more)
+            assert not worker.is_alive()
+        assert stub.calls == 1
