@@ -601,7 +601,8 @@ class FlowBuilder:
         def lookup(state: Mapping[str, Any]) -> dict[str, Any]:
             from modular_rag.trace import note, record
 
-            found = cache.lookup(env.encoder.encode_query(str(state.get("query", ""))))
+            query = str(state.get("query", ""))
+            found = cache.lookup(env.encoder.encode_query(query), query=query, scope=content_key(state.get("filter")))
             if found is None:
                 return {}
             value, query, similarity = found
@@ -613,8 +614,8 @@ class FlowBuilder:
             answer = state.get("answer")
             if answer and not answer.get("refused"):
                 query = str(state.get("query", ""))
-                cache.store(query, env.encoder.encode_query(query),
-                            {"answer": answer, "evidence": list(state.get("evidence") or [])})  # fmt: skip
+                cache.store(query, env.encoder.encode_query(query), {"answer": answer, "evidence": list(
+                    state.get("evidence") or [])}, scope=content_key(state.get("filter")))  # fmt: skip
             return {}
 
         limit = inner.config.get("recursion_limit", 25)  # type: ignore[union-attr]

@@ -4,7 +4,8 @@
   options for an LLM call; model, query and passage for a reranker score). Least recently used entries are evicted
   past ``max_entries``.
 * :class:`SemanticCache` - answers by query similarity: a new query whose embedding is within ``threshold`` cosine
-  of a cached query's gets the cached answer.
+  of a cached query's, in the same scope (the flow's config and the run's filter), gets the cached answer, but
+  only if both queries name the same distinctive tokens (codes, numbers, names): "E07" never answers "E12".
 
 Both survive across runs (one file) and are safe to share between threads.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -21,12 +23,36 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KVCache", "SemanticCache", "content_key"]
+__all__ = ["KVCache", "SemanticCache", "content_key", "distinctive_tokens"]
 
 
 def content_key(*parts: Any) -> str:
     """A SHA-256 over the JSON of ``parts`` (sorted keys): equal inputs, equal key."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_TOKEN = re.compile(r"[^\W_]+(?:[-./][^\W_]+)*")
+_SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
+
+
+def distinctive_tokens(text: str) -> frozenset[str]:
+    """The tokens that make a question about one thing rather than another, lower-cased: anything with a digit
+    (codes, part numbers, years, quantities) and capitalised words that do not start a sentence (names, models).
+
+    Two questions whose embeddings are near-identical ("What does E07 mean?" / "What does E12 mean?") differ
+    exactly here; the semantic answer cache requires these sets to be equal.
+    """
+    from modular_rag.text import ENGLISH_STOPWORDS
+
+    out: set[str] = set()
+    for match in _TOKEN.finditer(text):
+        word = match.group(0)
+        if any(ch.isdigit() for ch in word):
+            out.add(word.lower())
+        elif word[:1].isupper() and word.lower() not in ENGLISH_STOPWORDS:
+            if not _SENTENCE_START.search(text[: match.start()]):
+                out.add(word.lower())
+    return frozenset(out)
 
 
 class _Store:
@@ -97,25 +123,40 @@ class SemanticCache(_Store):
         super().__init__(path, "answers", "ns TEXT, query TEXT, vector BLOB, value TEXT, used REAL")
         self.threshold, self.max_entries, self.namespace = threshold, max_entries, namespace
 
-    def lookup(self, vector: np.ndarray) -> tuple[dict[str, Any], str, float] | None:
-        """``(cached value, cached query, similarity)`` of the closest cached query at or above the threshold."""
+    def _ns(self, scope: str) -> str:
+        return f"{self.namespace}|{scope}" if scope else self.namespace
+
+    def lookup(
+        self, vector: np.ndarray, *, query: str | None = None, scope: str = ""
+    ) -> tuple[dict[str, Any], str, float] | None:
+        """``(cached value, cached query, similarity)`` of the closest cached query of the same scope at or above
+        the threshold, and (when ``query`` is given) naming the same :func:`distinctive_tokens`.
+
+        Args:
+            vector: The new query's embedding.
+            query: The new query's text (for the lexical guard).
+            scope: What else the answer depends on (for example the run's metadata filter).
+        """
         with self._lock:
             rows = self._db.execute("SELECT rowid, query, vector, value FROM answers WHERE ns=?",
-                                    (self.namespace,)).fetchall()  # fmt: skip
+                                    (self._ns(scope),)).fetchall()  # fmt: skip
             if not rows:
                 return None
             matrix = np.stack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
             sims = matrix @ np.asarray(vector, dtype=np.float32)
-            best = int(np.argmax(sims))
-            if float(sims[best]) < self.threshold:
-                return None
-            self._db.execute("UPDATE answers SET used=? WHERE rowid=?", (time.time(), rows[best][0]))
-            return json.loads(rows[best][3]), rows[best][1], float(sims[best])
+            wanted = distinctive_tokens(query) if query is not None else None
+            for i in np.argsort(-sims).tolist():
+                if float(sims[i]) < self.threshold:
+                    return None
+                if wanted is None or distinctive_tokens(rows[i][1]) == wanted:
+                    self._db.execute("UPDATE answers SET used=? WHERE rowid=?", (time.time(), rows[i][0]))
+                    return json.loads(rows[i][3]), rows[i][1], float(sims[i])
+            return None
 
-    def store(self, query: str, vector: np.ndarray, value: dict[str, Any]) -> None:
-        """Cache an answer for a query."""
+    def store(self, query: str, vector: np.ndarray, value: dict[str, Any], *, scope: str = "") -> None:
+        """Cache an answer for a query (in a scope, see :meth:`lookup`)."""
         blob = np.asarray(vector, dtype=np.float32).tobytes()
         with self._lock:
             self._db.execute("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
-                             (self.namespace, query, blob, json.dumps(value), time.time()))  # fmt: skip
+                             (self._ns(scope), query, blob, json.dumps(value), time.time()))  # fmt: skip
             self._evict(self.max_entries)

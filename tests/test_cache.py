@@ -75,3 +75,40 @@ def test_semantic_answer_cache_returns_the_cached_answer(demo_dir: Path, tmp_pat
     assert "cached answer of 'What does error E12 mean?'" in close["trace"][0]["summary"]
     far = flow.invoke({"query": "How do I fit a helmet?"})
     assert far["answer"]["text"] == "A different answer." and len(far["trace"]) > 1
+
+
+@pytest.mark.integration
+def test_answer_cache_never_answers_e12_from_e07(demo_dir: Path, demo_env: Providers, tmp_path: Path) -> None:
+    e07 = "What does the E07 error on a Tidewater e-bike display indicate?"
+    e12 = "What does the E12 error on a Tidewater e-bike display indicate?"
+    cosine = float(demo_env.encoder.encode_query(e07) @ demo_env.encoder.encode_query(e12))
+    assert cosine >= 0.88  # over the cache's threshold: only the lexical guard tells them apart
+    config = demo_flow(demo_dir, operators={"retrieve": "bm25"},
+                       answer_cache={"path": str(tmp_path / "a.sqlite"), "threshold": 0.88})  # fmt: skip
+    config["providers"]["llm"] = fake_llm("E07 means speed sensor signal lost [1].", "E12 is battery overheating [1].")
+    flow = build_flow(config)
+    assert flow.invoke({"query": e07})["answer"]["text"].startswith("E07")
+    out = flow.invoke({"query": e12})
+    assert out["answer"]["text"].startswith("E12") and out["trace"][0]["node"] == "cache_lookup"
+    assert len(out["trace"]) > 2  # a miss: the flow ran
+    assert flow.invoke({"query": e07.replace("What does", "What does the")})["answer"]["text"].startswith("E07")
+
+
+@pytest.mark.integration
+def test_answer_cache_is_keyed_on_the_filter(demo_dir: Path, tmp_path: Path) -> None:
+    config = demo_flow(demo_dir, operators={"retrieve": "bm25"}, answer_cache={"path": str(tmp_path / "a.sqlite")})
+    config["providers"]["llm"] = fake_llm("Five years [1].", "A lifetime [1].")
+    flow = build_flow(config)
+    question = "How long is the warranty on an aluminium frame?"
+    assert flow.invoke({"query": question, "filter": {"year": 2019}})["answer"]["text"] == "Five years [1]."
+    assert flow.invoke({"query": question, "filter": {"year": 2023}})["answer"]["text"] == "A lifetime [1]."
+    assert flow.invoke({"query": question, "filter": {"year": 2019}})["answer"]["text"] == "Five years [1]."
+
+
+@pytest.mark.unit
+def test_distinctive_tokens() -> None:
+    from modular_rag.cache import distinctive_tokens
+
+    assert distinctive_tokens("What does error code E07 mean?") == {"e07"}
+    assert distinctive_tokens("How heavy is the TW-900 Carbon Road in 2023?") == {"tw-900", "carbon", "road", "2023"}
+    assert distinctive_tokens("how do i fit a helmet") == set()
