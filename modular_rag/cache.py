@@ -49,9 +49,9 @@ def distinctive_tokens(text: str) -> frozenset[str]:
         word = match.group(0)
         if any(ch.isdigit() for ch in word):
             out.add(word.lower())
-        elif word[:1].isupper() and word.lower() not in ENGLISH_STOPWORDS:
-            if not _SENTENCE_START.search(text[: match.start()]):
-                out.add(word.lower())
+        elif (word[:1].isupper() and word.lower() not in ENGLISH_STOPWORDS
+              and not _SENTENCE_START.search(text[: match.start()])):  # fmt: skip
+            out.add(word.lower())
     return frozenset(out)
 
 
