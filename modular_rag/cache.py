@@ -47,10 +47,8 @@ def distinctive_tokens(text: str) -> frozenset[str]:
     out: set[str] = set()
     for match in _TOKEN.finditer(text):
         word = match.group(0)
-        if any(ch.isdigit() for ch in word):
-            out.add(word.lower())
-        elif (word[:1].isupper() and word.lower() not in ENGLISH_STOPWORDS
-              and not _SENTENCE_START.search(text[: match.start()])):  # fmt: skip
+        if any(ch.isdigit() for ch in word) or (word[:1].isupper() and word.lower() not in ENGLISH_STOPWORDS
+              and not _SENTENCE_START.search(text[: match.start()])):
             out.add(word.lower())
     return frozenset(out)
 
