@@ -222,23 +222,33 @@ class _Step:
         fn: Callable[[Mapping[str, Any]], dict[str, Any]],
         spec: OperatorSpec,
         reads: Sequence[str] = (),
+        fallback: Mapping[str, Any] | None = None,
     ) -> None:
         self.slot, self.name, self.fn, self.spec, self.reads = slot, name, fn, spec, tuple(reads)
+        self.fallback = dict(fallback or {})
+
+    def _instead(self) -> tuple[dict[str, Any], str]:
+        """The update a skipped or failed step gives (the slot's fallback), and how the trace says it."""
+        if not self.fallback:
+            return {}, ""
+        return dict(self.fallback), "; falls back to " + ", ".join(f"{k}={v!r}" for k, v in self.fallback.items())
 
     @classmethod
     def configured(
-        cls, slot: str, spec: OperatorSpec, port: Port, env: Providers, path: str, allow_imports: bool
-    ) -> _Step:
+        cls, slot: str, spec: OperatorSpec, port: Port, env: Providers, path: str, allow_imports: bool,
+        fallback: Mapping[str, Any] | None = None,
+    ) -> _Step:  # fmt: skip
         """Resolve a configured operator for a slot of the given port."""
         name, fn = resolve_operator(spec, port, env, path=path, allow_imports=allow_imports)
-        return cls(slot, name, fn, spec, PORT_READS.get(port, ()))
+        return cls(slot, name, fn, spec, PORT_READS.get(port, ()), fallback)
 
     def run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
         started = time.time()
         t0 = time.perf_counter()
         if self.spec.skip_when is not None and evaluate_condition(self.spec.skip_when, state):
-            event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held", Meter())
-            return {}, event, entry
+            instead, said = self._instead()
+            event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held" + said, Meter())
+            return instead, event, entry
         with metered() as meter:
             try:
                 update = _call(self.fn, state, self.spec.timeout_s)
@@ -252,8 +262,10 @@ class _Step:
                     calls = f"{meter.llm_calls} LLM call{'s' if meter.llm_calls != 1 else ''}"
                     message += f" ({calls} spent, then cancelled)"
                 if self.spec.on_error == "skip":
-                    event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip", meter, message)
-                    return {}, event, entry
+                    instead, said = self._instead()
+                    event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip" + said, meter,
+                                           message)  # fmt: skip
+                    return instead, event, entry
                 if timed_out:
                     raise OperatorTimeout(self.slot, self.name, message) from exc
                 if isinstance(exc, OperatorError):
@@ -420,8 +432,9 @@ class FlowBuilder:
         self._built: dict[str, bool] = {}
 
     def steps(
-        self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None
-    ) -> list[_Step]:
+        self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None,
+        fallback: Mapping[str, Any] | None = None,
+    ) -> list[_Step]:  # fmt: skip
         """The active operators of a slot (configured, or the slot's default), built; empty when disabled.
 
         Args:
@@ -429,6 +442,8 @@ class FlowBuilder:
             inject: Parameters the pattern adds to every operator of the slot (the config is not changed).
             default: Overrides the slot's registered default (a pattern mode may need another one): a name, or a
                 spec with parameters.
+            fallback: The update a step of the slot gives when it is skipped (``skip_when``) or fails under
+                ``on_error: skip`` (a router's fallback route); the trace says so.
         """
         spec_info = self.info.slots[slot]
         specs = self.config.slot(slot)
@@ -447,26 +462,28 @@ class FlowBuilder:
             if inject and spec.object is None:
                 spec = spec.model_copy(update={"params": {**spec.params, **inject}})
             path = f"operators.{slot}" + (f".{i}" if isinstance(raw, list) else "")
-            out.append(_Step.configured(slot, spec, spec_info.port, self.env, path, self.config.allow_imports))
+            out.append(_Step.configured(slot, spec, spec_info.port, self.env, path, self.config.allow_imports,
+                                        fallback))  # fmt: skip
         return out
 
     def operator(
-        self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None
-    ) -> Callable[[RAGState], dict[str, Any]] | None:
+        self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None,
+        fallback: Mapping[str, Any] | None = None,
+    ) -> Callable[[RAGState], dict[str, Any]] | None:  # fmt: skip
         """The slot's node function (instrumented), or ``None`` when the slot is disabled."""
-        steps = self.steps(slot, inject=inject, default=default)
+        steps = self.steps(slot, inject=inject, default=default, fallback=fallback)
         return make_node(steps) if steps else None
 
     def add(
         self, slot: str, node: Callable[..., Any] | None = None, *, inject: Mapping[str, Any] | None = None,
-        default: str | OperatorSpec | None = None, **kwargs: Any,
+        default: str | OperatorSpec | None = None, fallback: Mapping[str, Any] | None = None, **kwargs: Any,
     ) -> bool:
         """Add a slot as a node (or ``node`` under the slot's name). Returns whether a node was added.
 
         LangSmith and other LangChain tracers show one run per node, named after the slot; which operator ran is in
-        the flow's own trace.
+        the flow's own trace. ``fallback`` is what the slot gives when skipped or failed (see :meth:`steps`).
         """
-        fn = node if node is not None else self.operator(slot, inject=inject, default=default)
+        fn = node if node is not None else self.operator(slot, inject=inject, default=default, fallback=fallback)
         self._built[slot] = fn is not None
         if fn is None:
             return False

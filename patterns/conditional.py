@@ -124,7 +124,7 @@ def build_conditional(
         "routes": {n: r.model_dump(include={"description", "keywords", "examples"}) for n, r in params.routes.items()},
         "fallback": params.fallback,
         "threshold": params.threshold,
-    })  # fmt: skip
+    }, fallback={"route": params.fallback, "route_confidence": 0.0})  # fmt: skip
     flow.graph.add_edge(START, ROUTE)
     for name, route in params.routes.items():
         flow.add(name, flow.subflow(name, _route_config(name, route, "params")))

@@ -102,3 +102,27 @@ def test_routes_share_the_parent_providers(demo_dir: Path) -> None:
     config = template("conditional", demo_dir)
     out = build_flow(config, providers=env).invoke({"query": "What does error code E17 mean?"})
     assert out["answer"]["text"] == "E17 is a controller fault [1]."
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("control", ["skip_when", "on_error"])
+def test_a_skipped_or_failed_router_takes_the_fallback_route_and_says_so(demo_dir: Path, control: str) -> None:
+    from modular_rag.config import OperatorSpec
+
+    def broken(state: Any) -> dict[str, Any]:
+        raise RuntimeError("router service down")
+
+    config = load_config(template("conditional", demo_dir))
+    if control == "skip_when":
+        config.operators["route"] = OperatorSpec(name="keyword", skip_when={"key": "query", "op": "contains",
+                                                                            "value": "E07"})  # fmt: skip
+    else:
+        spec = OperatorSpec.from_object(broken)
+        spec.on_error = "skip"
+        config.operators["route"] = spec
+    config.providers.llm = fake_env(demo_dir, "E07 means speed sensor signal lost [1].").llm.model
+    out = build_flow(config).invoke({"query": "What does error code E07 mean?"})
+    assert out["route"] == "open"  # the configured fallback, although the keyword router would say exact
+    event = next(e for e in out["trace"] if e["node"] == "route")
+    assert "falls back to route='open'" in event["summary"]
+    assert any(e["node"].startswith("open/") for e in out["trace"])
