@@ -8,8 +8,9 @@ Routers read only the user's query and the routes' own descriptions, keywords an
 so instructions planted inside documents cannot steer them.
 
 * ``keyword`` - metadata routing (paper Eq. 19-20): ``score_j = |K_q ∩ K_j| / |K_j|``, argmax.
-* ``llm`` - semantic routing by LLM intent classification (Eq. 21); with token log-probabilities the confidence is
-  the softmax-normalised probability mass of the chosen route's name.
+* ``llm`` - semantic routing by LLM intent classification (Eq. 21): the route the model names; with token
+  log-probabilities the confidence is that name's sequence probability over all route names' (each read along the
+  generated tokens and their alternatives).
 * ``embedding`` - semantic routing by embedding similarity to each route's description and examples.
 * ``hybrid`` - ``alpha * keyword + (1 - alpha) * semantic`` (Eq. 22).
 """
@@ -19,19 +20,19 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.costs import ZERO, llm
-from modular_rag.providers import Providers
+from modular_rag.providers import Providers, TokenLogprob
 from modular_rag.registry import Operator, Port, operator
 from modular_rag.text import Analyzer
 from modular_rag.trace import note
 
-__all__ = ["RouteInfo", "RouterParams", "choose_route", "keyword_scores"]
+__all__ = ["RouteInfo", "RouterParams", "choose_route", "keyword_scores", "name_probability"]
 
 _ANALYZER = Analyzer()
 
@@ -166,18 +167,49 @@ def _llm_scores(
     found = next((n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.IGNORECASE)), None)
     if found is None:
         return {}, text
-    mass: dict[str, float] = {}
     if completion.tokens:
-        first = next((t for t in completion.tokens if t.token.strip()), None)
-        for token, logprob in first.top if first is not None else ():
-            t = token.strip().lower()
-            for name in routes:
-                if t and name.lower().startswith(t):
-                    mass[name] = mass.get(name, 0.0) + math.exp(logprob)
-    total = sum(mass.values())
-    if total > 0 and found in mass:
-        return {name: value / total for name, value in mass.items()}, text
+        mass = {name: name_probability(completion.tokens, name) for name in routes}
+        total = sum(mass.values())
+        if total > 0 and mass[found] > 0:
+            return {found: mass[found] / total}, text
     return {found: 1.0}, text
+
+
+def name_probability(tokens: Sequence[TokenLogprob], name: str) -> float:
+    """The probability that the reply spells ``name``, read along the generated tokens and their alternatives.
+
+    At each position, the alternatives that keep the reply on the way to ``name`` (or complete it) add their
+    probability; the product over positions is the name's probability. Once the generated path leaves ``name``
+    the later positions are unknown and count as 1, so a name the model did not write gets an upper bound, while
+    the name it wrote gets its exact sequence probability. Routes that share a first token no longer split it.
+    """
+    target = name.lower()
+    prefix = ""
+    prob = 1.0
+    for tok in tokens:
+        spelled = prefix.lstrip().lower()
+        if _spells(spelled, target):
+            break
+        if not target.startswith(spelled):
+            break  # the path left the name earlier
+        options = dict(tok.top) if tok.top else {}
+        options.setdefault(tok.token, tok.logprob)
+        prob *= sum(math.exp(lp) for alt, lp in options.items() if _on_the_way((prefix + alt).lstrip().lower(),
+                                                                                target))  # fmt: skip
+        prefix += tok.token
+    return prob
+
+
+def _spells(text: str, target: str) -> bool:
+    return text.startswith(target) and (len(text) == len(target) or not _is_name_char(text[len(target)]))
+
+
+def _on_the_way(text: str, target: str) -> bool:
+    return target.startswith(text) or _spells(text, target)
+
+
+def _is_name_char(ch: str) -> bool:
+    return ch.isalnum() or ch in "-_"
 
 
 @operator("orchestration", "routing", "llm", port=Port.ROUTE, needs_llm=True, cost=lambda params, ctx: llm(1))

@@ -126,3 +126,34 @@ def test_a_skipped_or_failed_router_takes_the_fallback_route_and_says_so(demo_di
     event = next(e for e in out["trace"] if e["node"] == "route")
     assert "falls back to route='open'" in event["summary"]
     assert any(e["node"].startswith("open/") for e in out["trace"])
+
+
+class _ScriptedLogprobs:
+    """A chat client that replies with fixed tokens and their alternatives (the router needs exact log-probs)."""
+
+    def __init__(self, tokens: list[tuple[str, list[tuple[str, float]]]]) -> None:
+        from modular_rag.providers import Completion, TokenLogprob
+
+        import math
+
+        self.completion = Completion("".join(t for t, _ in tokens), tuple(
+            TokenLogprob(t, math.log(dict(top)[t]), tuple((a, math.log(p)) for a, p in top)) for t, top in tokens))
+
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        return self.completion
+
+
+@pytest.mark.unit
+def test_llm_router_scores_each_route_by_its_full_name() -> None:
+    from types import SimpleNamespace
+
+    routes = {"explain": {"description": "explanations"}, "exact": {"description": "codes and parts"},
+              "open": {"description": "anything else"}}  # fmt: skip
+    # the model wrote "exact": "ex" (0.9, else "open" 0.1), then "act" (0.7, else "plain" 0.3)
+    llm = _ScriptedLogprobs([("ex", [("ex", 0.9), ("open", 0.1)]), ("act", [("act", 0.7), ("plain", 0.3)])])
+    info = get_operator(Port.ROUTE, "llm")
+    route = info.factory(info.params.model_validate({"routes": routes, "fallback": "open"}),
+                         SimpleNamespace(llm=llm))  # fmt: skip
+    out = route({"query": "What does E07 mean?"})
+    assert out["route"] == "exact"  # the name the model wrote, never a route that only shares its first token
+    assert out["route_confidence"] == pytest.approx(0.9 * 0.7 / (0.9 * 0.7 + 0.9 * 0.3 + 0.1))
