@@ -132,9 +132,9 @@ class _ScriptedLogprobs:
     """A chat client that replies with fixed tokens and their alternatives (the router needs exact log-probs)."""
 
     def __init__(self, tokens: list[tuple[str, list[tuple[str, float]]]]) -> None:
-        from modular_rag.providers import Completion, TokenLogprob
-
         import math
+
+        from modular_rag.providers import Completion, TokenLogprob
 
         self.completion = Completion("".join(t for t, _ in tokens), tuple(
             TokenLogprob(t, math.log(dict(top)[t]), tuple((a, math.log(p)) for a, p in top)) for t, top in tokens))
