@@ -20,6 +20,7 @@ __all__ = ["COLUMNS", "summary_rows", "format_results", "write_report", "plot_qu
 COLUMNS: list[tuple[str, str, str]] = [
     ("config", "config", "s"),
     ("pattern", "pattern", "s"),
+    ("scored", "scored", "s"),
     ("ndcg@10", "nDCG@10", ".3f"),
     ("recall@5", "R@5", ".3f"),
     ("all@5", "all@5", ".3f"),
@@ -36,8 +37,8 @@ COLUMNS: list[tuple[str, str, str]] = [
 
 
 def summary_rows(results: Sequence[FlowResult]) -> list[dict[str, Any]]:
-    """One flat dict per config: its name, pattern and summary figures."""
-    return [{"config": r.name, "pattern": r.pattern, **r.summary()} for r in results]
+    """One flat dict per config: its name, pattern, the list its retrieval metrics scored, and summary figures."""
+    return [{"config": r.name, "pattern": r.pattern, "scored": r.scored, **r.summary()} for r in results]
 
 
 def format_results(results: Sequence[FlowResult]) -> str:

@@ -153,10 +153,15 @@ def run_retrieval(
     return RetrievalResult(name or cfg.name or cfg.pattern, run, metrics, elapsed, per_query)
 
 
-def retrieved_docs(result: Mapping[str, Any]) -> list[str]:
-    """The documents a run showed the model, best first: the evidence pack, then the remaining candidates."""
-    hits = list(result.get("evidence") or []) + list(result.get("candidates") or [])
-    return list(doc_ranking(hits))
+def retrieved_docs(result: Mapping[str, Any]) -> tuple[list[str], str]:
+    """The documents a run returned, in its order, and which list they come from: the evidence pack the model was
+    shown when there is one, else the candidates (a retrieval-only flow). Candidates the model never saw are not
+    scored."""
+    for key in ("evidence", "candidates"):
+        hits = list(result.get(key) or [])
+        if hits:
+            return list(doc_ranking(hits)), key
+    return [], "none"
 
 
 @dataclass
@@ -176,18 +181,25 @@ class QueryRecord:
     ms: float
     grounded: float | None = None
     error: str | None = None
+    scored: str = "none"
 
 
 @dataclass
 class FlowResult:
-    """A config's run over a dataset: per-query records, retrieval metrics over the documents shown, answer
-    metrics, and cost per query."""
+    """A config's run over a dataset: per-query records, retrieval metrics over the documents the flow returned
+    (:func:`retrieved_docs`; :attr:`scored` says which list), answer metrics, and cost per query."""
 
     name: str
     pattern: str
     records: list[QueryRecord]
     retrieval: dict[str, float]
     seconds: float
+
+    @property
+    def scored(self) -> str:
+        """Which list the retrieval metrics scored: ``evidence`` (what the model was shown), ``candidates`` (a
+        retrieval-only flow), or both in query order of first use."""
+        return ", ".join(dict.fromkeys(r.scored for r in self.records if r.error is None)) or "none"
 
     def summary(self) -> dict[str, float]:
         """Means (and maxima of cost) over the queries."""
@@ -224,9 +236,11 @@ def _record(qid: str, answers: Sequence[str], out: Mapping[str, Any] | BaseExcep
     em, f1 = best_answer_scores(text, answers) if answers else (0.0, 0.0)
     cost = totals(out.get("ledger"))
     grounded = grounded_share(answer, list(out.get("evidence") or [])) if answer else None
+    docs, scored = retrieved_docs(out)
     return QueryRecord(
-        qid, text, bool(answer.get("refused")), em, f1, retrieved_docs(out), int(cost["llm_calls"]),
+        qid, text, bool(answer.get("refused")), em, f1, docs, int(cost["llm_calls"]),
         int(cost["prompt_tokens"]), int(cost["completion_tokens"]), int(cost["retrievals"]), ms, grounded,
+        scored=scored,
     )  # fmt: skip
 
 
@@ -241,9 +255,9 @@ def evaluate_flow(
 ) -> FlowResult:
     """Run a flow on every query of a dataset and score it.
 
-    Retrieval metrics are computed over the documents each run showed the model (:func:`retrieved_docs`); answer
-    EM / F1 use the dataset's ``answers`` when it has them. A query whose run raises is recorded with its error and
-    scores zero.
+    Retrieval metrics are computed over the documents each run returned, in its order (:func:`retrieved_docs`: the
+    evidence pack the model saw, else the candidates); answer EM / F1 use the dataset's ``answers`` when it has
+    them. A query whose run raises is recorded with its error and scores zero.
 
     Args:
         config: The flow config (its providers are replaced by ``env``, the dataset's index).

@@ -58,7 +58,7 @@ def test_eval_writes_a_deterministic_report(beir: Path, tmp_path: Path, monkeypa
     assert reports[0] == reports[1]
     assert {row["config"] for row in reports[0]["results"]} == {"bm25", "dense"}
     assert reports[0]["results"][0]["ndcg@10"] == 1.0  # each query's document comes first
-    assert (tmp_path / "r1" / "results.csv").read_text().startswith("config,pattern,ndcg@10")
+    assert (tmp_path / "r1" / "results.csv").read_text().startswith("config,pattern,scored,ndcg@10")
     assert (tmp_path / "r1" / "quality_cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

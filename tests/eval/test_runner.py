@@ -22,3 +22,15 @@ def test_a_failed_query_is_recorded_as_an_error_not_a_score() -> None:
     summary = FlowResult("flow", "linear", [failed, ok], {}, 1.0).summary()
     assert summary["queries"] == 2.0 and summary["errors"] == 1.0
     assert summary["grounded"] == 1.0  # the failed query has no groundedness to average
+
+
+def test_scores_only_what_the_flow_returned_in_its_order() -> None:
+    def hit(doc: str) -> dict:
+        return {"ref": 1, "chunk_id": f"{doc}#0", "text": doc, "score": 1.0, "metadata": {"doc_id": doc}}
+
+    shown = {"evidence": [hit("d2")], "candidates": [hit("d1"), hit("d2"), hit("d3")], "ledger": []}
+    record = _record("q", [], shown, 1.0)
+    assert record.docs == ["d2"] and record.scored == "evidence"  # d1 was retrieved but never shown to the model
+    retrieval_only = _record("q", [], {"candidates": [hit("d1"), hit("d2")], "ledger": []}, 1.0)
+    assert retrieval_only.docs == ["d1", "d2"] and retrieval_only.scored == "candidates"
+    assert FlowResult("f", "linear", [record, retrieval_only], {}, 1.0).scored == "evidence, candidates"
