@@ -28,6 +28,7 @@ __all__ = [
     "parse_citations",
     "attribute",
     "is_refusal",
+    "strip_citations",
     "make_answer",
     "clean_completion",
     "trim_loops",
@@ -111,6 +112,11 @@ def attribute(text: str, evidence: Sequence[Evidence], threshold: float = 0.5) -
             seen.add(best[0]["ref"])
             out.append(Citation(ref=best[0]["ref"], chunk_id=best[0]["chunk_id"], method="attributed"))
     return out
+
+
+def strip_citations(text: str) -> str:
+    """The text without its ``[n]`` citation markers (for using an answer as a search query)."""
+    return " ".join(re.sub(r"\s*" + _CITE.pattern, "", text).split())
 
 
 def is_refusal(text: str) -> bool:

@@ -22,6 +22,7 @@ from modular_rag.costs import Cost, Span, active, context_for, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.state import RAGState, Round
+from operators.generation import is_refusal, strip_citations
 from operators.judging import stop_now
 
 __all__ = ["build_iterative", "IterativeParams", "SLOTS", "RETRIEVE", "RERANK", "CONTEXT", "GENERATE", "ADVANCE",
@@ -45,8 +46,9 @@ class IterativeParams(BaseModel):
 
     rounds: int = Field(3, ge=1, le=20, description="T: the most retrieve-generate rounds")
     query_with: Literal["answer", "query"] = Field(
-        "answer", description="'answer': retrieve with question + previous answer (ITER-RETGEN); 'query': question only"
-    )
+        "answer", description="'answer': retrieve with question + previous answer, citation markers removed, never a "
+                              "refusal (ITER-RETGEN); 'query': question only"
+    )  # fmt: skip
 
 
 def _advance(params: IterativeParams) -> Any:
@@ -59,8 +61,11 @@ def _advance(params: IterativeParams) -> Any:
             "rounds": [Round(step=step, query=used, answer=answer,
                              chunk_ids=[h["chunk_id"] for h in state.get("candidates") or []])],
         }  # fmt: skip
-        if params.query_with == "answer" and answer:
-            update["queries"] = [f"{state.get('query', '')} {answer}"]
+        refused = bool((state.get("answer") or {}).get("refused")) or is_refusal(answer)
+        if params.query_with == "answer" and answer and not refused:
+            update["queries"] = [f"{state.get('query', '')} {strip_citations(answer)}"]
+        else:
+            update["queries"] = [str(state.get("query", ""))]  # a refusal says nothing to retrieve with
         return update
 
     return advance
