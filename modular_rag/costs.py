@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Span", "Cost", "CostContext", "ZERO", "estimate", "slot_cost", "llm", "retrievals", "context_for", "active",
-           "total"]
+           "total", "llm_continues"]
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,18 @@ def retrievals(n: Span | float) -> Cost:
     return Cost(retrievals=n if isinstance(n, Span) else Span.of(n))
 
 
+def llm_continues(llm_config: Any) -> bool:
+    """Whether a chat model config continues a partial answer and gives token log-probabilities (the local
+    llama-server does; an OpenAI-compatible endpoint when it says ``prefill`` and keeps ``logprobs``; a LangChain
+    object is not assumed to). REPLUG's token-level ensemble needs both."""
+    if getattr(llm_config, "name", None) == "local":
+        return True
+    return bool(getattr(llm_config, "prefill", False)) and bool(getattr(llm_config, "logprobs", False))
+
+
 def context_for(config: Any) -> CostContext:
     """A fresh context for a config (whether its model continues partial answers, which REPLUG uses)."""
-    llm_cfg = config.providers.llm
-    prefill = getattr(llm_cfg, "name", None) == "local" or bool(getattr(llm_cfg, "prefill", False))
-    return CostContext(prefill=prefill)
+    return CostContext(prefill=llm_continues(config.providers.llm))
 
 
 def slot_cost(config: Any, slot: str, ctx: CostContext, *, default: Any = None) -> Cost:

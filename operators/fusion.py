@@ -27,7 +27,8 @@ from modular_rag.text import token_f1
 from modular_rag.trace import note
 from operators.generation import DATA_RULE, REFUSAL, SYSTEM, format_evidence, make_answer
 
-__all__ = ["rrf", "score_fusion", "normalise_scores", "fuse", "replug_weights"]
+__all__ = ["rrf", "score_fusion", "normalise_scores", "fuse", "replug_weights", "replug_token_level",
+           "document_prompt"]
 
 Norm = Literal["minmax", "zscore"]
 
@@ -193,9 +194,9 @@ def weighted_fusion(params: WeightedParams, env: Providers) -> Operator:
     return run
 
 
-def replug_weights(scores: Sequence[float], temperature: float) -> np.ndarray:
-    """Eq. 24: lambda(d, q) = softmax of the retrieval scores (divided by ``temperature``)."""
-    x = np.asarray(scores, dtype=np.float64) / temperature
+def replug_weights(similarities: Sequence[float], temperature: float) -> np.ndarray:
+    """Eq. 24: lambda(d, q) = softmax of the query-document similarities s(d, q) (divided by ``temperature``)."""
+    x = np.asarray(similarities, dtype=np.float64) / temperature
     x = np.exp(x - x.max()) if len(x) else x
     return x / x.sum() if len(x) else x
 
@@ -205,9 +206,21 @@ class ReplugParams(_P):
         "auto", description="token: mix next-token distributions (needs prefill + logprobs); answer: weighted vote; "
                             "auto: token when the model allows it"
     )  # fmt: skip
-    temperature: float = Field(0.1, gt=0.0, le=100.0, description="softmax temperature over retrieval scores")
+    temperature: float = Field(0.1, gt=0.0, le=100.0, description="softmax temperature over the query-document "
+                                                                   "embedding cosines")  # fmt: skip
     max_tokens: int = Field(64, gt=0, le=1024, description="token-level decoding length cap")
     top_logprobs: int = Field(10, gt=0, le=20, description="alternatives read per document and step")
+
+
+def replug_token_level(params: ReplugParams, prefill: bool, logprobs: bool = True) -> bool:
+    """Whether REPLUG runs as the token-level ensemble (the model continues partial answers and gives token
+    log-probabilities), rather than as a weighted vote over per-document answers."""
+    return params.level == "token" or (params.level == "auto" and prefill and logprobs)
+
+
+def document_prompt(evidence: Evidence, query: str) -> str:
+    """The prompt of one REPLUG branch: its single document, numbered with the reference the fused answer uses."""
+    return f"{format_evidence([evidence])}\n\nQuestion: {query}\nAnswer:"
 
 
 def _vote(branches: list[Branch], weights: np.ndarray) -> tuple[str, list[int]]:
@@ -255,30 +268,30 @@ def _decode(env: Providers, prompts: list[str], weights: np.ndarray, params: Rep
 
 
 def _replug_cost(params: ReplugParams, ctx: CostContext) -> Cost:
-    token_level = params.level == "token" or (params.level == "auto" and ctx.prefill)
     docs = ctx.candidates  # the pattern sets it to the number of document branches
-    return llm((docs.lo, docs.hi * params.max_tokens)) if token_level else ZERO
+    return llm((docs.lo, docs.hi * params.max_tokens)) if replug_token_level(params, ctx.prefill) else ZERO
 
 
 @operator("orchestration", "fusion", "replug", port=Port.FUSE, needs_llm=True, tags=("answer",), cost=_replug_cost)
 def replug(params: ReplugParams, env: Providers) -> Operator:
-    """REPLUG ensemble of per-document branches, weighted by lambda = softmax(retrieval scores) (Eq. 23-24): mixes
-    next-token distributions when the model gives them, else a weighted vote over the per-document answers."""
+    """REPLUG ensemble of per-document branches, weighted by lambda = softmax(s(d, q) / temperature) with s the
+    query-document embedding cosine, whatever the retriever (Eq. 23-24): mixes next-token distributions when the
+    model gives them, else a weighted vote over the per-document answers. Each document keeps its reference number
+    in every prompt, so citations point at the document they came from."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        from operators.post_retrieval import chunk_vectors
+
         branches = [b for b in _branches(state) if b["candidates"]]
         if not branches:
             return {"answer": Answer(text=REFUSAL, citations=[], refused=True)}
-        weights = replug_weights([b["candidates"][0]["score"] for b in branches], params.temperature)
-        evidence = [Evidence(ref=i + 1, chunk_id=b["candidates"][0]["chunk_id"], text=b["candidates"][0]["text"],
-                             score=float(w), metadata=dict(b["candidates"][0]["metadata"]))
-                    for i, (b, w) in enumerate(zip(branches, weights, strict=True))]  # fmt: skip
-        level = params.level
-        if level == "auto":
-            level = "token" if env.llm.prefill and env.llm.logprobs else "answer"
-        if level == "token":
-            prompts = [f"{format_evidence([{**ev, 'ref': 1}])}\n\nQuestion: {state.get('query', '')}\nAnswer:"
-                       for ev in evidence]  # fmt: skip
+        docs = [b["candidates"][0] for b in branches]
+        similarities = chunk_vectors(env, docs) @ env.encoder.encode_query(str(state.get("query", "")))
+        weights = replug_weights(similarities.tolist(), params.temperature)
+        evidence = [Evidence(ref=i + 1, chunk_id=d["chunk_id"], text=d["text"], score=float(w),
+                             metadata=dict(d["metadata"])) for i, (d, w) in enumerate(zip(docs, weights, strict=True))]
+        if replug_token_level(params, env.llm.prefill, env.llm.logprobs):
+            prompts = [document_prompt(ev, str(state.get("query", ""))) for ev in evidence]
             text = _decode(env, prompts, weights, params)
             note(f"token-level ensemble over {len(prompts)} documents")
             return {"answer": make_answer(text, evidence), "evidence": evidence}
@@ -288,8 +301,9 @@ def replug(params: ReplugParams, env: Providers) -> Operator:
             return {"answer": Answer(text=REFUSAL, citations=[], refused=True), "evidence": evidence}
         answer = make_answer(text, evidence)
         refs = {evidence[i]["ref"] for i, b in enumerate(branches) if b["branch"] in members}
-        answer["citations"] = [Citation(ref=r, chunk_id=evidence[r - 1]["chunk_id"], method="attributed")
-                               for r in sorted(refs)]  # fmt: skip
+        cited = {c["ref"] for c in answer["citations"]}
+        answer["citations"] += [Citation(ref=r, chunk_id=evidence[r - 1]["chunk_id"], method="attributed")
+                                for r in sorted(refs - cited)]  # fmt: skip
         return {"answer": answer, "evidence": evidence}
 
     return run

@@ -2,9 +2,10 @@
 
 * ``mode: queries`` (pre-retrieval branching, multi-query): ``expand`` writes N queries; each is retrieved in its
   own branch; ``fuse`` merges the ranked lists (``rrf`` or ``weighted``); one generation follows.
-* ``mode: documents`` (post-retrieval branching, REPLUG): one retrieval; one generation per retrieved document, in
-  parallel; ``fuse`` combines them (``replug``: weighted by softmax of retrieval scores, at the token level when the
-  model allows, else by weighted vote; or ``llm_fusion``).
+* ``mode: documents`` (post-retrieval branching, REPLUG): one retrieval, then one branch per retrieved document, in
+  parallel; ``fuse`` combines them (``replug``: weighted by the softmax of query-document embedding similarities;
+  at the token level, one next-token distribution per document and step, when the model allows it, else a weighted
+  vote over one answer per document; or ``llm_fusion`` over per-document answers).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.builder import FlowBuilder
-from modular_rag.config import FlowConfig
-from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
+from modular_rag.config import FlowConfig, OperatorSpec
+from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
 from modular_rag.state import Branch, Evidence, RAGState
+from operators.fusion import ReplugParams, replug_token_level
 from operators.retrieval import queries_of
 
 __all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "BRANCH", "FUSE", "RERANK",
@@ -65,6 +67,20 @@ def _check_fuse(flow: FlowBuilder, mode: str) -> None:
                               f"{mode!r} needs a {_FUSE_MAKES[mode]} fusion (it fits mode {', '.join(fits)})")
 
 
+def _replug_spec(config: FlowConfig) -> ReplugParams | None:
+    """The REPLUG fusion's params when the documents mode fuses with ``replug``."""
+    specs = [s for s in config.slot(FUSE) if s.active] if FUSE in config.operators else [OperatorSpec(name="replug")]
+    if len(specs) != 1 or specs[0].object is not None or specs[0].name != "replug":
+        return None
+    return ReplugParams.model_validate(specs[0].params)
+
+
+def _token_level(flow: FlowBuilder) -> bool:
+    """Whether the documents mode runs REPLUG's token-level ensemble with the flow's chat model."""
+    replug = _replug_spec(flow.config)
+    return replug is not None and replug_token_level(replug, llm_continues(flow.env.config.llm))
+
+
 def cost(config: FlowConfig) -> Cost:
     """queries: expansion + N parallel retrievals + fusion + one generation; documents: one retrieval + N
     generations + fusion."""
@@ -79,7 +95,9 @@ def cost(config: FlowConfig) -> Cost:
         return expand + per_branch * n + fuse + total(config, [RERANK, CONTEXT, GENERATE], ctx)
     head = total(config, [RETRIEVE, RERANK], ctx)
     n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
-    per_doc = total(config, [GENERATE], CostContext(evidence=Span(1, 1), prefill=ctx.prefill))
+    replug = _replug_spec(config)
+    token_level = replug is not None and replug_token_level(replug, ctx.prefill)
+    per_doc = ZERO if token_level else total(config, [GENERATE], CostContext(evidence=Span(1, 1), prefill=ctx.prefill))
     ctx.candidates = n
     return head + per_doc * n + slot_cost(config, FUSE, ctx, default=fuse_default)
 
@@ -136,22 +154,27 @@ def build_branching(
         tail = flow.chain([RERANK, CONTEXT, GENERATE], start=FUSE)
         return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(head) + 2 + len(tail))
 
-    per_document = flow.runner([GENERATE], label=BRANCH + "[{branch}]")
+    # the token-level ensemble is the answer: its branches only carry their document, nothing is generated there
+    per_document = None if _token_level(flow) else flow.runner([GENERATE], label=BRANCH + "[{branch}]")
 
     def generate_one(state: Mapping[str, Any]) -> dict[str, Any]:
-        update = per_document(state)
         hit = state["candidates"][0]
-        item = Branch(branch=state["branch"], query=state["query"], weight=float(hit["score"]), candidates=[hit],
-                      answer=update["answer"])  # fmt: skip
-        return {"branches": [item], "trace": update["trace"], "ledger": update["ledger"]}
+        item = Branch(branch=state["branch"], query=state["query"], weight=float(hit["score"]), candidates=[hit])
+        if per_document is None:
+            return {"branches": [item]}
+        update = per_document(state)
+        return {"branches": [{**item, "answer": update["answer"]}], "trace": update["trace"],
+                "ledger": update["ledger"]}  # fmt: skip
 
     def per_doc(state: RAGState) -> list[Send] | str:
         hits = list(state.get("candidates") or [])[: params.branches]
         if not hits:
             return FUSE  # nothing retrieved: the fusion refuses
+        # each document keeps the number the fused answer gives it, so a branch's citation points at its document
         return [
             Send(BRANCH, {"query": state["query"], "branch": i, "candidates": [h], "evidence": [
-                Evidence(ref=1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"], metadata=h["metadata"])]})
+                Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"],
+                         metadata=h["metadata"])]})
             for i, h in enumerate(hits)
         ]  # fmt: skip
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 
 from modular_rag.builder import build_flow
 from modular_rag.config import OperatorSpec, load_config
@@ -76,6 +80,53 @@ def test_multi_query_branches_are_fused(demo_dir: Path) -> None:
     assert out["candidates"][0]["channel"] == "weighted"
 
 
+class PassageChat(BaseChatModel):
+    """A scripted chat model that answers from the one passage in its prompt: the answer scripted for that
+    passage's document, citing the number the prompt gave the passage (a faithful reader of one document)."""
+
+    answers: dict[str, str]
+
+    @property
+    def _llm_type(self) -> str:
+        return "passage-chat"
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        prompt = str(messages[-1].content)
+        ref = re.search(r"^\[(\d+)\]", prompt, re.M)
+        text = next((a for code, a in self.answers.items() if code in prompt), "Unknown.")
+        cite = ref.group(1) if ref else "1"
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=f"{text} [{cite}]"))])
+
+
+def _chunk_of(env: Any, doc_id: str) -> dict[str, Any]:
+    index = env.index.sparse
+    i = next(i for i, m in enumerate(index.metadatas) if m.get("doc_id") == doc_id)
+    return {"chunk_id": index.ids[i], "text": index.texts[i], "score": 0.0, "channel": "fixed",
+            "metadata": dict(index.metadatas[i])}  # fmt: skip
+
+
+@pytest.mark.integration
+def test_replug_weights_come_from_dense_similarity_and_decide_the_vote(demo_dir: Path, demo_env: Any) -> None:
+    # retrieval order (and scores) favour E07; only the query-document similarity says E12 matters most
+    docs = [_chunk_of(demo_env, d) for d in ("display-error-e07", "display-error-e17", "display-error-e12")]
+    ranked = [{**h, "score": float(3 - i)} for i, h in enumerate(docs)]
+    query = "What does the E12 error on the e-bike display indicate?"
+    config = load_config(template("branching", demo_dir, params={"mode": "documents", "branches": 3},
+                                  operators={"fuse": {"name": "replug", "params": {"temperature": 0.05}},
+                                             "expand": "none"}))  # fmt: skip
+    config.operators["retrieve"] = OperatorSpec.from_object(lambda state: {"candidates": ranked})
+    config.providers.llm = PassageChat(answers={"E07 means": "Speed sensor signal lost", "E17": "Controller fault",
+                                                "E12": "Battery overtemperature"})  # fmt: skip
+    out = build_flow(config).invoke({"query": query})  # its own providers: the scripted reader over the demo index
+    q = demo_env.encoder.encode_query(query)
+    sims = [float(demo_env.encoder.encode([h["text"]])[0] @ q) for h in docs]
+    weights = replug_weights(sims, temperature=0.05)
+    assert [round(e["score"], 4) for e in out["evidence"]] == [round(float(w), 4) for w in weights]
+    assert int(weights.argmax()) == 2
+    assert out["answer"]["text"] == "Battery overtemperature [3]"
+    assert [c["chunk_id"] for c in out["answer"]["citations"]] == [docs[2]["chunk_id"]]  # the document it came from
+
+
 @pytest.mark.integration
 def test_replug_vote_with_a_model_without_token_probabilities(demo_dir: Path) -> None:
     config = load_config(template("branching", demo_dir, params={"mode": "documents", "branches": 3},
@@ -83,7 +134,6 @@ def test_replug_vote_with_a_model_without_token_probabilities(demo_dir: Path) ->
     config.providers.llm = fake_llm("Speed sensor signal lost.", "Speed sensor signal lost.", "Battery too hot.")
     out = build_flow(config).invoke({"query": "What does error code E07 mean?"})
     assert len(out["branches"]) == 3
-    assert out["answer"]["text"] in {"Speed sensor signal lost.", "Battery too hot."}
     fuse = next(e for e in out["trace"] if e["node"] == "fuse")
     assert "answer-level weighted vote" in fuse["summary"]
 
@@ -101,6 +151,9 @@ def test_replug_token_level_on_the_local_model(demo_dir: Path) -> None:
     ledger = next(e for e in out["ledger"] if e["node"] == "fuse")
     assert 2 <= ledger["llm_calls"] <= 2 * 16  # two documents per decoding step
     assert ledger["llm_calls"] % 2 == 0
+    # the token-level ensemble is the answer: no per-document answers are generated and thrown away
+    assert sum(e["llm_calls"] for e in out["ledger"]) == ledger["llm_calls"]
+    assert all("answer" not in b for b in out["branches"])
 
 
 @pytest.mark.integration
