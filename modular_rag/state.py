@@ -38,6 +38,7 @@ __all__ = [
     "INPUT_KEYS",
     "QUESTION_KEYS",
     "fresh_question",
+    "step_of",
 ]
 
 
@@ -235,3 +236,8 @@ def fresh_question(state: Mapping[str, Any]) -> dict[str, Any]:
             continue
         update[key] = Overwrite([]) if key in APPEND_KEYS else None
     return update
+
+
+def step_of(state: Mapping[str, Any]) -> int:
+    """The loop counter of a state: ``step``, 0 before the first round (or when unset)."""
+    return int(state.get("step", 0) or 0)

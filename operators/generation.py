@@ -29,6 +29,8 @@ __all__ = [
     "attribute",
     "is_refusal",
     "strip_citations",
+    "renumber",
+    "cite_pack",
     "make_answer",
     "clean_completion",
     "trim_loops",
@@ -117,6 +119,40 @@ def attribute(text: str, evidence: Sequence[Evidence], threshold: float = 0.5) -
 def strip_citations(text: str) -> str:
     """The text without its ``[n]`` citation markers (for using an answer as a search query)."""
     return " ".join(re.sub(r"\s*" + _CITE.pattern, "", text).split())
+
+
+def renumber(text: str, local: Mapping[int, str], refs: Mapping[str, int]) -> str:
+    """Rewrite the ``[n]`` markers of a text written against its own evidence pack (``local``: the pack's reference
+    -> chunk id) into the references ``refs`` gives those chunks in a larger evidence list. A marker naming no entry
+    of the pack, or a chunk ``refs`` does not have, is dropped."""
+
+    def swap(match: re.Match[str]) -> str:
+        out: list[str] = []
+        for part in re.split(r"[,;]", match.group(1)):
+            ref = refs.get(local.get(int(part.strip()), ""))
+            if ref is not None and str(ref) not in out:
+                out.append(str(ref))
+        lead = " " if match.group(0).startswith(" ") else ""
+        return f"{lead}[{', '.join(out)}]" if out else ""
+
+    return re.sub(r" ?" + _CITE.pattern, swap, text)
+
+
+def cite_pack(text: str, pack: Sequence[Evidence], refs: Mapping[str, int],
+              threshold: float | None = 0.5) -> tuple[str, list[Citation]]:  # fmt: skip
+    """A text written against its own evidence pack, renumbered into a larger evidence list (``refs``: chunk id ->
+    reference there), and its citations: the markers it wrote, then (at or above ``threshold`` term overlap) its
+    uncited sentences attributed within its own pack, never to a chunk it did not see."""
+    citations = [Citation(ref=refs[c["chunk_id"]], chunk_id=c["chunk_id"], method="model")
+                 for c in parse_citations(text, pack) if c["chunk_id"] in refs]  # fmt: skip
+    if threshold is not None:
+        seen = {c["ref"] for c in citations}
+        for c in attribute(text, pack, threshold):
+            ref = refs.get(c["chunk_id"])
+            if ref is not None and ref not in seen:
+                seen.add(ref)
+                citations.append(Citation(ref=ref, chunk_id=c["chunk_id"], method="attributed"))
+    return renumber(text, {e["ref"]: e["chunk_id"] for e in pack}, refs), citations
 
 
 def is_refusal(text: str) -> bool:

@@ -22,7 +22,7 @@ from modular_rag.costs import ZERO, llm
 from modular_rag.errors import JudgeError
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
-from modular_rag.state import Verdict
+from modular_rag.state import Verdict, step_of
 from modular_rag.text import token_f1
 from modular_rag.trace import totals
 from operators.generation import DATA_RULE, evidence_of, format_evidence, parse_yes_no
@@ -33,7 +33,7 @@ __all__ = ["verdict", "stop_now", "CRITERIA"]
 def verdict(judge: str, decision: Literal["stop", "continue"], reason: str, state: Mapping[str, Any],
             score: float | None = None) -> dict[str, Any]:  # fmt: skip
     """The update a judge returns: one verdict for the state's current step."""
-    v = Verdict(judge=judge, decision=decision, reason=reason, step=int(state.get("step", 0) or 0))
+    v = Verdict(judge=judge, decision=decision, reason=reason, step=step_of(state))
     if score is not None:
         v["score"] = round(float(score), 6)
     return {"verdicts": [v]}
@@ -41,7 +41,7 @@ def verdict(judge: str, decision: Literal["stop", "continue"], reason: str, stat
 
 def stop_now(state: Mapping[str, Any]) -> bool:
     """Whether any loop verdict (not a per-node pruning verdict) given at the current step says ``stop``."""
-    step = int(state.get("step", 0) or 0)
+    step = step_of(state)
     return any(
         v.get("step", step) == step and v["decision"] == "stop" and not v.get("target")
         for v in state.get("verdicts") or []
@@ -144,7 +144,7 @@ def budget(params: BudgetParams, env: Providers) -> Operator:
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         spent = totals(state.get("ledger"))
-        step = int(state.get("step", 0) or 0)
+        step = step_of(state)
         if params.max_steps is not None and step >= params.max_steps:
             return verdict("budget", "stop", "max_steps", state, step)
         if params.max_llm_calls is not None and spent["llm_calls"] >= params.max_llm_calls:

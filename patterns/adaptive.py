@@ -3,7 +3,8 @@
 * ``mode: flare`` (FLARE): draft the next sentence; the judge (``token_confidence``, tau) accepts it when every token
   is likely enough, otherwise a query is built from the sentence with its low-confidence tokens masked, evidence is
   retrieved, and the sentence is drafted again and accepted. Stops at the end of the answer or at ``max_steps``
-  sentences. Citations are attributed over all the evidence shown.
+  sentences. Each sentence's ``[n]`` refer to the evidence pack it was drafted from; the final answer renumbers them
+  into one evidence list, the union of those packs, so every citation names the chunk its sentence was written from.
 * ``mode: self_rag`` (Self-RAG style): a gate judge decides whether to retrieve at all; retrieved chunks are graded
   (``llm_critique``); after generation a judge checks the answer is supported; if not, the query is rewritten and the
   loop retrieves again, at most ``max_steps`` rounds.
@@ -25,8 +26,8 @@ from modular_rag.config import FlowConfig, OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
-from modular_rag.state import Answer, Evidence, RAGState, Round
-from operators.generation import make_answer
+from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, RAGState, Round, step_of
+from operators.generation import REFUSAL, cite_pack, clean_completion, evidence_of, is_refusal
 from operators.judging import stop_now
 
 __all__ = ["build_adaptive", "AdaptiveParams", "SLOTS"]
@@ -84,11 +85,17 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
     fetch = flow.runner([RETRIEVE, RERANK, CONTEXT], label="retrieve", defaults=defaults)
     draft = flow.runner([DRAFT], label=DRAFT)
 
+    def seen(update: Mapping[str, Any], branch: int, query: str) -> list[Branch]:
+        """What a fetch showed the drafts: its evidence pack, as written, kept as the branch's candidates."""
+        pack = evidence_of(update)
+        return [Branch(branch=branch, query=query, weight=1.0, candidates=[
+            Hit(chunk_id=e["chunk_id"], text=e["text"], score=e["score"], channel="evidence", metadata=e["metadata"])
+            for e in pack])]  # fmt: skip
+
     def start(state: Mapping[str, Any]) -> dict[str, Any]:
         update = fetch(state) if params.initial_retrieval else {"trace": [], "ledger": []}
-        sources = list(update.get("candidates") or [])
-        return {**update, "step": 0, "answer": Answer(text="", citations=[], refused=False), "branches": [
-            {"branch": 0, "query": state["query"], "weight": 1.0, "candidates": sources}]}
+        return {**update, "step": 0, "answer": Answer(text="", citations=[], refused=False),
+                "branches": seen(update, 0, state["query"])}  # fmt: skip
 
     def requery(state: Mapping[str, Any]) -> dict[str, Any]:
         d = state.get("draft") or {}
@@ -96,30 +103,47 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
                              params.mask_below)  # fmt: skip
         update = fetch({**state, "queries": [query]})
         again = draft({**state, **{k: v for k, v in update.items() if k not in ("trace", "ledger")}})
-        step = int(state.get("step", 0) or 0)
         return {**update, "draft": again["draft"], "queries": [query],
                 "trace": update["trace"] + again["trace"], "ledger": update["ledger"] + again["ledger"],
-                "branches": [{"branch": step + 1, "query": query, "weight": 1.0,
-                              "candidates": list(update.get("candidates") or [])}]}  # fmt: skip
+                "branches": seen(update, step_of(state) + 1, query)}  # fmt: skip
 
     def accept(state: Mapping[str, Any]) -> dict[str, Any]:
         d = state.get("draft") or {}
         so_far = (state.get("answer") or {}).get("text", "")
         text = f"{so_far} {d.get('text', '')}".strip()
-        step = int(state.get("step", 0) or 0) + 1
+        step = step_of(state) + 1
+        # the sentence's [n] refer to the pack it was drafted from: keep that pack with it
+        pack = [e["chunk_id"] for e in sorted(evidence_of(state), key=lambda e: e["ref"])]
         return {"answer": Answer(text=text, citations=[], refused=False), "step": step,
                 "rounds": [Round(step=step, query=(state.get("queries") or [state["query"]])[0],
-                                 answer=d.get("text", ""), chunk_ids=[])]}  # fmt: skip
+                                 answer=d.get("text", ""), chunk_ids=pack)]}  # fmt: skip
 
     def finish(state: Mapping[str, Any]) -> dict[str, Any]:
-        seen: dict[str, Evidence] = {}
-        for b in state.get("branches") or []:
-            for h in b["candidates"][:3]:
-                if h["chunk_id"] not in seen and len(seen) < 10:
-                    seen[h["chunk_id"]] = Evidence(ref=len(seen) + 1, chunk_id=h["chunk_id"], text=h["text"],
-                                                   score=h["score"], metadata=h["metadata"])  # fmt: skip
-        evidence = list(seen.values())
-        return {"answer": make_answer((state.get("answer") or {}).get("text", ""), evidence), "evidence": evidence}
+        """The answer with every sentence's citations resolved against the pack that sentence was drafted from,
+        renumbered into one evidence list: the union of those packs, in the order the sentences first used them."""
+        shown = {h["chunk_id"]: h for b in state.get("branches") or [] for h in b["candidates"]}
+        rounds = list(state.get("rounds") or [])
+        evidence: list[Evidence] = []
+        refs: dict[str, int] = {}
+        for r in rounds:
+            for cid in r["chunk_ids"]:
+                if cid not in refs and cid in shown:
+                    refs[cid] = len(evidence) + 1
+                    h = shown[cid]
+                    evidence.append(Evidence(ref=refs[cid], chunk_id=cid, text=h["text"], score=h["score"],
+                                             metadata=h["metadata"]))  # fmt: skip
+        sentences: list[str] = []
+        citations: list[Citation] = []
+        for r in rounds:
+            pack = [Evidence(ref=i + 1, chunk_id=cid, text=shown[cid]["text"], score=0.0, metadata={})
+                    for i, cid in enumerate(r["chunk_ids"]) if cid in shown]  # fmt: skip
+            text, cited = cite_pack(r["answer"], pack, refs)
+            sentences.append(text)
+            citations += [c for c in cited if c["ref"] not in {k["ref"] for k in citations}]
+        text = clean_completion(" ".join(s for s in sentences if s))
+        if is_refusal(text):
+            return {"answer": Answer(text=text or REFUSAL, citations=[], refused=True), "evidence": evidence}
+        return {"answer": Answer(text=text, citations=citations, refused=False), "evidence": evidence}
 
     def judged(state: RAGState) -> Literal["retrieve", "accept"]:
         return "accept" if stop_now(state) else "retrieve"
@@ -127,7 +151,7 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
     def more(state: RAGState) -> Literal["draft", "finish"]:
         draft: Mapping[str, Any] = state.get("draft") or {}
         done = bool(draft.get("done"))
-        return "finish" if done or int(state.get("step", 0) or 0) >= params.max_steps else "draft"
+        return "finish" if done or step_of(state) >= params.max_steps else "draft"
 
     flow.internal("start", start)
     flow.graph.add_edge(START, "start")
@@ -151,7 +175,7 @@ def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
     defaults = _DEFAULTS["self_rag"]
 
     def advance(state: Mapping[str, Any]) -> dict[str, Any]:
-        step = int(state.get("step", 0) or 0) + 1
+        step = step_of(state) + 1
         return {"step": step, "rounds": [Round(step=step, query=(state.get("queries") or [state["query"]])[-1],
                                                answer=(state.get("answer") or {}).get("text", ""),
                                                chunk_ids=[h["chunk_id"] for h in state.get("candidates") or []])]}
@@ -173,7 +197,7 @@ def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
         return "answer" if stop_now(state) else "retrieve"
 
     def again(state: RAGState) -> Literal["again", "done"]:
-        if int(state.get("step", 0) or 0) >= params.max_steps or stop_now(state):
+        if step_of(state) >= params.max_steps or stop_now(state):
             return "done"
         return "again"
 

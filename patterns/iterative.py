@@ -21,7 +21,7 @@ from modular_rag.config import FlowConfig
 from modular_rag.costs import Cost, Span, active, context_for, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
-from modular_rag.state import RAGState, Round
+from modular_rag.state import RAGState, Round, step_of
 from operators.generation import is_refusal, strip_citations
 from operators.judging import stop_now
 
@@ -53,7 +53,7 @@ class IterativeParams(BaseModel):
 
 def _advance(params: IterativeParams) -> Any:
     def advance(state: Mapping[str, Any]) -> dict[str, Any]:
-        step = int(state.get("step", 0) or 0) + 1
+        step = step_of(state) + 1
         answer = (state.get("answer") or {}).get("text", "")
         used = (state.get("queries") or [state.get("query", "")])[0]
         update: dict[str, Any] = {
@@ -115,7 +115,7 @@ def build_iterative(
         flow.graph.add_edge(ADVANCE, JUDGE)
 
     def again(state: RAGState) -> Literal["again", "done"]:
-        if int(state.get("step", 0) or 0) >= params.rounds or stop_now(state):
+        if step_of(state) >= params.rounds or stop_now(state):
             return "done"
         return "again"
 

@@ -23,7 +23,7 @@ from modular_rag.config import FlowConfig
 from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
-from modular_rag.state import RAGState, TreeNode
+from modular_rag.state import RAGState, TreeNode, step_of
 
 __all__ = ["build_recursive", "RecursiveParams", "SLOTS", "EXPAND", "NODE", "PRUNE", "FUSE"]
 
@@ -108,7 +108,7 @@ def build_recursive(
         if not tree:  # level 0: the question itself
             root = {"node_id": "n0", "parent": None, "depth": 0, "question": state["query"]}
             return {"frontier": [root], "step": 0}
-        depth = int(state.get("step", 0) or 0)
+        depth = step_of(state)
         room = params.max_nodes - len(tree)
         frontier: list[dict[str, Any]] = []
         trace: list[Any] = []
@@ -143,7 +143,7 @@ def build_recursive(
         return {"tree": [item], "trace": update["trace"], "ledger": update["ledger"]}
 
     def grow(state: RAGState) -> Literal["expand", "fuse"]:
-        depth = int(state.get("step", 0) or 0)
+        depth = step_of(state)
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 

@@ -79,11 +79,24 @@ def test_self_rag_gate_can_skip_retrieval(demo_dir: Path) -> None:
 
 @pytest.mark.integration
 def test_flare_end_to_end_on_the_local_model(demo_dir: Path) -> None:
-    config = template("adaptive", demo_dir, params={"mode": "flare", "max_steps": 2})
-    out = build_flow(config).invoke({"query": "What does error code E07 mean on the e-bike display?"})
+    # tau 0.99: some token of the first draft is below it, so FLARE must re-query with that draft, masked
+    config = template("adaptive", demo_dir, params={"mode": "flare", "max_steps": 2, "mask_below": 0.3},
+                      operators={"judge": {"name": "token_confidence", "params": {"tau": 0.99}}})  # fmt: skip
+    question = "What does error code E07 mean on the e-bike display?"
+    drafts, final = [], {}
+    for mode, chunk in build_flow(config).stream({"query": question}, stream_mode=["updates", "values"]):
+        if mode == "values":
+            final = chunk
+        elif "draft" in chunk:
+            drafts.append(chunk["draft"]["draft"])
+    out = final
     assert 1 <= out["step"] <= 2 and out["answer"]["text"].strip()
     judged = [v for v in out["verdicts"] if v["judge"] == "token_confidence"]
     assert judged and all(0.0 <= v["score"] <= 1.0 for v in judged)
+    assert judged[0]["decision"] == "continue"
+    first = drafts[0]
+    masked = masked_query(question, first["tokens"], first["logprobs"], 0.3)
+    assert out["branches"][1]["query"] == masked  # the re-query searched with the masked draft
     assert all(c["chunk_id"] in {e["chunk_id"] for e in out["evidence"]} for c in out["answer"]["citations"])
 
 
@@ -96,3 +109,37 @@ def test_self_rag_end_to_end_on_the_local_model(demo_dir: Path) -> None:
     out = build_flow(config).invoke({"query": "What does error code E12 mean on the display?"})
     assert 1 <= out["step"] <= 2 and out["answer"]["text"].strip()
     assert any(v["judge"] == "llm_judge" for v in out["verdicts"])
+
+
+def _hit(env: Any, doc_id: str) -> dict[str, Any]:
+    index = env.index.sparse
+    i = next(i for i, m in enumerate(index.metadatas) if m.get("doc_id") == doc_id)
+    return {"chunk_id": index.ids[i], "text": index.texts[i], "score": 1.0, "channel": "fixed",
+            "metadata": dict(index.metadatas[i])}  # fmt: skip
+
+
+@pytest.mark.integration
+def test_flare_citations_resolve_to_the_pack_each_sentence_was_drafted_from(demo_dir: Path, demo_env: Any) -> None:
+    e07, e12, e17 = (_hit(demo_env, f"display-error-{c}") for c in ("e07", "e12", "e17"))
+    packs = iter([[e07, e12], [e17, e07]])  # the re-query for sentence 2 brings E17 first
+
+    def retrieve(state: Mapping[str, Any]) -> dict[str, Any]:
+        return {"candidates": next(packs)}
+
+    def judge(state: Mapping[str, Any]) -> dict[str, Any]:  # accept sentence 1, re-query for sentence 2
+        step = state.get("step", 0)
+        return {"verdicts": [{"judge": "scripted", "decision": "stop" if step == 0 else "continue", "reason": "test",
+                              "step": step}]}  # fmt: skip
+
+    config = load_config(template("adaptive", demo_dir, params={"mode": "flare", "max_steps": 2}))
+    config.providers.llm = fake_llm("E07 means speed sensor signal lost [1].", "Unsure [2].",
+                                    "E17 is a motor controller communication fault [1].")  # fmt: skip
+    config.operators["retrieve"] = OperatorSpec.from_object(retrieve)
+    config.operators["judge"] = OperatorSpec.from_object(judge)
+    out = build_flow(config).invoke({"query": "What do E07 and E17 mean?"})
+    refs = {e["ref"]: e["chunk_id"] for e in out["evidence"]}
+    assert out["answer"]["text"] == ("E07 means speed sensor signal lost [1]. "
+                                     "E17 is a motor controller communication fault [3].")  # fmt: skip
+    assert refs == {1: e07["chunk_id"], 2: e12["chunk_id"], 3: e17["chunk_id"]}  # every chunk a draft saw is kept
+    model = [c for c in out["answer"]["citations"] if c["method"] == "model"]
+    assert [(c["ref"], c["chunk_id"]) for c in model] == [(1, e07["chunk_id"]), (3, e17["chunk_id"])]
