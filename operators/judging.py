@@ -6,6 +6,7 @@ patterns stop when any verdict of the current step says ``stop``, and always at 
 * ``token_confidence`` - FLARE's rule: continue (retrieve) when any token's probability is below ``tau``. Needs
   token log-probabilities; a model that gives none raises :class:`~modular_rag.errors.JudgeError`.
 * ``llm_judge`` - a prompted yes/no question (supported? complete? needs retrieval?), parsed robustly.
+* ``reflection`` - Self-RAG's critique, prompted: supported by the passages (when there are any) and useful?
 * ``budget`` - stop when steps, LLM calls or tokens reach a budget (from the run's ledger).
 * ``no_progress`` - stop when the answer stopped changing between rounds.
 """
@@ -16,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modular_rag.costs import ZERO, llm
 from modular_rag.errors import JudgeError
@@ -27,7 +28,7 @@ from modular_rag.text import token_f1
 from modular_rag.trace import totals
 from operators.generation import DATA_RULE, evidence_of, format_evidence, parse_yes_no
 
-__all__ = ["verdict", "stop_now", "CRITERIA"]
+__all__ = ["verdict", "stop_now", "ask_yes_no", "CRITERIA"]
 
 
 def verdict(judge: str, decision: Literal["stop", "continue"], reason: str, state: Mapping[str, Any],
@@ -102,10 +103,34 @@ class LLMJudgeParams(_P):
 JUDGE_PROMPT = "{context}Question: {query}\n{answer}\n{ask} Reply with yes or no."
 
 
-@operator("orchestration", "scheduling", "llm_judge", port=Port.JUDGE, needs_llm=True, cost=lambda params, ctx: llm(1))
+def _answer_text(state: Mapping[str, Any]) -> str:
+    return str((state.get("answer") or {}).get("text") or (state.get("draft") or {}).get("text") or "")
+
+
+def ask_yes_no(env: Providers, state: Mapping[str, Any], ask: str, *, passages: bool,
+               max_tokens: int = 4) -> tuple[str | None, float | None]:  # fmt: skip
+    """Ask the model a yes/no question about the state's question and answer (with the evidence as delimited data
+    when ``passages``): ``(yes | no | None, P(yes) from the first token's alternatives, or None)``."""
+    evidence = evidence_of(state) if passages else []
+    context = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
+    answer = _answer_text(state)
+    prompt = JUDGE_PROMPT.format(context=context, query=state.get("query", ""),
+                                 answer=f"Answer: {answer}" if answer else "", ask=ask)  # fmt: skip
+    completion = env.llm.complete(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
+    first = next((t for t in completion.tokens or () if t.token.strip()), None)
+    return parse_yes_no(completion.text, first.top if first is not None else ())
+
+
+def _judge_cost(params: LLMJudgeParams, ctx: Any) -> Any:
+    # "supported" with no passages is not asked (nothing to support)
+    return llm((0 if params.criterion == "supported" and ctx.evidence.lo == 0 else 1, 1))
+
+
+@operator("orchestration", "scheduling", "llm_judge", port=Port.JUDGE, needs_llm=True, cost=_judge_cost)
 def llm_judge(params: LLMJudgeParams, env: Providers) -> Operator:
     """A prompted yes/no judge (supported / complete / useful / needs retrieval, or a custom question), read from the
-    reply's first-token probabilities when available, else from its text; unclear replies follow on_unclear."""
+    reply's first-token probabilities when available, else from its text; unclear replies follow on_unclear.
+    ``supported`` with no passages is not asked: it stops (accepts) with reason ``supported:no_passages``."""
     if params.criterion == "custom":
         if not params.question or params.continue_on is None:
             raise JudgeError("llm_judge: criterion 'custom' needs both question and continue_on (yes or no)")
@@ -115,19 +140,61 @@ def llm_judge(params: LLMJudgeParams, env: Providers) -> Operator:
         continue_on = params.continue_on or default
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        evidence = evidence_of(state)
-        context = (f"{format_evidence(evidence)}\n{DATA_RULE}\n\n"
-                   if evidence and params.criterion != "needs_retrieval" else "")  # fmt: skip
-        answer = (state.get("answer") or {}).get("text") or (state.get("draft") or {}).get("text") or ""
-        prompt = JUDGE_PROMPT.format(context=context, query=state.get("query", ""),
-                                     answer=f"Answer: {answer}" if answer else "", ask=ask)  # fmt: skip
-        completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True, top_logprobs=10)
-        first = next((t for t in completion.tokens or () if t.token.strip()), None)
-        reply, p_yes = parse_yes_no(completion.text, first.top if first is not None else ())
+        if params.criterion == "supported" and not evidence_of(state):
+            return verdict("llm_judge", "stop", "supported:no_passages", state)
+        reply, p_yes = ask_yes_no(env, state, ask, passages=params.criterion != "needs_retrieval",
+                                  max_tokens=params.max_tokens)  # fmt: skip
         if reply is None:
             return verdict("llm_judge", params.on_unclear, "unclear", state)
         decision: Literal["stop", "continue"] = "continue" if reply == continue_on else "stop"
         return verdict("llm_judge", decision, f"{params.criterion}:{reply}", state, p_yes)
+
+    return run
+
+
+class ReflectionParams(_P):
+    supported: bool = Field(True, description="ask whether the answer is supported by the passages (IsSup); "
+                                              "skipped when there are none")  # fmt: skip
+    useful: bool = Field(True, description="ask whether the answer is useful for the question (IsUse)")
+    on_unclear: Literal["stop", "continue"] = Field("stop", description="decision when a reply is neither yes nor no")
+    max_tokens: int = Field(4, gt=0, le=64)
+
+    @model_validator(mode="after")
+    def _asks_something(self) -> ReflectionParams:
+        if not (self.supported or self.useful):
+            raise ValueError("reflection needs supported or useful (or both) set to true")
+        return self
+
+
+def _reflection_cost(params: ReflectionParams, ctx: Any) -> Any:
+    sup = int(params.supported)
+    return llm((int(params.useful) + (sup if ctx.evidence.lo > 0 else 0), int(params.useful) + sup))
+
+
+@operator("orchestration", "scheduling", "reflection", port=Port.JUDGE, needs_llm=True, cost=_reflection_cost)
+def reflection(params: ReflectionParams, env: Providers) -> Operator:
+    """Self-RAG-style reflection, prompted: is the answer supported by the passages (IsSup, asked only when there
+    are passages) and useful for the question (IsUse)? One verdict: continue (retrieve again) when either says no,
+    stop (accept) when every question asked says yes."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        asked: list[tuple[str, str | None, float | None]] = []
+        parts: list[str] = []
+        if params.supported:
+            if evidence_of(state):
+                reply, p = ask_yes_no(env, state, CRITERIA["supported"][0], passages=True, max_tokens=params.max_tokens)
+                asked.append(("supported", reply, p))
+            else:
+                parts.append("supported:no_passages")
+        if params.useful:
+            reply, p = ask_yes_no(env, state, CRITERIA["useful"][0], passages=False, max_tokens=params.max_tokens)
+            asked.append(("useful", reply, p))
+        parts += [f"{name}:{reply or 'unclear'}" for name, reply, _ in asked]
+        decisions = [params.on_unclear if reply is None else ("continue" if reply == "no" else "stop")
+                     for _, reply, _ in asked]  # fmt: skip
+        decision: Literal["stop", "continue"] = "continue" if "continue" in decisions else "stop"
+        scores = [p for _, _, p in asked if p is not None]
+        return verdict("reflection", decision, ",".join(parts), state, min(scores) if scores else None)
 
     return run
 

@@ -5,9 +5,11 @@
   retrieved, and the sentence is drafted again and accepted. Stops at the end of the answer or at ``max_steps``
   sentences. Each sentence's ``[n]`` refer to the evidence pack it was drafted from; the final answer renumbers them
   into one evidence list, the union of those packs, so every citation names the chunk its sentence was written from.
-* ``mode: self_rag`` (Self-RAG style): a gate judge decides whether to retrieve at all; retrieved chunks are graded
-  (``llm_critique``); after generation a judge checks the answer is supported; if not, the query is rewritten and the
-  loop retrieves again, at most ``max_steps`` rounds.
+* ``mode: self_rag`` (Self-RAG style, by prompted reflection rather than a Self-RAG-trained model): a gate judge
+  decides whether to retrieve at all (Retrieve); retrieved chunks are graded (``llm_critique``, IsRel); after
+  generation the ``reflection`` judge asks whether the answer is supported by the passages (IsSup, only when there are
+  passages) and useful (IsUse); if either says no, the query is rewritten and the loop retrieves again (a CRAG-like
+  corrective loop, which Self-RAG itself does not have), at most ``max_steps`` rounds.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ _DEFAULTS: dict[str, dict[str, str | OperatorSpec]] = {
         REWRITE: "rewrite",
         RERANK: "llm_critique",
         GENERATE: OperatorSpec(name="cited_answer", params={"without_evidence": "answer"}),
-        JUDGE: OperatorSpec(name="llm_judge", params={"criterion": "supported"}),
+        JUDGE: OperatorSpec(name="reflection"),
     },
 }
 
@@ -224,11 +226,15 @@ def cost(config: FlowConfig) -> Cost:
         requery = total(config, [RETRIEVE, RERANK, CONTEXT, DRAFT], fresh(), defaults)
         return start + step * Span(1, params.max_steps) + requery * Span(0, params.max_steps)
     gate = total(config, [GATE], fresh(), defaults)
-    first = total(config, [RETRIEVE, RERANK, CONTEXT], fresh(), defaults)
-    answer = total(config, [GENERATE, JUDGE], fresh(), defaults)
+    fetched = fresh()
+    first = total(config, [RETRIEVE, RERANK, CONTEXT], fetched, defaults)
+    gated = active(config, GATE, defaults.get(GATE))
+    judged = fresh()  # a gated answer may have no passages: then the support question is not asked
+    judged.evidence = Span(0 if gated else fetched.evidence.lo, fetched.evidence.hi)
+    answer = total(config, [GENERATE, JUDGE], judged, defaults)
     rewritten = fresh()  # later rounds retrieve with what the rewrite wrote (the original and the rewrite)
     again = total(config, [REWRITE, RETRIEVE, RERANK, CONTEXT], rewritten, defaults)
-    first_fetch = Span(0 if active(config, GATE, defaults.get(GATE)) else 1, 1)
+    first_fetch = Span(0 if gated else 1, 1)
     return gate + first * first_fetch + answer * Span(1, params.max_steps) + again * Span(0, params.max_steps - 1)
 
 

@@ -46,6 +46,7 @@ CASES: dict[str, dict[str, Any]] = {
     "llm": {**ROUTES},
     "token_confidence": {"tau": 0.4},
     "llm_judge": {"criterion": "supported"},
+    "reflection": {},
     "budget@judge": {"max_steps": 5},
     "no_progress": {},
     "prune": {},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,9 @@ def test_self_rag_gate_can_skip_retrieval(demo_dir: Path) -> None:
     nodes = [e["node"] for e in out["trace"]]
     assert nodes[0] == "gate" and "retrieve" not in nodes
     assert out["answer"]["text"] == "Paris is the capital of France."
+    # no passages, nothing to support: the support judge accepts without asking the model
+    assert [v["reason"] for v in out["verdicts"]] == ["needs_retrieval:no", "supported:no_passages"]
+    assert sum(e["llm_calls"] for e in out["ledger"] if e["node"] == "judge") == 0
 
 
 @pytest.mark.integration
@@ -103,12 +107,42 @@ def test_flare_end_to_end_on_the_local_model(demo_dir: Path) -> None:
 @pytest.mark.integration
 def test_self_rag_end_to_end_on_the_local_model(demo_dir: Path) -> None:
     config = template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": 2}, operators={
-        "judge": {"name": "llm_judge"}, "draft": "none",
+        "draft": "none", "gate": "none", "judge": "reflection",
         "generate": {"name": "cited_answer", "params": {"max_tokens": 48, "without_evidence": "answer"}},
         "rerank": {"name": "llm_critique", "params": {"max_candidates": 4}}})  # fmt: skip
     out = build_flow(config).invoke({"query": "What does error code E12 mean on the display?"})
     assert 1 <= out["step"] <= 2 and out["answer"]["text"].strip()
-    assert any(v["judge"] == "llm_judge" for v in out["verdicts"])
+    reflections = [v for v in out["verdicts"] if v["judge"] == "reflection"]
+    assert len(reflections) == out["step"]  # one per round
+    for v in reflections:  # with passages, both the support and the usefulness questions are asked
+        assert re.fullmatch(r"supported:(yes|no|unclear),useful:(yes|no|unclear)", v["reason"]), v["reason"]
+
+
+@pytest.mark.integration
+def test_self_rag_without_passages_judges_usefulness_only(demo_dir: Path) -> None:
+    config = load_config(template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": 2},
+                                  operators={"draft": "none", "judge": "reflection"}))  # fmt: skip
+    config.providers.llm = fake_llm("No", "Paris is the capital of France.", "Yes")  # gate, answer, useful?
+    out = build_flow(config).invoke({"query": "What is the capital of France?"})
+    assert "retrieve" not in [e["node"] for e in out["trace"]]
+    [v] = [v for v in out["verdicts"] if v["judge"] == "reflection"]
+    assert (v["decision"], v["reason"]) == ("stop", "supported:no_passages,useful:yes")
+    judge_calls = sum(e["llm_calls"] for e in out["ledger"] if e["node"] == "judge")
+    assert judge_calls == 1  # nothing to support, so only usefulness was asked
+
+
+@pytest.mark.integration
+def test_self_rag_retrieves_again_when_the_answer_is_not_useful(demo_dir: Path) -> None:
+    config = load_config(template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": 2},
+                                  operators={"draft": "none", "gate": "none", "rerank": "none", "rewrite": "none",
+                                             "judge": "reflection"}))  # fmt: skip
+    # round 1: answer, supported: yes, useful: no -> again; round 2: answer, yes, yes -> stop
+    config.providers.llm = fake_llm("It is a code [1].", "Yes", "No", "E07 means speed sensor signal lost [1].",
+                                    "Yes", "Yes")  # fmt: skip
+    out = build_flow(config).invoke({"query": "What does error code E07 mean?"})
+    reasons = [v["reason"] for v in out["verdicts"] if v["judge"] == "reflection"]
+    assert reasons == ["supported:yes,useful:no", "supported:yes,useful:yes"]
+    assert out["step"] == 2 and out["answer"]["text"].startswith("E07 means")
 
 
 def _hit(env: Any, doc_id: str) -> dict[str, Any]:
