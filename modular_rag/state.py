@@ -113,7 +113,9 @@ class Branch(TypedDict):
 
 
 class TreeNode(TypedDict):
-    """A node of the recursive pattern's tree of clarifications."""
+    """A node of the recursive pattern's tree of clarifications: its question, its answer, the evidence pack it was
+    answered from (``evidence``, in reference order: the answer's ``[n]`` is ``evidence[n - 1]``) and the answer's
+    citations into that pack."""
 
     node_id: str
     parent: str | None
@@ -122,6 +124,7 @@ class TreeNode(TypedDict):
     answer: str
     chunk_ids: list[str]
     evidence: NotRequired[list[Hit]]
+    citations: NotRequired[list[Citation]]
     refused: NotRequired[bool]
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
@@ -25,10 +26,10 @@ from modular_rag.registry import Operator, Port, operator
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit
 from modular_rag.text import token_f1
 from modular_rag.trace import note
-from operators.generation import DATA_RULE, REFUSAL, SYSTEM, format_evidence, make_answer
+from operators.generation import DATA_RULE, REFUSAL, SYSTEM, cited_refs, format_evidence, make_answer, renumber
 
 __all__ = ["rrf", "score_fusion", "normalise_scores", "fuse", "replug_weights", "replug_token_level",
-           "document_prompt"]
+           "document_prompt", "pack_of", "Partial", "partials", "fused_evidence"]
 
 Norm = Literal["minmax", "zscore"]
 
@@ -312,48 +313,86 @@ def replug(params: ReplugParams, env: Providers) -> Operator:
 class LLMFusionParams(_P):
     max_tokens: int = Field(256, gt=0, le=4096)
     max_evidence: int = Field(8, gt=0, le=50, description="passages given to the model with the branch answers")
+    style: Literal["short", "long_form"] = Field(
+        "short", description="short: one answer combining the partial answers; long_form: an answer covering every "
+                             "interpretation with its answer (Tree of Clarifications)"
+    )  # fmt: skip
 
 
-FUSION_PROMPT = (
-    "{passages}\n\nPartial answers found for parts of the question:\n{partials}\n\n"
-    "Question: {query}\nWrite one short answer to the question that combines the partial answers, using only the "
-    "passages, citing them like [1].\nAnswer:"
-)
+FUSION_PROMPTS = {
+    "short": "{passages}\n\nPartial answers found for parts of the question:\n{partials}\n\nQuestion: {query}\n"
+             "Write one short answer to the question that combines the partial answers, using only the passages, "
+             "citing them like [1].\nAnswer:",
+    "long_form": "{passages}\n\nThe question may be ambiguous. Its interpretations, each with the answer found for "
+                 "it:\n{partials}\n\nQuestion: {query}\nWrite a long-form answer that covers every interpretation: "
+                 "for each, say which reading it is and give its answer, citing the passages like [1]. Use only the "
+                 "passages.\nAnswer:",
+}  # fmt: skip
 
 
-def _partials(state: Mapping[str, Any]) -> list[tuple[str, str, list[Hit]]]:
-    """(question, answer, hits) per branch, or per kept tree node (recursive pattern)."""
-    out: list[tuple[str, str, list[Hit]]] = []
+def pack_of(node: Mapping[str, Any]) -> list[Evidence]:
+    """A tree node's evidence pack, numbered as its answer cites it (``evidence[n - 1]`` is ``[n]``)."""
+    return [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=float(h.get("score", 0.0)),
+                     metadata=dict(h["metadata"])) for i, h in enumerate(node.get("evidence") or [])]  # fmt: skip
+
+
+class Partial(TypedDict):
+    """One answered branch or kept tree node, as the fusion reads it: its question and answer, the passages it saw
+    and what its own ``[n]`` markers name (reference -> chunk id)."""
+
+    question: str
+    answer: str
+    hits: list[Hit]
+    local: dict[int, str]
+
+
+def partials(state: Mapping[str, Any]) -> list[Partial]:
+    """The answered branches, or the answered tree nodes no pruning verdict dropped (recursive pattern)."""
+    out: list[Partial] = []
     for b in _branches(state):
         ans = b.get("answer")
         if ans and not ans.get("refused"):
-            out.append((b["query"], ans["text"], list(b["candidates"])))
+            out.append(Partial(question=b["query"], answer=ans["text"], hits=list(b["candidates"]),
+                               local={c["ref"]: c["chunk_id"] for c in ans.get("citations") or []}))  # fmt: skip
     dropped = {v.get("target") for v in state.get("verdicts") or [] if v["decision"] == "stop" and v.get("target")}
     for node in state.get("tree") or []:
         if node["node_id"] not in dropped and node.get("answer") and not node.get("refused"):
-            out.append((node["question"], node["answer"], list(node.get("evidence") or [])))
+            out.append(Partial(question=node["question"], answer=node["answer"], hits=list(node.get("evidence") or []),
+                               local={e["ref"]: e["chunk_id"] for e in pack_of(node)}))  # fmt: skip
     return out
+
+
+def fused_evidence(parts: Sequence[Partial], limit: int) -> list[Evidence]:
+    """One evidence list for the fusion: first the chunks the partial answers cite (in their order), then the other
+    passages they saw, at most ``limit``."""
+    texts = {h["chunk_id"]: h for p in parts for h in p["hits"]}
+    order = [p["local"][r] for p in parts for r in cited_refs(p["answer"]) if r in p["local"]]
+    order += [h["chunk_id"] for p in parts for h in p["hits"]]
+    evidence: list[Evidence] = []
+    for cid in dict.fromkeys(c for c in order if c in texts):
+        if len(evidence) >= limit:
+            break
+        h = texts[cid]
+        evidence.append(Evidence(ref=len(evidence) + 1, chunk_id=cid, text=h["text"], score=float(h.get("score", 0.0)),
+                                 metadata=dict(h["metadata"])))  # fmt: skip
+    return evidence
 
 
 @operator("orchestration", "fusion", "llm_fusion", port=Port.FUSE, needs_llm=True, tags=("answer",),
           cost=lambda params, ctx: llm((0, 1)))
 def llm_fusion(params: LLMFusionParams, env: Providers) -> Operator:
-    """LLM fusion: one answer synthesised from the branch (or tree-node) answers and their passages, with citations."""
+    """LLM fusion: one answer synthesised from the branch (or tree-node) answers and their passages, with citations;
+    each partial answer's own ``[n]`` are renumbered to the passages as the fusion numbers them."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        partials = _partials(state)
-        seen: dict[str, Evidence] = {}
-        for _, _, hits in partials:
-            for h in hits:
-                if h["chunk_id"] not in seen and len(seen) < params.max_evidence:
-                    seen[h["chunk_id"]] = Evidence(ref=len(seen) + 1, chunk_id=h["chunk_id"], text=h["text"],
-                                                   score=float(h.get("score", 0.0)), metadata=dict(h["metadata"]))
-        evidence = list(seen.values())
-        if not partials or not evidence:
+        parts = partials(state)
+        evidence = fused_evidence(parts, params.max_evidence)
+        if not parts or not evidence:
             return {"answer": Answer(text=REFUSAL, citations=[], refused=True), "evidence": evidence}
-        listing = "\n".join(f"- {q} -> {a}" for q, a, _ in partials)
-        prompt = FUSION_PROMPT.format(passages=format_evidence(evidence), partials=listing,
-                                      query=state.get("query", ""))  # fmt: skip
+        refs = {e["chunk_id"]: e["ref"] for e in evidence}
+        listing = "\n".join(f"- {p['question']} -> {renumber(p['answer'], p['local'], refs)}" for p in parts)
+        prompt = FUSION_PROMPTS[params.style].format(passages=format_evidence(evidence), partials=listing,
+                                                     query=state.get("query", ""))  # fmt: skip
         completion = env.llm.complete(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
         return {"answer": make_answer(completion.text, evidence), "evidence": evidence}
 

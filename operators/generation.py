@@ -30,6 +30,7 @@ __all__ = [
     "is_refusal",
     "strip_citations",
     "renumber",
+    "cited_refs",
     "cite_pack",
     "make_answer",
     "clean_completion",
@@ -119,6 +120,16 @@ def attribute(text: str, evidence: Sequence[Evidence], threshold: float = 0.5) -
 def strip_citations(text: str) -> str:
     """The text without its ``[n]`` citation markers (for using an answer as a search query)."""
     return " ".join(re.sub(r"\s*" + _CITE.pattern, "", text).split())
+
+
+def cited_refs(text: str) -> list[int]:
+    """The references a text's ``[n]`` / ``[n, m]`` markers name, in order of first appearance."""
+    out: list[int] = []
+    for match in _CITE.finditer(text):
+        for part in re.split(r"[,;]", match.group(1)):
+            if int(part.strip()) not in out:
+                out.append(int(part.strip()))
+    return out
 
 
 def renumber(text: str, local: Mapping[int, str], refs: Mapping[str, int]) -> str:

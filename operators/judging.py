@@ -6,6 +6,7 @@ patterns stop when any verdict of the current step says ``stop``, and always at 
 * ``token_confidence`` - FLARE's rule: continue (retrieve) when any token's probability is below ``tau``. Needs
   token log-probabilities; a model that gives none raises :class:`~modular_rag.errors.JudgeError`.
 * ``llm_judge`` - a prompted yes/no question (supported? complete? needs retrieval?), parsed robustly.
+* ``prune`` / ``self_verify`` - per-node verdicts of the recursive pattern's tree (embedding rules; the model).
 * ``reflection`` - Self-RAG's critique, prompted: supported by the passages (when there are any) and useful?
 * ``budget`` - stop when steps, LLM calls or tokens reach a budget (from the run's ledger).
 * ``no_progress`` - stop when the answer stopped changing between rounds.
@@ -284,6 +285,61 @@ def prune(params: PruneParams, env: Providers) -> Operator:
                 kept.append(i)
             out.append(Verdict(judge="prune", decision=decision, reason=reason, step=level, target=node["node_id"],
                                score=round(relevance, 4)))  # fmt: skip
+        return {"verdicts": out}
+
+    return run
+
+
+class SelfVerifyParams(_P):
+    on_unclear: Literal["stop", "continue"] = Field(
+        "continue", description="decision when the reply is neither yes nor no (continue = keep the node)"
+    )
+    max_tokens: int = Field(4, gt=0, le=64)
+
+
+SELF_VERIFY_PROMPT = (
+    "{passages}Ambiguous question: {root}\nOne interpretation of it: {question}\nThe answer found for it: {answer}\n"
+    "Is this interpretation a reasonable reading of the ambiguous question, with an answer the passages support? "
+    "Reply with yes or no."
+)
+
+
+@operator("orchestration", "scheduling", "self_verify", port=Port.JUDGE, needs_llm=True,
+          cost=lambda params, ctx: llm((0, 1)))
+def self_verify(params: SelfVerifyParams, env: Providers) -> Operator:
+    """Tree of Clarifications' pruning by self-verification: each node of the newest level below the root is kept
+    (``continue``) when the model says its interpretation is a reasonable reading of the question with an answer its
+    own passages support, else dropped (``stop``). One call per node (its cost is per node); unanswered nodes and
+    nodes an earlier judge dropped are not asked."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        from operators.fusion import pack_of
+
+        tree = list(state.get("tree") or [])
+        level = max((n["depth"] for n in tree), default=0)
+        dropped = {v.get("target") for v in state.get("verdicts") or [] if v["decision"] == "stop" and v.get("target")}
+        out: list[Verdict] = []
+        for node in tree:
+            if node["depth"] != level or level == 0 or node["node_id"] in dropped:
+                continue
+            if node.get("refused") or not node.get("answer"):
+                out.append(Verdict(judge="self_verify", decision="stop", reason="unanswered", step=level,
+                                   target=node["node_id"]))  # fmt: skip
+                continue
+            pack = pack_of(node)
+            passages = f"{format_evidence(pack)}\n{DATA_RULE}\n\n" if pack else ""
+            prompt = SELF_VERIFY_PROMPT.format(passages=passages, root=state.get("query", ""),
+                                               question=node["question"], answer=node["answer"])  # fmt: skip
+            completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True, top_logprobs=10)
+            first = next((t for t in completion.tokens or () if t.token.strip()), None)
+            reply, p_yes = parse_yes_no(completion.text, first.top if first is not None else ())
+            decision: Literal["stop", "continue"] = (params.on_unclear if reply is None
+                                                     else "continue" if reply == "yes" else "stop")  # fmt: skip
+            v = Verdict(judge="self_verify", decision=decision, reason=f"verified:{reply or 'unclear'}", step=level,
+                        target=node["node_id"])  # fmt: skip
+            if p_yes is not None:
+                v["score"] = round(float(p_yes), 6)
+            out.append(v)
         return {"verdicts": out}
 
     return run

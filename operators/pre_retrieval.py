@@ -120,6 +120,8 @@ class DecomposeParams(_P):
     )
     max_questions: int = Field(3, ge=1, le=10, description="at most this many questions")
     include_original: bool = Field(False, description="also keep the original question")
+    with_passages: bool = Field(True, description="clarify: write the interpretations from the passages retrieved "
+                                                  "for the question (state evidence), when there are any")  # fmt: skip
     max_tokens: int = Field(120, gt=0, le=2048)
 
 
@@ -128,6 +130,9 @@ DECOMPOSE_PROMPTS = {
                  "the one that answers it (least-to-most). Write one sub-question per line, nothing else.",
     "clarify": "The question below may be ambiguous. Write at most {n} more specific versions of it, each a "
                "different interpretation. Write one question per line, nothing else.",
+    "clarify_passages": "The question below may be ambiguous. Using the passages, write at most {n} more specific "
+                        "versions of it, each a different interpretation that the passages can answer. Write one "
+                        "question per line, nothing else.",
 }  # fmt: skip
 
 
@@ -151,12 +156,18 @@ def _decompose_cost(params: DecomposeParams, ctx: CostContext) -> Cost:
 @operator("pre_retrieval", "query_expansion", "decompose", port=Port.QUERY, needs_llm=True, cost=_decompose_cost)
 def decompose(params: DecomposeParams, env: Providers) -> Operator:
     """Sub-query decomposition (least-to-most) or clarification into specific interpretations (Tree of
-    Clarifications); one LLM call, one question per line."""
+    Clarifications: retrieval-augmented, from the passages retrieved for the question when the state has them);
+    one LLM call, one question per line."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        from operators.generation import DATA_RULE, format_evidence
+
         query = str(state.get("query", ""))
-        instruction = DECOMPOSE_PROMPTS[params.mode].format(n=params.max_questions)
-        text = env.llm.complete(f"{instruction}\n\nQuestion: {query}\n", max_tokens=params.max_tokens).text
+        evidence = list(state.get("evidence") or []) if params.mode == "clarify" and params.with_passages else []
+        mode = "clarify_passages" if evidence else params.mode
+        instruction = DECOMPOSE_PROMPTS[mode].format(n=params.max_questions)
+        passages = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
+        text = env.llm.complete(f"{passages}{instruction}\n\nQuestion: {query}\n", max_tokens=params.max_tokens).text
         questions = question_lines(text, query, params.max_questions)
         return {"queries": ([query] if params.include_original else []) + questions or [query]}
 

@@ -23,7 +23,9 @@ from modular_rag.config import FlowConfig
 from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
-from modular_rag.state import RAGState, TreeNode, step_of
+from modular_rag.state import Hit, RAGState, TreeNode, step_of
+from operators.fusion import pack_of
+from operators.generation import evidence_of
 
 __all__ = ["build_recursive", "RecursiveParams", "SLOTS", "EXPAND", "NODE", "PRUNE", "FUSE"]
 
@@ -58,16 +60,16 @@ def _kept(state: Mapping[str, Any], depth: int) -> list[TreeNode]:
 
 
 def cost(config: FlowConfig) -> Cost:
-    """Every node retrieves and answers; every expanded node costs a clarify call; one prune per level, one fusion.
-    Nodes: 1 to min(max_nodes, 1 + B + ... + B^max_depth)."""
+    """Every node retrieves and answers; every expanded node costs a clarify call; pruning judges each node below the
+    root (``self_verify``: one call per node); one fusion. Nodes: 1 to min(max_nodes, 1 + B + ... + B^max_depth)."""
     params = RecursiveParams.model_validate(config.params)
     ctx = context_for(config)
     reach = min(params.max_nodes, sum(params.branching**d for d in range(params.max_depth + 1)))
     parents = min(reach, sum(params.branching**d for d in range(params.max_depth)))
     per_node = total(config, [RETRIEVE, RERANK, CONTEXT, GENERATE], CostContext(prefill=ctx.prefill))
     clarify = total(config, [CLARIFY], CostContext(prefill=ctx.prefill))
-    prune = total(config, [PRUNE], CostContext(prefill=ctx.prefill))
-    return (per_node * Span(1, reach) + clarify * Span(0, parents) + prune * Span(1, params.max_depth + 1)
+    prune = total(config, [PRUNE], CostContext(prefill=ctx.prefill))  # per node judged (the root is not)
+    return (per_node * Span(1, reach) + clarify * Span(0, parents) + prune * Span(0, reach - 1)
             + slot_cost(config, FUSE, ctx))  # fmt: skip
 
 
@@ -116,7 +118,8 @@ def build_recursive(
         for parent in _kept(state, depth):
             if room <= 0:
                 break
-            update = clarify({"query": parent["question"]})
+            # retrieval-augmented clarification: the children are written from the passages the parent retrieved
+            update = clarify({"query": parent["question"], "evidence": pack_of(parent)})
             trace += update["trace"]
             ledger += update["ledger"]
             for question in update.get("queries", [])[: min(params.branching, room)]:
@@ -136,9 +139,12 @@ def build_recursive(
         spec = state["frontier"][0]
         update = answer_node(state)
         answer = update.get("answer") or {}
+        pack = sorted(evidence_of(update), key=lambda e: e["ref"])  # what the node's answer cites, by [n]
         item = TreeNode(node_id=spec["node_id"], parent=spec["parent"], depth=spec["depth"], question=spec["question"],
                         answer=answer.get("text", ""), chunk_ids=[h["chunk_id"] for h in update.get("candidates", [])],
-                        evidence=list(update.get("candidates", []))[:3],
+                        evidence=[Hit(chunk_id=e["chunk_id"], text=e["text"], score=e["score"], channel="evidence",
+                                      metadata=e["metadata"]) for e in pack],
+                        citations=list(answer.get("citations") or []),
                         refused=bool(answer.get("refused")))  # fmt: skip
         return {"tree": [item], "trace": update["trace"], "ledger": update["ledger"]}
 

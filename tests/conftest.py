@@ -69,6 +69,31 @@ def fake_llm(*responses: str) -> Any:
     return FakeListChatModel(responses=list(responses))
 
 
+class ScriptedChat:
+    """Builds a scripted chat model whose reply is ``reply(prompt)`` (the last message's text), recording every
+    prompt in ``prompts``: for tests that need exact model output chosen by what the prompt says."""
+
+    @staticmethod
+    def of(reply: Any) -> Any:
+        from langchain_core.language_models import BaseChatModel
+        from langchain_core.messages import AIMessage
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        class _Scripted(BaseChatModel):
+            prompts: list[str] = []
+
+            @property
+            def _llm_type(self) -> str:
+                return "scripted"
+
+            def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+                prompt = str(messages[-1].content)
+                self.prompts.append(prompt)
+                return ChatResult(generations=[ChatGeneration(message=AIMessage(content=reply(prompt)))])
+
+        return _Scripted(prompts=[])
+
+
 def fake_env(demo_dir: Path, *responses: str) -> Providers:
     """Providers over the demo index with a scripted chat model."""
     return Providers(providers_config(demo_dir, fake_llm(*responses)))

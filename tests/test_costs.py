@@ -39,7 +39,7 @@ def test_estimates_follow_the_config() -> None:
     wide = estimate(config_for("branching", branches=2))
     assert wide.retrievals == Span(2, 4) and wide.llm_calls == Span(4, 4)  # 3 rewrites + 1 answer, 2 branches kept
     tree = estimate(config_for("recursive", branching=3, max_depth=2, max_nodes=10))
-    assert tree.llm_calls == Span(1, 10 + 4 + 1)  # 10 nodes, 4 possible parents, one fusion
+    assert tree.llm_calls == Span(1, 10 + 4 + 9 + 1)  # 10 nodes, 4 possible parents, 9 nodes verified, one fusion
 
 
 QUESTIONS = ["What does error code E07 mean?", "Which frame material does the 2022 award winner use?",

@@ -50,6 +50,7 @@ CASES: dict[str, dict[str, Any]] = {
     "budget@judge": {"max_steps": 5},
     "no_progress": {},
     "prune": {},
+    "self_verify": {},
     "rrf@fuse": {"k": 5},
     "weighted": {"k": 5},
     "replug": {"max_tokens": 8},

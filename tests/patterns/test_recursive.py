@@ -73,3 +73,54 @@ def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
     assert out["answer"]["text"].strip()
     cited = {c["chunk_id"] for c in out["answer"]["citations"]}
     assert cited <= {e["chunk_id"] for e in out["evidence"]}
+
+
+ROOT = "How long is the warranty?"
+
+
+def _toc_reply(prompt: str) -> str:
+    """A scripted model for the Tree of Clarifications: clarifies, verifies, answers each node citing its [1]."""
+    if "specific versions" in prompt:  # clarify
+        question = prompt.rsplit("Question: ", 1)[1].strip()
+        if question == ROOT:
+            return "Which warranty covers an aluminium frame?\nWhich warranty covers the battery?"
+        if "aluminium" in question:
+            return "Which warranty covered aluminium frames in 2019?\nWhich warranty covers aluminium frames in 2023?"
+        return "Which battery model?\nWhich battery capacity?"  # never asked: the battery node is pruned
+    if "One interpretation of it:" in prompt:  # self-verification
+        return "No" if "battery" in prompt.split("One interpretation of it:")[1].split("\n")[0] else "Yes"
+    if "interpretations, each with the answer" in prompt:  # long-form fusion
+        return "Aluminium frames were covered for 5 years in 2019 [1]."
+    return "Covered for 5 years [1]."
+
+
+@pytest.mark.integration
+def test_tree_of_clarifications_clarifies_from_passages_verifies_and_fuses_with_node_references(
+    demo_dir: Path,
+) -> None:
+    from tests.conftest import ScriptedChat
+
+    config = load_config(template("recursive", demo_dir, params={"branching": 2, "max_depth": 2, "max_nodes": 7},
+                                  operators={"prune": "self_verify",
+                                             "fuse": {"name": "llm_fusion", "params": {"style": "long_form"}}}))
+    model = ScriptedChat.of(_toc_reply)
+    config.providers.llm = model
+    out = build_flow(config).invoke({"query": ROOT})
+    tree = {n["node_id"]: n for n in out["tree"]}
+    battery = next(n for n in tree.values() if "battery" in n["question"])
+    # retrieval-augmented clarification: the root's children were written from the root's own passages
+    clarify = [p for p in model.prompts if "specific versions" in p]
+    assert "<passages>" in clarify[0] and " ".join(tree["n0"]["evidence"][0]["text"].split())[40:120] in clarify[0]
+    # self-verification dropped the battery node: it is neither expanded nor fused
+    assert [v["reason"] for v in out["verdicts"] if v.get("target") == battery["node_id"]] == ["verified:no"]
+    assert not [n for n in tree.values() if n["parent"] == battery["node_id"]]
+    assert not [p for p in clarify if battery["question"] in p]
+    assert len([n for n in tree.values() if n["depth"] == 2]) == 2
+    [fusion] = [p for p in model.prompts if "interpretations, each with the answer" in p]
+    assert battery["question"] not in fusion
+    # each node's own [1] is renumbered to where its passage sits in the fused evidence
+    refs = {e["chunk_id"]: e["ref"] for e in out["evidence"]}
+    kept = [n for n in tree.values() if n["node_id"] != battery["node_id"]]
+    for node in kept:
+        assert f"- {node['question']} -> Covered for 5 years [{refs[node['evidence'][0]['chunk_id']]}]." in fusion
+    assert out["answer"]["citations"][0]["chunk_id"] == out["evidence"][0]["chunk_id"]
