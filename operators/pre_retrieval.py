@@ -44,7 +44,8 @@ def usable_rewrite(rewrite: str, original: str, max_ratio: float = 4.0) -> bool:
 
 
 class RewriteParams(_P):
-    keep_original: bool = Field(True, description="search with the original query as well as the rewrite")
+    keep_original: bool = Field(False, description="also search with the original query (RRF-merged); the paper "
+                                                   "searches with the rewrite alone")  # fmt: skip
     max_tokens: int = Field(48, gt=0, le=1024)
 
 
@@ -61,7 +62,8 @@ def _rewrite_cost(params: RewriteParams, ctx: CostContext) -> Cost:
 
 @operator("pre_retrieval", "query_transformation", "rewrite", port=Port.QUERY, needs_llm=True, cost=_rewrite_cost)
 def rewrite(params: RewriteParams, env: Providers) -> Operator:
-    """LLM query rewrite (Rewrite-Retrieve-Read): a concise search query; falls back to the original if unusable."""
+    """LLM query rewrite (Rewrite-Retrieve-Read, prompted rather than a trained rewriter): retrieve with a concise
+    search query; falls back to the original if unusable."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))

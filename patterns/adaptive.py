@@ -232,7 +232,7 @@ def cost(config: FlowConfig) -> Cost:
     judged = fresh()  # a gated answer may have no passages: then the support question is not asked
     judged.evidence = Span(0 if gated else fetched.evidence.lo, fetched.evidence.hi)
     answer = total(config, [GENERATE, JUDGE], judged, defaults)
-    rewritten = fresh()  # later rounds retrieve with what the rewrite wrote (the original and the rewrite)
+    rewritten = fresh()  # later rounds retrieve with what the rewrite wrote
     again = total(config, [REWRITE, RETRIEVE, RERANK, CONTEXT], rewritten, defaults)
     first_fetch = Span(0 if gated else 1, 1)
     return gate + first * first_fetch + answer * Span(1, params.max_steps) + again * Span(0, params.max_steps - 1)

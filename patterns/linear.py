@@ -1,4 +1,7 @@
-"""Linear pattern: rewrite -> retrieve -> rerank -> context -> generate -> verify (Rewrite-Retrieve-Read, naive RAG).
+"""Linear pattern: rewrite -> retrieve -> rerank -> context -> generate -> verify.
+
+With ``rewrite: none`` (the template) it is naive RAG, retrieve-then-read; with ``rewrite: {name: rewrite}`` it is
+Rewrite-Retrieve-Read (a prompted rewriter; the paper trains one), retrieving with the rewrite.
 
 Every slot is swappable by config, and every slot but ``retrieve`` may be ``none`` (left out of the graph).
 """

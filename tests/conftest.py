@@ -71,7 +71,8 @@ def fake_llm(*responses: str) -> Any:
 
 class ScriptedChat:
     """Builds a scripted chat model whose reply is ``reply(prompt)`` (the last message's text), recording every
-    prompt in ``prompts``: for tests that need exact model output chosen by what the prompt says."""
+    prompt in ``prompts`` (and the system messages sent with it in ``systems``): for tests that need exact model
+    output chosen by what the prompt says."""
 
     @staticmethod
     def of(reply: Any) -> Any:
@@ -81,6 +82,7 @@ class ScriptedChat:
 
         class _Scripted(BaseChatModel):
             prompts: list[str] = []
+            systems: list[str] = []
 
             @property
             def _llm_type(self) -> str:
@@ -89,9 +91,10 @@ class ScriptedChat:
             def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
                 prompt = str(messages[-1].content)
                 self.prompts.append(prompt)
+                self.systems.append(" ".join(str(m.content) for m in messages if m.type == "system"))
                 return ChatResult(generations=[ChatGeneration(message=AIMessage(content=reply(prompt)))])
 
-        return _Scripted(prompts=[])
+        return _Scripted(prompts=[], systems=[])
 
 
 def fake_env(demo_dir: Path, *responses: str) -> Providers:

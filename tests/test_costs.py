@@ -29,7 +29,9 @@ def test_estimates_follow_the_config() -> None:
     data = config_for("linear").to_dict()
     data["operators"]["rewrite"] = {"name": "rewrite"}
     rewritten = estimate(data)
-    assert (rewritten.llm_calls, rewritten.retrievals) == (Span(2, 2), Span(2, 4))
+    assert (rewritten.llm_calls, rewritten.retrievals) == (Span(2, 2), Span(2, 2))  # the rewrite replaces the query
+    data["operators"]["rewrite"] = {"name": "rewrite", "params": {"keep_original": True}}
+    assert estimate(data).retrievals == Span(2, 4)
     no_judge = config_for("iterative", rounds=4).to_dict()
     no_judge["operators"]["judge"] = "none"
     fixed = estimate(no_judge)

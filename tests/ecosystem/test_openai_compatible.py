@@ -46,8 +46,13 @@ def test_a_keyless_compatible_endpoint_answers_with_logprobs(base_url: str) -> N
     assert completion.text.strip() and completion.completion_tokens > 0
     assert completion.tokens is not None and len(completion.tokens) > 0
     assert all(t.logprob <= 0.0 for t in completion.tokens) and len(completion.tokens[0].top) == 3
-    # prefill: the server continues a partial assistant message (FLARE and REPLUG use it)
-    assert env.llm.next_token("What does E07 mean?", "Error E07 means", top_logprobs=5)
+    # prefill: the server continues a partial assistant message (FLARE and REPLUG use it): after "The capital of
+    # France is" the next token is " Paris"; without the prefix the reply would start a new sentence
+    top = env.llm.next_token("What is the capital of France?", "The capital of France is", top_logprobs=5)
+    assert len(top) == 5 and all(lp <= 0.0 for _, lp in top)
+    assert top[0][0] == " Paris" and top[0][1] > -0.7  # p > 0.5
+    fresh = env.llm.next_token("What is the capital of France?", "", top_logprobs=5)
+    assert " Paris" not in dict(fresh)
 
 
 @pytest.mark.integration

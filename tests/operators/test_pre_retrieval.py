@@ -26,10 +26,10 @@ def test_first_line_strips_labels_and_markers() -> None:
 
 
 @pytest.mark.integration
-def test_rewrite_keeps_the_original_by_default(demo_dir: Path) -> None:
+def test_rewrite_retrieves_with_the_rewrite_as_the_paper_does(demo_dir: Path) -> None:
     env = fake_env(demo_dir, "Search query: E07 display error meaning")
-    assert rewrite(env, "what's E07?") == {"queries": ["what's E07?", "E07 display error meaning"]}
-    assert rewrite(env, "what's E07?", keep_original=False) == {"queries": ["E07 display error meaning"]}
+    assert rewrite(env, "what's E07?") == {"queries": ["E07 display error meaning"]}
+    assert rewrite(env, "what's E07?", keep_original=True) == {"queries": ["what's E07?", "E07 display error meaning"]}
 
 
 @pytest.mark.integration
