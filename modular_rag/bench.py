@@ -236,6 +236,9 @@ def _holdout(args: argparse.Namespace) -> int:
 
 PATTERN_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "linear": ("linear", {}),
+    "linear-checked": ("linear", {"operators": {"generate": {"name": "cited_answer", "params": {"mode": "checked"}}}}),
+    "linear-multihop": ("linear", {"operators": {"retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
+                                                 "rerank": {"name": "link_hop", "params": {"k": 10}}}}),
     "conditional": ("conditional", {}),
     "branching": ("branching", {}),
     "branching-documents": ("branching", {"params": {"mode": "documents", "branches": 3},
@@ -246,7 +249,8 @@ PATTERN_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-self-rag": ("adaptive", {"params": {"mode": "self_rag", "max_steps": 2},
                                        "operators": {"draft": "none", "judge": {"name": "llm_judge"}}}),
 }
-"""The pattern runs of ``bench patterns``: each template, and the second mode of branching and adaptive."""
+"""The pattern runs of ``bench patterns``: each template; linear with the model answering (checked) and with the
+document-graph hop; the second mode of branching and adaptive."""
 
 
 def pattern_config(run: str) -> dict[str, Any]:

@@ -393,9 +393,10 @@ def make_node(steps: Sequence[_Step]) -> GraphNode:
     return chain_node
 
 
-def internal_node(name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]]) -> GraphNode:
-    """Instrument a pattern's own bookkeeping function (a loop counter, a fan-out) like an operator node."""
-    return make_node([_Step(name, "pattern", fn, OperatorSpec(name="pattern"))])
+def internal_node(name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], operator: str = "pattern") -> GraphNode:
+    """Instrument a pattern's own function (a loop counter, a fan-out, a hop) like an operator node; the trace and
+    ledger name it ``operator``."""
+    return make_node([_Step(name, operator, fn, OperatorSpec(name=operator))])
 
 
 _SUBFLOW_KEYS = frozenset(
@@ -564,9 +565,11 @@ class FlowBuilder:
 
         return node
 
-    def internal(self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]]) -> str:
-        """Add a pattern-internal node (bookkeeping, fan-out preparation), traced like an operator."""
-        self.graph.add_node(name, _pooled(name, internal_node(name, fn)))
+    def internal(self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], *,
+                 operator: str = "pattern") -> str:  # fmt: skip
+        """Add a pattern-internal node (bookkeeping, fan-out preparation, a hop), traced like an operator named
+        ``operator``."""
+        self.graph.add_node(name, _pooled(name, internal_node(name, fn, operator)))
         return name
 
     def branch(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sqlite3
 import threading
 import time
@@ -23,34 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from modular_rag.text import distinctive_tokens
+
 __all__ = ["KVCache", "SemanticCache", "content_key", "distinctive_tokens"]
 
 
 def content_key(*parts: Any) -> str:
     """A SHA-256 over the JSON of ``parts`` (sorted keys): equal inputs, equal key."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-_TOKEN = re.compile(r"[^\W_]+(?:[-./][^\W_]+)*")
-_SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
-
-
-def distinctive_tokens(text: str) -> frozenset[str]:
-    """The tokens that make a question about one thing rather than another, lower-cased: anything with a digit
-    (codes, part numbers, years, quantities) and capitalised words that do not start a sentence (names, models).
-
-    Two questions whose embeddings are near-identical ("What does E07 mean?" / "What does E12 mean?") differ
-    exactly here; the semantic answer cache requires these sets to be equal.
-    """
-    from modular_rag.text import ENGLISH_STOPWORDS
-
-    out: set[str] = set()
-    for match in _TOKEN.finditer(text):
-        word = match.group(0)
-        if any(ch.isdigit() for ch in word) or (word[:1].isupper() and word.lower() not in ENGLISH_STOPWORDS
-              and not _SENTENCE_START.search(text[: match.start()])):
-            out.add(word.lower())
-    return frozenset(out)
 
 
 class _Store:

@@ -153,13 +153,19 @@ def print_result(result: Mapping[str, Any], *, as_json: bool = False, out: Any =
     answer = result.get("answer") or {}
     print(f"Q: {result.get('query', '')}", file=out)
     print(f"A: {answer.get('text', '(no answer: generation is disabled)')}", file=out)
+    if answer.get("refused") and answer.get("reason"):
+        print(f"   refused: {answer['reason']}", file=out)
+    elif answer and not answer.get("refused") and answer.get("supported") is not None and answer["supported"] < 1.0:
+        print(f"   marked: {answer['supported']:.0%} of its sentences are supported by what they cite"
+              + (f" ({answer['reason']})" if answer.get("reason") else ""), file=out)  # fmt: skip
     evidence = {e["ref"]: e for e in result.get("evidence") or []}
     for cit in answer.get("citations") or []:
         ev = evidence.get(cit["ref"], {})
         meta = ev.get("metadata", {})
         label = meta.get("title") or meta.get("doc_id") or cit["chunk_id"]
-        how = "" if cit.get("method") == "model" else f" ({cit.get('method')})"
-        print(f"  [{cit['ref']}] {label}  chunk {cit['chunk_id']}{how}", file=out)
+        how = ", ".join(x for x in (cit.get("method") if cit.get("method") != "model" else "", cit.get("verdict"),
+                                    cit.get("reason")) if x)  # fmt: skip
+        print(f"  [{cit['ref']}] {label}  chunk {cit['chunk_id']}" + (f" ({how})" if how else ""), file=out)
     ledger = {(e["node"], e["operator"], i): e for i, e in enumerate(result.get("ledger") or [])}
     rows = []
     for (node, op, _), entry in ledger.items():
@@ -417,7 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=1, help="queries in flight (default 1)")
     p.add_argument("--chunker", help="chunker for the corpus (default: document for BEIR rows, recursive for folders)")
     p.add_argument("--out", help="write results.json, results.csv and quality_cost.png here")
-    p.add_argument("--quality", default="f1", help="y axis of the plot (f1, em, ndcg@10, recall@5, grounded)")
+    p.add_argument("--quality", default="f1", help="y axis of the plot (f1, em, contains, supported, ndcg@10)")
     p.add_argument("--cost", default="llm_calls", help="x axis of the plot (llm_calls, ms, tokens)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_cmd_eval)
@@ -427,7 +433,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-llm-calls", type=float, help="mean LLM calls per query allowed")
     p.add_argument("--max-latency-ms", type=float, help="mean milliseconds per query allowed")
     p.add_argument("--config", nargs="+", help="candidate configs (default: every pattern template and mode)")
-    p.add_argument("--quality", default="f1", help="what 'best' means: f1, em, ndcg@10, recall@5, all@5, grounded")
+    p.add_argument("--quality", default="f1", help="what 'best' is: f1, em, contains, supported, ndcg@10, all@5")
     p.add_argument("--split", default="dev")
     p.add_argument("--limit", type=int, default=20, help="queries evaluated (default 20)")
     p.add_argument("--quiet", action="store_true")

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from modular_rag.errors import ConfigError, IndexingError, ProviderError
+from modular_rag.links import LinkTable
 from modular_rag.sparse import SparseScorer, build_scorer
 from modular_rag.state import Chunk, Hit
 from modular_rag.text import Analyzer
@@ -362,6 +364,29 @@ class SparseIndex:
     analyzer: Analyzer
     digest: str = ""
     _mask_cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _df: dict[str, int] | None = field(default=None, repr=False)
+    _position: dict[str, int] | None = field(default=None, repr=False)
+
+    def document_frequency(self, term: str) -> int:
+        """How many chunks contain the analysed ``term`` (from the scorer's postings when it keeps them)."""
+        if self._df is None:
+            vocab, indptr = getattr(self.scorer, "vocab", None), getattr(self.scorer, "indptr", None)
+            if vocab is not None and indptr is not None:
+                counts = np.diff(np.asarray(indptr))
+                self._df = {t: int(counts[col]) for t, col in vocab.items()}
+            else:
+                df: dict[str, int] = {}
+                for terms in self.analyzer.many(self.texts):
+                    for t in set(terms):
+                        df[t] = df.get(t, 0) + 1
+                self._df = df
+        return self._df.get(term, 0)
+
+    def idf(self, term: str) -> float:
+        """Lucene's BM25 IDF of an analysed term over the indexed chunks; a term no chunk has gets the highest."""
+        n = len(self.ids)
+        df = self.document_frequency(term)
+        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
     @classmethod
     def build(
@@ -390,6 +415,22 @@ class SparseIndex:
                 metadata=dict(self.metadatas[d]))
             for d, s in zip(docs.tolist(), scores.tolist(), strict=True)
         ]  # fmt: skip
+
+    def score(self, query: str, chunk_ids: Sequence[str]) -> np.ndarray:
+        """The BM25 scores of the given chunks for ``query`` (chunks not in the index score 0); rescoring what is
+        already in hand, not a retrieval."""
+        position = self._positions()
+        known = [(i, position[c]) for i, c in enumerate(chunk_ids) if c in position]
+        out = np.zeros(len(chunk_ids), dtype=np.float32)
+        if known:
+            scores = self.scorer.score_docs(self.analyzer(query), [p for _, p in known])
+            out[[i for i, _ in known]] = scores
+        return out
+
+    def _positions(self) -> dict[str, int]:
+        if self._position is None:
+            self._position = {cid: i for i, cid in enumerate(self.ids)}
+        return self._position
 
     def _mask(self, where: Mapping[str, Any]) -> np.ndarray:
         key = json.dumps(where, sort_keys=True, default=str)
@@ -488,6 +529,7 @@ class KnowledgeIndex:
         self.dense, self.encoder, self.sparse_file = dense, encoder, sparse_file
         self.analyzer, self.backend, self.k1, self.b, self.idf = analyzer, backend, k1, b, idf
         self._sparse: SparseIndex | None = None
+        self._links: LinkTable | None = None
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------------------------------------------- reading
@@ -500,6 +542,26 @@ class KnowledgeIndex:
                 if self._sparse is None:
                     self._sparse = self._load_sparse()
         return self._sparse
+
+    @property
+    def links(self) -> LinkTable:
+        """The link table of the indexed chunks (titles, mentions, document graph), kept in agreement with the
+        sparse index: loaded from beside its file when saved for the same chunks, else built from them (and saved)."""
+        sparse = self.sparse
+        links = self._links
+        if links is not None and links.digest == sparse.digest:
+            return links
+        with self._lock:
+            if self._links is not None and self._links.digest == sparse.digest:
+                return self._links
+            file = self.sparse_file.with_suffix(".links.json") if self.sparse_file is not None else None
+            loaded = LinkTable.load(file) if file is not None and file.exists() else None
+            if loaded is None or loaded.digest != sparse.digest:
+                loaded = LinkTable.build(sparse.texts, sparse.metadatas, digest=sparse.digest)
+                if file is not None:
+                    loaded.save(file)
+            self._links = loaded
+            return loaded
 
     def _load_sparse(self) -> SparseIndex:
         count = self.dense.count()

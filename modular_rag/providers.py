@@ -52,6 +52,7 @@ from modular_rag.text import Analyzer, estimate_tokens
 from modular_rag.trace import current_deadline, record
 
 __all__ = [
+    "QueryCache",
     "Providers",
     "ChatClient",
     "Completion",
@@ -98,30 +99,15 @@ def _offline_hub() -> None:
 # --------------------------------------------------------------------------------------------------------- embeddings
 
 
-class LocalEncoder:
-    """An embedder that runs in this process: ``encode`` in batches, ``encode_query`` with a small LRU cache
-    (nodes of one flow often embed the same query). Subclasses implement ``encode`` and ``dim``.
+class QueryCache:
+    """A small LRU cache of query embeddings (nodes of one flow often embed the same query: retrieval, a reranker,
+    the evidence scorer); ``encode_query`` answers from it and computes misses with ``_embed_query``."""
 
-    Args:
-        path: Model folder.
-        batch_size: Texts per forward pass.
-        query_prefix: Text put before queries.
-    """
-
-    def __init__(self, path: str | Path, *, batch_size: int = 64, query_prefix: str = "") -> None:
-        self.path = str(path)
-        self.batch_size = batch_size
-        self.query_prefix = query_prefix
+    def __init__(self) -> None:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    @property
-    def dim(self) -> int | None:
-        """Vector size."""
-        raise NotImplementedError
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts as L2-normalised float32 rows (one embedding call in the ledger)."""
+    def _embed_query(self, text: str) -> np.ndarray:
         raise NotImplementedError
 
     def encode_query(self, text: str) -> np.ndarray:
@@ -131,7 +117,7 @@ class LocalEncoder:
             if cached is not None:
                 self._query_cache.move_to_end(text)
                 return cached
-        vector = self.encode([self.query_prefix + text])[0]
+        vector = self._embed_query(text)
         with self._lock:
             self._query_cache[text] = vector
             if len(self._query_cache) > 2048:
@@ -142,6 +128,35 @@ class LocalEncoder:
         """Forget the cached query embeddings (a benchmark that must embed every query does this)."""
         with self._lock:
             self._query_cache.clear()
+
+
+class LocalEncoder(QueryCache):
+    """An embedder that runs in this process: ``encode`` in batches, ``encode_query`` with a small LRU cache.
+    Subclasses implement ``encode`` and ``dim``.
+
+    Args:
+        path: Model folder.
+        batch_size: Texts per forward pass.
+        query_prefix: Text put before queries.
+    """
+
+    def __init__(self, path: str | Path, *, batch_size: int = 64, query_prefix: str = "") -> None:
+        super().__init__()
+        self.path = str(path)
+        self.batch_size = batch_size
+        self.query_prefix = query_prefix
+
+    @property
+    def dim(self) -> int | None:
+        """Vector size."""
+        raise NotImplementedError
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts as L2-normalised float32 rows (one embedding call in the ledger)."""
+        raise NotImplementedError
+
+    def _embed_query(self, text: str) -> np.ndarray:
+        return self.encode([self.query_prefix + text])[0]
 
 
 class SentenceEncoder(LocalEncoder):
@@ -189,12 +204,13 @@ class SentenceEncoder(LocalEncoder):
         return np.asarray(vectors, dtype=np.float32)
 
 
-class LangChainEncoder:
-    """Any LangChain ``Embeddings`` behind the encoder interface (vectors are L2-normalised here)."""
+class LangChainEncoder(QueryCache):
+    """Any LangChain ``Embeddings`` behind the encoder interface (vectors are L2-normalised here; queries cached)."""
 
     dim: int | None = None
 
     def __init__(self, embeddings: Any) -> None:
+        super().__init__()
         self.embeddings = embeddings
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -202,7 +218,7 @@ class LangChainEncoder:
         record(embed_calls=1)
         return l2_normalise(np.asarray(self.embeddings.embed_documents(list(texts)), dtype=np.float32))
 
-    def encode_query(self, text: str) -> np.ndarray:
+    def _embed_query(self, text: str) -> np.ndarray:
         """Embed a query with ``embed_query``."""
         record(embed_calls=1)
         return l2_normalise(np.asarray(self.embeddings.embed_query(text), dtype=np.float32)[None, :])[0]

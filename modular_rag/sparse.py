@@ -17,6 +17,7 @@ two backends return the same scores; the default ``idf="lucene"`` uses Lucene's 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import chain
 from pathlib import Path
@@ -42,6 +43,8 @@ class SparseScorer(Protocol):
     def top_k(
         self, terms: Sequence[str], k: int, mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def score_docs(self, terms: Sequence[str], docs: Sequence[int]) -> np.ndarray: ...
 
     def save(self, folder: Path) -> None: ...
 
@@ -166,6 +169,19 @@ class PostingsBM25:
             if found is not None:
                 return found
         return self._top_k_exhaustive(cols, mult, k, mask)
+
+    def score_docs(self, terms: Sequence[str], docs: Sequence[int]) -> np.ndarray:
+        """The BM25 scores of the given documents (positions, any order) for the analysed query ``terms``."""
+        counts = Counter(t for t in terms if t in self.vocab)
+        positions = np.asarray(docs, dtype=np.int32)
+        if not counts or not len(positions):
+            return np.zeros(len(positions), dtype=np.float32)
+        cols = np.fromiter((self.vocab[t] for t in counts), dtype=np.int64, count=len(counts))
+        mult = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+        order = np.argsort(positions, kind="stable")
+        out = np.empty(len(positions), dtype=np.float32)
+        out[order] = self._lookup(positions[order], cols, mult)
+        return out
 
     def _postings(self, col: int) -> tuple[np.ndarray, np.ndarray]:
         start, end = self.indptr[col], self.indptr[col + 1]
@@ -308,6 +324,12 @@ class RankBM25:
         if mask is not None:
             docs = docs[mask[docs]]
         return _top_k(docs, scores[docs], k)
+
+    def score_docs(self, terms: Sequence[str], docs: Sequence[int]) -> np.ndarray:
+        """The BM25 scores of the given documents (positions) for the analysed query ``terms``."""
+        if not self.n_docs or not len(docs):
+            return np.zeros(len(docs), dtype=np.float32)
+        return np.asarray(self._bm25.get_batch_scores(list(terms), list(docs)), dtype=np.float32)
 
     def save(self, folder: Path) -> None:
         """Write the analysed corpus (rank-bm25 has no persistent form of its own)."""

@@ -74,21 +74,35 @@ class Evidence(TypedDict):
 
 
 class Citation(TypedDict):
-    """A link from the answer to an evidence entry. ``method`` is ``model`` (the model wrote ``[ref]``) or
-    ``attributed`` (the kit matched an answer sentence to the evidence after generation)."""
+    """A link from the answer to an evidence entry. ``method`` is ``model`` (the model wrote ``[ref]``),
+    ``attributed`` (the kit matched an answer sentence to the evidence after generation) or ``quoted`` (an extractive
+    answer quoting the entry). ``verdict`` is the attribution check's: does the entry support the sentences citing
+    it (``supported``) or not (``unsupported``, with ``reason``)."""
 
     ref: int
     chunk_id: str
-    method: Literal["model", "attributed"]
+    method: Literal["model", "attributed", "quoted"]
+    verdict: NotRequired[Literal["supported", "unsupported"]]
+    reason: NotRequired[str]
 
 
 class Answer(TypedDict):
-    """The generation stage's output."""
+    """The generation stage's output.
+
+    ``supported`` is the share of the answer's sentences the attribution check found supported by what they cite;
+    ``unsupported`` lists the others. ``source`` says who wrote the text: the ``model``, or the kit quoting the
+    evidence (``extractive``, with the sentence it quoted in ``quote``). ``reason`` says why an answer was refused
+    or marked unsupported.
+    """
 
     text: str
     citations: list[Citation]
     refused: bool
     unsupported: NotRequired[list[str]]
+    supported: NotRequired[float]
+    source: NotRequired[Literal["model", "extractive"]]
+    quote: NotRequired[str]
+    reason: NotRequired[str]
     confidence: NotRequired[float]
 
 
@@ -115,7 +129,7 @@ class Branch(TypedDict):
 class TreeNode(TypedDict):
     """A node of the recursive pattern's tree of clarifications: its question, its answer, the evidence pack it was
     answered from (``evidence``, in reference order: the answer's ``[n]`` is ``evidence[n - 1]``) and the answer's
-    citations into that pack."""
+    citations into that pack. A node grown by following a link names the chunk that mentions it (``source``)."""
 
     node_id: str
     parent: str | None
@@ -126,6 +140,7 @@ class TreeNode(TypedDict):
     evidence: NotRequired[list[Hit]]
     citations: NotRequired[list[Citation]]
     refused: NotRequired[bool]
+    source: NotRequired[str]
 
 
 class Verdict(TypedDict):

@@ -23,6 +23,8 @@ __all__ = [
     "normalize_answer",
     "exact_match",
     "token_f1",
+    "distinctive_tokens",
+    "NUMBER_WORDS",
 ]
 
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
@@ -150,3 +152,32 @@ def token_f1(prediction: str, gold: str) -> float:
         return 0.0
     precision, recall = same / len(pred), same / len(ref)
     return 2 * precision * recall / (precision + recall)
+
+
+_TOKEN = re.compile(r"[^\W_]+(?:[-./][^\W_]+)*")
+_SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
+
+
+def distinctive_tokens(text: str) -> frozenset[str]:
+    """The tokens that make a text about one thing rather than another, lower-cased: anything with a digit (codes,
+    part numbers, years, quantities) and capitalised words that do not start a sentence (names, models).
+
+    Two questions whose embeddings are near-identical ("What does E07 mean?" / "What does E12 mean?") differ exactly
+    here: the semantic answer cache requires these sets to be equal, and the attribution check requires an answer's
+    to be in the passage it cites.
+    """
+    out: set[str] = set()
+    for match in _TOKEN.finditer(text):
+        word = match.group(0)
+        if any(ch.isdigit() for ch in word) or (word[:1].isupper() and word.lower() not in ENGLISH_STOPWORDS
+                                                and not _SENTENCE_START.search(text[: match.start()])):  # fmt: skip
+            out.add(word.lower())
+    return frozenset(out)
+
+
+_SMALL = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty")
+NUMBER_WORDS: dict[str, str] = {w: str(i) for i, w in enumerate(_SMALL)} | {
+    "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90",
+    "hundred": "100"}  # fmt: skip
+"""Number words and the digits they stand for ("five" is "5" to the attribution check)."""

@@ -20,13 +20,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
+from modular_rag.costs import ZERO, Cost, CostContext, Span, llm, retrievals
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit
 from modular_rag.text import token_f1
 from modular_rag.trace import note
 from operators.generation import DATA_RULE, REFUSAL, SYSTEM, cited_refs, format_evidence, make_answer, renumber
+from operators.multihop import HopWeights, hits_by_id, multihop_rank, named_by_question
 
 __all__ = ["rrf", "score_fusion", "normalise_scores", "fuse", "replug_weights", "replug_token_level",
            "document_prompt", "pack_of", "Partial", "partials", "fused_evidence"]
@@ -395,5 +396,48 @@ def llm_fusion(params: LLMFusionParams, env: Providers) -> Operator:
                                                      query=state.get("query", ""))  # fmt: skip
         completion = env.llm.complete(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
         return {"answer": make_answer(completion.text, evidence), "evidence": evidence}
+
+    return run
+
+
+class PairsParams(_P):
+    k: int = Field(10, gt=0, le=1000, description="hits kept")
+    pool: int = Field(50, gt=0, le=1000, description="second passages considered by their own score (p2 of a pair)")
+    pair_slots: int = Field(10, gt=0, le=1000, description="passages placed by their best pair before the rest")
+    question_titles: bool = Field(True, description="add the chunks whose titles the question names (one lookup)")
+    weights: HopWeights = Field(default_factory=HopWeights)
+
+
+def _pairs_cost(params: PairsParams, ctx: CostContext) -> Cost:
+    ctx.candidates = Span(min(1, ctx.candidates.lo), params.k)
+    return retrievals(int(params.question_titles))
+
+
+@operator("orchestration", "fusion", "pairs", port=Port.FUSE, tags=("candidates",), cost=_pairs_cost)
+def pairs_fusion(params: PairsParams, env: Providers) -> Operator:
+    """Multi-hop fusion of branches (or tree nodes) that each followed one first-hop passage: every passage ranked by
+    the pair it makes with a branch's first passage (HopWeights), over the first retrieval's candidates, the hops'
+    hits and the chunks the question names (one lookup)."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        question = str(state.get("query", ""))
+        branches = _branches(state)
+        seeds = [b["candidates"][0] for b in branches if b["candidates"]]
+        first = [*list(state.get("candidates") or []), *seeds]
+        second = {b["candidates"][0]["chunk_id"]: list(b["candidates"][1:]) for b in branches if b["candidates"]}
+        dropped = {v.get("target") for v in state.get("verdicts") or [] if v["decision"] == "stop" and v.get("target")}
+        tree = [n for n in state.get("tree") or [] if n["node_id"] not in dropped]
+        for node in tree:  # a tree grown by links: a node's source chunk leads to the node's passages
+            if node.get("source"):
+                second.setdefault(node["source"], []).extend(node.get("evidence") or [])
+            else:
+                first += hits_by_id(env, node["chunk_ids"])
+        sources = {h["chunk_id"]: h for h in first}
+        seeds += [sources[c] for c in second if c in sources and c not in {h["chunk_id"] for h in seeds}]
+        named = named_by_question(env, question) if params.question_titles else []
+        ranked = multihop_rank(env, question, first, named=named, second=second, pool=params.pool,
+                               pair_slots=params.pair_slots, weights=params.weights, follow_links=False, k=params.k,
+                               sources=[h["chunk_id"] for h in seeds])  # fmt: skip
+        return {"candidates": ranked}
 
     return run

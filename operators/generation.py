@@ -8,6 +8,7 @@ marked ``method: attributed`` so they are never mistaken for the model's own.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,14 @@ from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from modular_rag.state import Answer, Citation, Evidence, Hit
 from modular_rag.text import Analyzer, split_sentences
+from operators.attribution import (
+    ScoredSentence,
+    SentenceScorer,
+    SentenceWeights,
+    best_span,
+    check_claims,
+    question_cues,
+)
 
 __all__ = [
     "REFUSAL",
@@ -33,11 +42,11 @@ __all__ = [
     "cited_refs",
     "cite_pack",
     "make_answer",
+    "check_answer",
+    "extractive_answer",
     "clean_completion",
     "trim_loops",
     "parse_yes_no",
-    "lexically_unsupported",
-    "grounded_share",
 ]
 
 REFUSAL = "I don't know: the provided documents do not contain the answer."
@@ -244,11 +253,39 @@ class _P(BaseModel):
 
 
 class CitedAnswerParams(_P):
+    mode: Literal["llm", "extractive", "checked"] = Field(
+        "llm", description="llm: the model answers; extractive: quote the best span or sentence of the evidence, no "
+                           "LLM call; checked: the model answers, and an answer the attribution check does not fully "
+                           "support is replaced by the extractive one"
+    )  # fmt: skip
+    extract: Literal["typed", "span", "sentence"] = Field(
+        "typed", description="what the extractive answer quotes: span (the part of the best sentence the question "
+                             "does not say), sentence, or typed (the span when the question asks for a quantity, date "
+                             "or name, else the sentence)"
+    )  # fmt: skip
     max_tokens: int = Field(256, gt=0, le=32768, description="completion cap")
     instructions: str = Field("", description="extra instructions appended to the system prompt")
-    attribute_threshold: float | None = Field(
-        0.5, ge=0.0, le=1.0, description="term overlap needed to attribute an uncited sentence (null: never)"
-    )
+    support_threshold: float = Field(0.6, ge=0.0, le=1.0, description="share of a sentence's new content words the "
+                                                                       "passage it cites must contain")  # fmt: skip
+    semantic_threshold: float | None = Field(0.8, ge=-1.0, le=1.0, description="or an embedding cosine this close to "
+                                                                                "one cited sentence (null: words "
+                                                                                "only)")  # fmt: skip
+    unsupported: Literal["refuse", "mark"] = Field(
+        "refuse", description="an answer none of whose sentences is supported: refuse, or keep it marked "
+                              "(answer.supported 0, answer.unsupported)"
+    )  # fmt: skip
+    min_relevance: float | None = Field(
+        1.4, description="refuse, without calling the model, when no evidence sentence answers the question: the "
+                         "best sentence scores below this (SentenceWeights scale) and none is within min_cosine of "
+                         "the question (null: never)"
+    )  # fmt: skip
+    min_cosine: float = Field(
+        0.45, ge=-1.0, le=1.0, description="see min_relevance: a sentence this close to the question (embedding "
+                                           "cosine) is an answer"
+    )  # fmt: skip
+    weights: SentenceWeights = Field(default_factory=SentenceWeights, description="how evidence sentences are scored")
+    follow_bridges: bool = Field(True, description="extractive: when the best sentence names another passage's title "
+                                                   "(a bridge), answer from that passage (multi-hop)")  # fmt: skip
     max_evidence: int = Field(8, gt=0, le=100, description="evidence entries used when no context builder ran")
     without_evidence: Literal["refuse", "answer"] = Field(
         "refuse", description="with no evidence: refuse without calling the model, or answer from the model alone"
@@ -264,28 +301,152 @@ SYSTEM = (
 
 
 def _answer_cost(params: CitedAnswerParams, ctx: CostContext) -> Cost:
-    may_skip = params.without_evidence == "refuse" and ctx.evidence.lo == 0
+    if params.mode == "extractive":
+        return ZERO
+    may_skip = (params.without_evidence == "refuse" and ctx.evidence.lo == 0) or params.min_relevance is not None
     return llm((0 if may_skip else 1, 1))
+
+
+def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], env: Providers | None = None, *,
+                 support_threshold: float = 0.6, semantic_threshold: float | None = 0.8) -> Answer:  # fmt: skip
+    """The attribution check of an answer (:func:`~operators.attribution.check_claims`): each sentence against the
+    entries it cites. Returns the answer with a verdict on every citation, citations added for uncited sentences an
+    entry supports (``attributed``), ``supported`` (the share of supported sentences) and ``unsupported`` (the
+    others). A refusal is returned as it is."""
+    if answer.get("refused"):
+        return answer
+    verdicts = check_claims(str(answer["text"]), question, evidence, lexical_threshold=support_threshold,
+                            semantic_threshold=semantic_threshold, providers=env)  # fmt: skip
+    by_ref = {e["ref"]: e for e in evidence}
+    citations = {c["ref"]: Citation(**c) for c in answer.get("citations") or [] if c["ref"] in by_ref}
+    for v in verdicts:
+        if v.attributed and v.supported:
+            for ref in v.supported_by:
+                citations.setdefault(ref, Citation(ref=ref, chunk_id=by_ref[ref]["chunk_id"], method="attributed"))
+    for ref, c in citations.items():
+        backing = [v for v in verdicts if ref in v.supported_by]
+        citing = [v for v in verdicts if ref in v.refs]
+        c["verdict"] = "supported" if backing else "unsupported"
+        if not backing:
+            c["reason"] = citing[0].reason if citing else "no sentence of the answer cites it"
+    out = Answer(**{**answer, "citations": sorted(citations.values(), key=lambda c: c["ref"])})
+    out["supported"] = round(sum(v.supported for v in verdicts) / len(verdicts), 4) if verdicts else 0.0
+    out["unsupported"] = [v.sentence for v in verdicts if not v.supported]
+    return out
+
+
+def _with_marker(text: str, ref: int) -> str:
+    """``text`` with ``[ref]`` before its final punctuation (or at its end)."""
+    text = text.strip()
+    if text[-1:] in ".!?":
+        return f"{text[:-1].rstrip()} [{ref}]{text[-1]}"
+    return f"{text} [{ref}]"
+
+
+def extractive_answer(question: str, best: ScoredSentence, evidence: Sequence[Evidence],
+                      extract: Literal["typed", "span", "sentence"] = "typed") -> Answer:  # fmt: skip
+    """An answer quoting the best-scored evidence sentence (or its answer span), citing the entry it comes from."""
+    expects = question_cues(question).expects
+    use_span = extract == "span" or (extract == "typed" and expects in ("number", "date", "person", "place"))
+    text = best_span(question, best.sentence) if use_span else best.sentence
+    chunk = next(e["chunk_id"] for e in evidence if e["ref"] == best.ref)
+    return Answer(text=_with_marker(text, best.ref), citations=[Citation(ref=best.ref, chunk_id=chunk,
+                                                                         method="quoted")],
+                  refused=False, source="extractive", quote=best.sentence)  # fmt: skip
+
+
+def _answers(scored: Sequence[ScoredSentence], params: CitedAnswerParams) -> bool:
+    """Whether some evidence sentence answers the question (see ``min_relevance``): the rule was fitted on SQuAD and
+    NQ-open questions against their own corpus and against another's (benchmarks/README.md)."""
+    if not scored or params.min_relevance is None:
+        return bool(scored) or params.min_relevance is None
+    return scored[0].score >= params.min_relevance or max(s.cosine for s in scored) >= params.min_cosine
+
+
+def _refusal(why: str, **extra: Any) -> Answer:
+    from modular_rag.trace import note
+
+    note(f"refused: {why}")
+    return Answer(text=REFUSAL, citations=[], refused=True, reason=why, **extra)  # type: ignore[typeddict-item]
+
+
+def _verdict_note(answer: Answer) -> str:
+    parts = [f"[{c['ref']}] {c.get('verdict', '?')}" + (f" ({c['reason']})" if c.get("reason") else "")
+             for c in answer.get("citations") or []]  # fmt: skip
+    share = answer.get("supported")
+    head = f"attribution: {share:.0%} of sentences supported" if share is not None else "attribution: not checked"
+    return head + (f"; {', '.join(parts)}" if parts else "; no citations")
 
 
 @operator("generation", "generator", "cited_answer", port=Port.GENERATE, needs_llm=True, cost=_answer_cost)
 def cited_answer(params: CitedAnswerParams, env: Providers) -> Operator:
-    """Answer only from the evidence, citing it with numbered references ([1], [2]); refuse when it is empty."""
+    """Answer only from the evidence, citing it with numbered references ([1], [2]), each citation checked against
+    the passage it names; refuse when the evidence is empty or answers nothing (min_relevance), and when no sentence
+    of the answer is supported (or mark it). Modes: llm, extractive (no LLM call: quote the best span or sentence),
+    checked (the model's answer, replaced by the extractive one when not fully supported)."""
+    from modular_rag.trace import note
+
     system = SYSTEM + (f" {params.instructions}" if params.instructions else "")
+    scorer = SentenceScorer(env, params.weights)
+    check = functools.partial(check_answer, env=env, support_threshold=params.support_threshold,
+                              semantic_threshold=params.semantic_threshold)  # fmt: skip
+
+    def _best(scored: list[ScoredSentence], query: str, evidence: list[Evidence]) -> ScoredSentence:
+        """The sentence to quote: the best-scored one, or across the bridge it names (``follow_bridges``)."""
+        if params.follow_bridges:
+            across = scorer.bridge(query, scored[0], evidence)
+            if across is not None:
+                note(f"bridge: the best sentence names [{across.ref}]; answering from it")
+                return across
+        return scored[0]
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        query = str(state.get("query", ""))
         evidence = evidence_of(state, params.max_evidence)
         if not evidence and params.without_evidence == "refuse":
-            return {"answer": Answer(text=REFUSAL, citations=[], refused=True)}
+            return {"answer": _refusal("no evidence")}
+        scored = scorer.score(query, evidence) if evidence and (params.mode != "llm" or params.min_relevance
+                                                                 is not None) else []  # fmt: skip
+        if scorer.lexical_only and params.min_relevance is not None:
+            note("no embedder: the answerability check (min_relevance) is skipped")
+        elif evidence and params.min_relevance is not None and not _answers(scored, params):
+            top = f"{scored[0].score:.2f}" if scored else "none"
+            closest = f"{max(s.cosine for s in scored):.2f}" if scored else "none"
+            return {"answer": _refusal(f"no evidence sentence answers the question (the best scores {top} < "
+                                       f"min_relevance {params.min_relevance}, the closest is at cosine {closest} < "
+                                       f"min_cosine {params.min_cosine})")}  # fmt: skip
+        best = _best(scored, query, evidence) if scored else None
+        if params.mode == "extractive":
+            if best is None:
+                return {"answer": _refusal("the evidence has no sentence to quote")}
+            answer = check(extractive_answer(query, best, evidence, params.extract), query, evidence)
+            note("extractive: " + _verdict_note(answer))
+            return {"answer": answer}
         if evidence:
-            prompt = f"{format_evidence(evidence)}\n\nQuestion: {state.get('query', '')}\nAnswer:"
+            prompt = f"{format_evidence(evidence)}\n\nQuestion: {query}\nAnswer:"
             completion = env.llm.complete(prompt, system=system, max_tokens=params.max_tokens, logprobs=params.logprobs)
         else:
-            prompt = f"Question: {state.get('query', '')}\nAnswer briefly.\nAnswer:"
+            prompt = f"Question: {query}\nAnswer briefly.\nAnswer:"
             completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
-        answer = make_answer(completion.text, evidence, attribute_threshold=params.attribute_threshold)
+        answer = make_answer(completion.text, evidence, attribute_threshold=None)
+        answer["source"] = "model"
         if completion.tokens:
             answer["confidence"] = round(min(math.exp(t.logprob) for t in completion.tokens), 6)
+        if not evidence or answer["refused"]:
+            return {"answer": answer}
+        answer = check(answer, query, evidence)
+        note(_verdict_note(answer))
+        if params.mode == "checked" and answer.get("supported", 0.0) < 1.0 and best is not None:
+            fallback = check(extractive_answer(query, best, evidence, params.extract), query, evidence)
+            note(f"the model's answer is not fully supported: replaced by the extractive answer "
+                 f"({_verdict_note(fallback)})")
+            return {"answer": {**fallback, "unsupported": answer.get("unsupported", [])}}
+        if not answer.get("supported"):
+            if params.unsupported == "refuse":
+                return {"answer": _refusal("no sentence of the answer is supported by what it cites",
+                                           unsupported=answer.get("unsupported", []), supported=0.0)}
+            note("marked: no sentence of the answer is supported by what it cites")
+            answer["reason"] = "no sentence of the answer is supported by what it cites"
         return {"answer": answer}
 
     return run
@@ -344,58 +505,30 @@ def draft_sentence(params: DraftParams, env: Providers) -> Operator:
 
 
 class VerifyParams(_P):
-    lexical_threshold: float = Field(0.5, ge=0.0, le=1.0, description="share of a sentence's terms found in a passage")
+    support_threshold: float = Field(0.6, ge=0.0, le=1.0, description="share of a sentence's new content words the "
+                                                                       "passage it cites must contain")  # fmt: skip
     semantic_threshold: float | None = Field(
-        0.6, ge=-1.0, le=1.0, description="embedding cosine with a passage sentence (null: lexical only)"
+        0.8, ge=-1.0, le=1.0, description="or an embedding cosine this close to one cited sentence (null: words only)"
     )
 
 
-def lexically_unsupported(text: str, passages: Sequence[str], threshold: float = 0.5) -> tuple[list[str], int]:
-    """The answer sentences (citation markers removed) sharing less than ``threshold`` of their terms with every
-    passage, and the number of sentences judged."""
-    sentences = [s for s in split_sentences(_CITE.sub("", text)) if len(_ANALYZER(s)) >= 2]
-    terms = [set(_ANALYZER(p)) for p in passages]
-    unsupported = [s for s in sentences
-                   if max((_overlap(set(_ANALYZER(s)), t) for t in terms), default=0.0) < threshold]  # fmt: skip
-    return unsupported, len(sentences)
-
-
-def grounded_share(answer: Mapping[str, Any], evidence: Sequence[Evidence], threshold: float = 0.5) -> float | None:
-    """Groundedness: the share of answer sentences supported (lexically) by the chunks the answer cites; ``None``
-    for a refusal or an empty answer."""
-    if answer.get("refused") or not str(answer.get("text", "")).strip():
-        return None
-    cited = {c["chunk_id"] for c in answer.get("citations") or []}
-    unsupported, total = lexically_unsupported(str(answer["text"]), [e["text"] for e in evidence
-                                                                     if e["chunk_id"] in cited], threshold)
-    return None if total == 0 else 1.0 - len(unsupported) / total
-
-
-def unsupported_sentences(env: Providers, text: str, evidence: Sequence[Evidence], params: VerifyParams) -> tuple[
-        list[str], int]:  # fmt: skip
-    """The answer sentences no evidence supports (lexically or, optionally, semantically), and the sentence count."""
-    unsupported, total = lexically_unsupported(text, [e["text"] for e in evidence], params.lexical_threshold)
-    if total == 0:
-        return [], 0
-    if unsupported and params.semantic_threshold is not None and evidence:
-        passages = [p for e in evidence for p in split_sentences(e["text"])] or [e["text"] for e in evidence]
-        sims = env.encoder.encode(unsupported) @ env.encoder.encode(passages).T
-        unsupported = [s for s, row in zip(unsupported, sims, strict=True)
-                       if float(row.max()) < params.semantic_threshold]  # fmt: skip
-    return unsupported, total
+def _checked(env: Providers, state: Mapping[str, Any], params: VerifyParams) -> Answer:
+    return check_answer(Answer(**state["answer"]), str(state.get("query", "")), evidence_of(state), env,  # type: ignore[typeddict-item]
+                        support_threshold=params.support_threshold,
+                        semantic_threshold=params.semantic_threshold)  # fmt: skip
 
 
 @operator("generation", "verification", "verify", port=Port.VERIFY, cost=lambda params, ctx: ZERO)
 def verify(params: VerifyParams, env: Providers) -> Operator:
-    """Answer verification: flags (in answer.unsupported) the sentences no evidence passage supports, lexically
-    or by embedding similarity."""
+    """Answer verification by the attribution check: every sentence against the passages it cites (numbers, codes,
+    names and content words; an embedding match as a fallback); verdicts on the citations, unsupported sentences
+    in answer.unsupported, their share in answer.supported."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         answer = dict(state.get("answer") or {})
         if not answer or answer.get("refused"):
             return {"answer": answer} if answer else {}
-        unsupported, _ = unsupported_sentences(env, answer.get("text", ""), evidence_of(state), params)
-        return {"answer": {**answer, "unsupported": unsupported}}
+        return {"answer": _checked(env, state, params)}
 
     return run
 
@@ -408,8 +541,9 @@ class AbstainParams(VerifyParams):
 @operator("generation", "verification", "abstain", port=Port.VERIFY,
           cost=lambda params, ctx: llm((0, 1 if params.ask_model else 0)))
 def abstain(params: AbstainParams, env: Providers) -> Operator:
-    """Refusal when the evidence does not contain the answer: replaces an answer whose supported share of
-    sentences is below min_supported (or that the model says the passages do not contain) by a refusal."""
+    """Refusal when the evidence does not contain the answer: replaces an answer whose share of sentences the
+    attribution check supports is below min_supported (or that the model says the passages do not contain) by a
+    refusal."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         from modular_rag.trace import note
@@ -418,8 +552,8 @@ def abstain(params: AbstainParams, env: Providers) -> Operator:
         evidence = evidence_of(state)
         if not answer or answer.get("refused"):
             return {"answer": answer} if answer else {}
-        unsupported, total = unsupported_sentences(env, answer.get("text", ""), evidence, params)
-        share = 1.0 - len(unsupported) / total if total else 0.0
+        checked = _checked(env, state, params)
+        share, unsupported = checked.get("supported", 0.0), checked.get("unsupported", [])
         contains = True
         if params.ask_model and evidence:
             prompt = (f"{format_evidence(evidence)}\n{DATA_RULE}\n\nQuestion: {state.get('query', '')}\n"
@@ -431,6 +565,6 @@ def abstain(params: AbstainParams, env: Providers) -> Operator:
         if share < params.min_supported or not contains:
             note(f"refused: {share:.0%} of sentences supported; model says passages contain it: {contains}")
             return {"answer": Answer(text=REFUSAL, citations=[], refused=True, unsupported=unsupported)}
-        return {"answer": {**answer, "unsupported": unsupported}}
+        return {"answer": checked}
 
     return run

@@ -22,6 +22,7 @@ from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, Port, operator
 from modular_rag.state import Evidence, Hit
 from modular_rag.text import estimate_tokens
+from operators.attribution import ScoredSentence, SentenceScorer, SentenceWeights
 from operators.fusion import normalise_scores
 
 __all__ = ["chunk_vectors", "rescored", "CrossEncoderScorer", "mmr_order", "compress_text", "ends_first", "relevance"]
@@ -451,6 +452,43 @@ def lost_in_the_middle(params: NoParams, env: Providers) -> Operator:
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         return {"candidates": ends_first(list(state.get("candidates") or []))}
+
+    return run
+
+
+class EvidenceFirstParams(_P):
+    max_chunks: int = Field(5, gt=0, le=100, description="candidates whose sentences are read")
+    sentences: int = Field(2, gt=0, le=50, description="sentences kept per chunk: its best, in their order")
+    max_tokens: int = Field(400, gt=0, le=1_000_000, description="token budget of the evidence pack (estimated)")
+    weights: SentenceWeights = Field(default_factory=SentenceWeights, description="how sentences are scored")
+
+
+@operator("post_retrieval", "context", "evidence_first", port=Port.CONTEXT, cost=_context_cost)
+def evidence_first(params: EvidenceFirstParams, env: Providers) -> Operator:
+    """Evidence-first context: the sentences of the top chunks that answer the question (embedding and lexical match,
+    question-type cues such as numbers, dates and names), short and best first: each chunk keeps its best sentences,
+    and chunks are numbered by their best sentence's score (``metadata.relevance``)."""
+    scorer = SentenceScorer(env, params.weights)
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        hits = list(state.get("candidates") or [])[: params.max_chunks]
+        numbered = [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"],
+                             metadata=dict(h["metadata"])) for i, h in enumerate(hits)]  # fmt: skip
+        per_chunk: dict[int, list[ScoredSentence]] = {}
+        for sentence in scorer.score(_query(state), numbered):
+            per_chunk.setdefault(sentence.ref, []).append(sentence)
+        pack: list[Evidence] = []
+        used = 0
+        for ref, ranked in sorted(per_chunk.items(), key=lambda kv: -kv[1][0].score):
+            kept = sorted(ranked[: params.sentences], key=lambda s: s.position)
+            text = " ".join(s.sentence for s in kept)
+            if pack and used + estimate_tokens(text) > params.max_tokens:
+                break
+            used += estimate_tokens(text)
+            source = numbered[ref - 1]
+            pack.append(Evidence(ref=len(pack) + 1, chunk_id=source["chunk_id"], text=text, score=source["score"],
+                                 metadata={**source["metadata"], "relevance": round(ranked[0].score, 4)}))  # fmt: skip
+        return {"evidence": pack}
 
     return run
 

@@ -18,6 +18,7 @@ from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator, register_adapter
 from modular_rag.state import Hit
 from operators.fusion import fuse
+from operators.multihop import HopParams, hop
 
 __all__ = ["queries_of", "where_of", "DenseParams", "BM25Params", "HybridParams"]
 
@@ -50,7 +51,8 @@ class BM25Params(DenseParams):
 
 
 class HybridParams(DenseParams):
-    pool: int = Field(50, gt=0, le=5000, description="candidates taken from each channel before fusion")
+    pool: int = Field(50, gt=0, le=5000, description="candidates taken from each channel before fusion (k can be up "
+                                                      "to 2 x pool: their union)")  # fmt: skip
     fusion: Literal["rrf", "convex", "weighted"] = Field(
         "rrf", description="rrf: reciprocal rank; convex: min-max normalised scores; weighted: z-scored scores"
     )
@@ -59,8 +61,9 @@ class HybridParams(DenseParams):
 
     @model_validator(mode="after")
     def _pool_covers_k(self) -> HybridParams:
-        if self.pool < self.k:
-            raise ValueError(f"pool ({self.pool}) must be >= k ({self.k})")
+        if 2 * self.pool < self.k:
+            raise ValueError(f"k ({self.k}) can be at most 2 x pool ({2 * self.pool}): the union of the two channels' "
+                             "pools")  # fmt: skip
         if min(self.weights) < 0 or sum(self.weights) <= 0:
             raise ValueError(f"weights must be >= 0 and not both 0 (got {self.weights})")
         return self
@@ -159,3 +162,24 @@ def _register_retriever_adapter() -> None:
 
 
 _register_retriever_adapter()
+
+
+# ------------------------------------------------------------------------------------------------- multi-hop hops
+
+
+def _link_hop_cost(params: HopParams, ctx: CostContext) -> Cost:
+    ctx.candidates = Span(min(1, ctx.candidates.lo), params.k)
+    return retrievals(1 + int(params.question_titles))
+
+
+@operator("retrieval", "multi_hop", "link_hop", port=Port.RERANK, cost=_link_hop_cost)
+def link_hop(params: HopParams, env: Providers) -> Operator:
+    """Document-graph hop, no LLM: add the chunks whose titles the question names, follow the titles the best
+    first-hop chunks mention to the chunks they name, and rank by pairs (first chunk, the chunk it leads to)
+    scored against the question (HopWeights). Two link-table lookups, counted as retrievals."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        return {"candidates": hop(env, str(state.get("query", "")), list(state.get("candidates") or []), params)}
+
+    return run
+

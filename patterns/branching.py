@@ -21,12 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.builder import FlowBuilder
 from modular_rag.config import FlowConfig, OperatorSpec
-from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, slot_cost, total
+from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, retrievals, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
 from modular_rag.state import Branch, Evidence, RAGState
 from operators.fusion import ReplugParams, replug_token_level
+from operators.multihop import linked_from
 from operators.retrieval import queries_of
 
 __all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "BRANCH", "FUSE", "RERANK",
@@ -43,8 +44,8 @@ SLOTS = {
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="once, or per document (required there)"),
     FUSE: SlotSpec(Port.FUSE, default=None, optional=False, doc="rrf / weighted (queries); replug / llm_fusion"),
 }
-_DEFAULT_FUSE = {"queries": "rrf", "documents": "replug"}
-_FUSE_MAKES = {"queries": "candidates", "documents": "answer"}
+_DEFAULT_FUSE = {"queries": "rrf", "documents": "replug", "passages": "pairs"}
+_FUSE_MAKES = {"queries": "candidates", "documents": "answer", "passages": "candidates"}
 
 
 class BranchingParams(BaseModel):
@@ -52,8 +53,17 @@ class BranchingParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["queries", "documents"] = Field("queries", description="pre-retrieval or post-retrieval branching")
-    branches: int = Field(4, ge=1, le=16, description="queries fanned out, or top documents generated from")
+    mode: Literal["queries", "documents", "passages"] = Field(
+        "queries", description="queries: pre-retrieval branching (multi-query); documents: post-retrieval (REPLUG); "
+                               "passages: one multi-hop branch per first-hop passage"
+    )  # fmt: skip
+    branches: int = Field(4, ge=1, le=16, description="queries fanned out, top documents generated from, or "
+                                                      "first-hop passages followed")  # fmt: skip
+    hop_with: Literal["links", "evidence"] = Field(
+        "links", description="passages: a branch follows the titles its passage mentions (one lookup, no LLM), or "
+                             "searches with the question and its passage (MDR-style, the retrieve slot)"
+    )  # fmt: skip
+    passage_words: int = Field(60, gt=0, le=1000, description="passages/evidence: words of the passage searched with")
 
 
 def _check_fuse(flow: FlowBuilder, mode: str) -> None:
@@ -87,6 +97,13 @@ def cost(config: FlowConfig) -> Cost:
     params = BranchingParams.model_validate(config.params)
     ctx = context_for(config)
     fuse_default = _DEFAULT_FUSE[params.mode]
+    if params.mode == "passages":
+        head = total(config, [RETRIEVE, RERANK], ctx)
+        n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
+        per_branch = retrievals(1) if params.hop_with == "links" else total(config, [RETRIEVE], CostContext(
+            prefill=ctx.prefill))  # fmt: skip
+        fuse = slot_cost(config, FUSE, ctx, default=fuse_default)
+        return head + per_branch * n + fuse + total(config, [CONTEXT, GENERATE], ctx)
     if params.mode == "queries":
         expand = total(config, [EXPAND], ctx)
         n = Span(min(params.branches, ctx.queries.lo), min(params.branches, ctx.queries.hi))
@@ -100,6 +117,40 @@ def cost(config: FlowConfig) -> Cost:
     per_doc = ZERO if token_level else total(config, [GENERATE], CostContext(evidence=Span(1, 1), prefill=ctx.prefill))
     ctx.candidates = n
     return head + per_doc * n + slot_cost(config, FUSE, ctx, default=fuse_default)
+
+
+def _passages(flow: FlowBuilder, params: BranchingParams, checkpointer: Any,
+              threads: bool | None) -> CompiledStateGraph:  # fmt: skip
+    """mode: passages: retrieve once; one branch per first-hop passage follows it (its links, or a search with the
+    question and the passage); the fusion ranks every passage by the pair it makes with a branch's passage."""
+    search = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]") if params.hop_with == "evidence" else None
+
+    def follow(state: Mapping[str, Any]) -> dict[str, Any]:
+        seed = state["candidates"][0]
+        if search is None:
+            found = linked_from(flow.env, [seed]).get(seed["chunk_id"], [])
+            return {"branches": [Branch(branch=state["branch"], query=state["query"], weight=1.0,
+                                        candidates=[seed, *found])]}  # fmt: skip
+        words = " ".join(seed["text"].split()[: params.passage_words])
+        update = search({**state, "queries": [f"{state['query']} {words}"]})
+        hits = [h for h in update.get("candidates") or [] if h["chunk_id"] != seed["chunk_id"]]
+        return {"branches": [Branch(branch=state["branch"], query=state["query"], weight=1.0,
+                                    candidates=[seed, *hits])], "trace": update["trace"], "ledger": update["ledger"]}
+
+    def fan_out(state: RAGState) -> list[Send] | str:
+        hits = list(state.get("candidates") or [])[: params.branches]
+        if not hits:
+            return FUSE
+        return [Send(BRANCH, {"query": state["query"], "branch": i, "candidates": [h], "filter": state.get("filter")})
+                for i, h in enumerate(hits)]  # fmt: skip
+
+    head = flow.chain([RETRIEVE, RERANK], end=None)
+    flow.internal(BRANCH, follow, operator=f"hop:{params.hop_with}")
+    flow.graph.add_conditional_edges(head[-1], fan_out, [BRANCH, FUSE])
+    flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
+    flow.graph.add_edge(BRANCH, FUSE)
+    tail = flow.chain([CONTEXT, GENERATE], start=FUSE)
+    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(head) + 2 + len(tail))
 
 
 @register_pattern("branching", slots=SLOTS, params=BranchingParams, cost=cost)
@@ -153,6 +204,9 @@ def build_branching(
         flow.graph.add_edge(BRANCH, FUSE)
         tail = flow.chain([RERANK, CONTEXT, GENERATE], start=FUSE)
         return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(head) + 2 + len(tail))
+
+    if params.mode == "passages":
+        return _passages(flow, params, checkpointer, threads)
 
     # the token-level ensemble is the answer: its branches only carry their document, nothing is generated there
     per_document = None if _token_level(flow) else flow.runner([GENERATE], label=BRANCH + "[{branch}]")

@@ -20,12 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.builder import FlowBuilder
 from modular_rag.config import FlowConfig
-from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
+from modular_rag.costs import Cost, CostContext, Span, context_for, retrievals, slot_cost, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.state import Hit, RAGState, TreeNode, step_of
 from operators.fusion import pack_of
 from operators.generation import evidence_of
+from operators.multihop import linked_from
 
 __all__ = ["build_recursive", "RecursiveParams", "SLOTS", "EXPAND", "NODE", "PRUNE", "FUSE"]
 
@@ -38,9 +39,10 @@ SLOTS = {
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per node"),
     RERANK: SlotSpec(Port.RERANK, chain=True, doc="per node"),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="per node"),
-    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", optional=False, doc="per node"),
+    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="per node (clarify); once, after fuse (links)"),
     PRUNE: SlotSpec(Port.JUDGE, default="prune", chain=True, doc="drops nodes (verdicts with a target)"),
-    FUSE: SlotSpec(Port.FUSE, default="llm_fusion", optional=False, doc="composes the answer from the tree"),
+    FUSE: SlotSpec(Port.FUSE, default="llm_fusion", optional=False, doc="composes the answer from the tree "
+                                                                        "(links: pairs ranks its passages)"),
 }  # fmt: skip
 
 
@@ -49,7 +51,11 @@ class RecursiveParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    branching: int = Field(2, ge=1, le=6, description="B: children proposed per node")
+    expand: Literal["clarify", "links"] = Field(
+        "clarify", description="clarify: children are interpretations written from the node's passages (Tree of "
+                               "Clarifications); links: children are the chunks the node's passages name (no LLM)"
+    )  # fmt: skip
+    branching: int = Field(2, ge=1, le=6, description="B: children proposed per node (links: passages followed)")
     max_depth: int = Field(2, ge=1, le=5, description="levels below the question")
     max_nodes: int = Field(7, ge=2, le=64, description="nodes in the whole tree, the question included")
 
@@ -64,6 +70,11 @@ def cost(config: FlowConfig) -> Cost:
     root (``self_verify``: one call per node); one fusion. Nodes: 1 to min(max_nodes, 1 + B + ... + B^max_depth)."""
     params = RecursiveParams.model_validate(config.params)
     ctx = context_for(config)
+    if params.expand == "links":  # the root retrieves; each expanded node looks up its links once
+        parents = min(params.max_nodes - 1, sum(params.branching**d for d in range(params.max_depth)))
+        head = total(config, [RETRIEVE, RERANK], CostContext(prefill=ctx.prefill))
+        fuse = slot_cost(config, FUSE, ctx, default="pairs")
+        return head + retrievals(1) * Span(1, parents) + fuse + total(config, [CONTEXT, GENERATE], ctx)
     reach = min(params.max_nodes, sum(params.branching**d for d in range(params.max_depth + 1)))
     parents = min(reach, sum(params.branching**d for d in range(params.max_depth)))
     per_node = total(config, [RETRIEVE, RERANK, CONTEXT, GENERATE], CostContext(prefill=ctx.prefill))
@@ -71,6 +82,74 @@ def cost(config: FlowConfig) -> Cost:
     prune = total(config, [PRUNE], CostContext(prefill=ctx.prefill))  # per node judged (the root is not)
     return (per_node * Span(1, reach) + clarify * Span(0, parents) + prune * Span(0, reach - 1)
             + slot_cost(config, FUSE, ctx))  # fmt: skip
+
+
+def _links(flow: FlowBuilder, params: RecursiveParams, checkpointer: Any,
+           threads: bool | None) -> CompiledStateGraph:  # fmt: skip
+    """expand: links: the root retrieves; a node's children are the chunks its best ``branching`` passages name (one
+    link-table lookup per node, no LLM); ``fuse`` (``pairs``) ranks every passage of the tree by the pair it makes
+    with the passage that led to it; context and generate then answer once from that ranking."""
+    root_search = flow.runner([RETRIEVE, RERANK], label=NODE + "[{branch}]")
+
+    def expand(state: Mapping[str, Any]) -> dict[str, Any]:
+        tree = list(state.get("tree") or [])
+        if not tree:
+            return {"frontier": [{"node_id": "n0", "parent": None, "depth": 0, "question": state["query"]}], "step": 0}
+        depth = step_of(state)
+        room = params.max_nodes - len(tree)
+        seen = {n["chunk_ids"][0] for n in tree if n.get("source") and n["chunk_ids"]}  # children already grown
+        frontier: list[dict[str, Any]] = []
+        for parent in _kept(state, depth):
+            sources = list(parent.get("evidence") or [])[: params.branching]
+            for source, targets in linked_from(flow.env, sources).items() if room > 0 else ():
+                for hit in targets:
+                    if room <= 0 or hit["chunk_id"] in seen:
+                        continue
+                    seen.add(hit["chunk_id"])
+                    frontier.append({"node_id": f"n{len(tree) + len(frontier)}", "parent": parent["node_id"],
+                                     "depth": depth + 1, "question": str(hit["metadata"].get("title") or ""),
+                                     "hit": hit, "source": source})  # fmt: skip
+                    room -= 1
+        return {"frontier": frontier, "step": depth + 1}
+
+    def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
+        frontier = list(state.get("frontier") or [])
+        if not frontier:
+            return "fuse"
+        return [Send(NODE, {"query": state["query"], "branch": i, "frontier": [f], "filter": state.get("filter")})
+                for i, f in enumerate(frontier)]  # fmt: skip
+
+    def node(state: Mapping[str, Any]) -> dict[str, Any]:
+        spec = state["frontier"][0]
+        if "hit" in spec:  # a child: the chunk its parent's passage names
+            item = TreeNode(node_id=spec["node_id"], parent=spec["parent"], depth=spec["depth"],
+                            question=spec["question"], answer="", chunk_ids=[spec["hit"]["chunk_id"]],
+                            evidence=[spec["hit"]], source=spec["source"])  # fmt: skip
+            return {"tree": [item]}
+        update = root_search(state)
+        hits = list(update.get("candidates") or [])
+        item = TreeNode(node_id=spec["node_id"], parent=None, depth=0, question=spec["question"], answer="",
+                        chunk_ids=[h["chunk_id"] for h in hits], evidence=hits[: params.branching])  # fmt: skip
+        return {"tree": [item], "trace": update["trace"], "ledger": update["ledger"]}
+
+    def grow(state: RAGState) -> Literal["expand", "fuse"]:
+        depth = step_of(state)
+        full = len(state.get("tree") or []) >= params.max_nodes
+        return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
+
+    flow.internal(EXPAND, expand, operator="hop:links")
+    flow.node(NODE, node)
+    flow.graph.add_edge(START, EXPAND)
+    flow.graph.add_conditional_edges(EXPAND, fan_out, [NODE, FUSE])
+    last = PRUNE if flow.add(PRUNE, default="none") else NODE
+    if last == PRUNE:
+        flow.graph.add_edge(NODE, PRUNE)
+    flow.add(FUSE, default="pairs")
+    flow.branch(last, grow, {"expand": EXPAND, "fuse": FUSE})
+    tail = flow.chain([CONTEXT, GENERATE], start=FUSE)
+    per_level = 2 + (last == PRUNE)
+    return flow.compile(checkpointer=checkpointer, threads=threads,
+                        max_steps=per_level * (params.max_depth + 1) + 1 + len(tail))  # fmt: skip
 
 
 @register_pattern("recursive", slots=SLOTS, params=RecursiveParams, cost=cost)
@@ -102,6 +181,8 @@ def build_recursive(
     """
     flow = FlowBuilder(config, "recursive", providers=providers)
     params: RecursiveParams = flow.params
+    if params.expand == "links":
+        return _links(flow, params, checkpointer, threads)
     clarify = flow.runner([CLARIFY], label=EXPAND)
     answer_node = flow.runner([RETRIEVE, RERANK, CONTEXT, GENERATE], label=NODE + "[{branch}]")
 

@@ -87,10 +87,10 @@ def test_patterns_benchmark_measures_from_the_ledger_and_writes_evals_report(
 
     monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
     out = tmp_path / "report"
-    args = ["patterns", "--runs", "linear", "--limit", "2", "--quiet", "--out", str(out)]
+    args = ["patterns", "--runs", "linear-checked", "--limit", "2", "--quiet", "--out", str(out)]
     assert main([*args, "--json", str(tmp_path / "p.json")]) == 0
-    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("linear"))
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("linear-checked"))
     assert row[1:5] == ["1.0", "(1)", "2.0", "(2)"]  # LLM calls/q (max), retrievals/q (max)
     assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "quality_cost.png"}
     summary = json.loads((out / "results.json").read_text())["results"][0]
-    assert summary["config"] == "linear" and summary["llm_calls"] == 1.0 and summary["errors"] == 0
+    assert summary["config"] == "linear-checked" and summary["llm_calls"] == 1.0 and summary["errors"] == 0

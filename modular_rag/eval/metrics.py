@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from modular_rag.errors import MissingDependencyError
 from modular_rag.text import exact_match, normalize_answer, token_f1
 
-__all__ = ["retrieval_metrics", "normalize_answer", "exact_match", "token_f1", "best_answer_scores", "mean"]
+__all__ = ["retrieval_metrics", "normalize_answer", "exact_match", "token_f1", "best_answer_scores", "contains_answer",
+           "mean"]
 
 
 def mean(values: Iterable[float]) -> float:
@@ -64,3 +65,10 @@ def best_answer_scores(prediction: str, answers: Sequence[str]) -> tuple[float, 
     if not answers:
         return 0.0, 0.0
     return max(exact_match(prediction, a) for a in answers), max(token_f1(prediction, a) for a in answers)
+
+
+def contains_answer(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 when the prediction contains one of the gold answers as a whole phrase (after SQuAD normalisation): the
+    measure of a long answer against short gold phrases."""
+    text = f" {normalize_answer(prediction)} "
+    return float(any(normalize_answer(a) and f" {normalize_answer(a)} " in text for a in answers))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from modular_rag.config import ChromaConfig, FlowConfig, OperatorSpec, ProvidersConfig, load_config
-from modular_rag.eval.datasets import BeirDataset
+from modular_rag.eval.datasets import BeirDataset, Query
 from modular_rag.eval.metrics import retrieval_metrics
 from modular_rag.providers import Providers
 
@@ -179,9 +179,16 @@ class QueryRecord:
     completion_tokens: int
     retrievals: int
     ms: float
-    grounded: float | None = None
+    supported: float | None = None
+    contains: float = 0.0
+    citations: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     scored: str = "none"
+
+    @property
+    def backed(self) -> bool:
+        """Whether at least one citation of the answer is supported by the passage it names."""
+        return any(c.get("verdict") == "supported" for c in self.citations)
 
 
 @dataclass
@@ -209,9 +216,11 @@ class FlowResult:
         out = {
             "queries": float(len(recs)),
             "errors": float(sum(r.error is not None for r in recs)),
-            "grounded": mean(r.grounded for r in recs if r.grounded is not None),
             "em": mean(r.em for r in recs),
             "f1": mean(r.f1 for r in recs),
+            "contains": mean(r.contains for r in recs),
+            "contains_backed": mean(float(r.contains and r.backed) for r in recs),
+            "supported": mean(r.supported for r in recs if r.supported is not None),
             "refused": mean(float(r.refused) for r in recs),
             "llm_calls": mean(r.llm_calls for r in recs),
             "llm_calls_max": float(max((r.llm_calls for r in recs), default=0)),
@@ -224,23 +233,33 @@ class FlowResult:
         return out
 
 
-def _record(qid: str, answers: Sequence[str], out: Mapping[str, Any] | BaseException, ms: float) -> QueryRecord:
-    from modular_rag.eval.metrics import best_answer_scores
+def _record(query: Query, out: Mapping[str, Any] | BaseException, ms: float) -> QueryRecord:
+    from modular_rag.eval.metrics import best_answer_scores, contains_answer
     from modular_rag.trace import totals
-    from operators.generation import grounded_share
+    from operators.generation import check_answer, strip_citations
 
     if isinstance(out, BaseException):
-        return QueryRecord(qid, "", False, 0.0, 0.0, [], 0, 0, 0, 0, ms, error=f"{type(out).__name__}: {out}")
-    answer = out.get("answer") or {}
+        return QueryRecord(query.id, "", False, 0.0, 0.0, [], 0, 0, 0, 0, ms, error=f"{type(out).__name__}: {out}")
+    answer: Any = out.get("answer") or {}
     text = str(answer.get("text", ""))
-    em, f1 = best_answer_scores(text, answers) if answers else (0.0, 0.0)
+    said = strip_citations(text)  # the answer without its [n] markers: they are not part of what it says
+    em, f1 = best_answer_scores(said, query.answers) if query.answers else (0.0, 0.0)
+    contains = contains_answer(said, query.answers) if query.answers and not answer.get("refused") else 0.0
     cost = totals(out.get("ledger"))
-    grounded = grounded_share(answer, list(out.get("evidence") or [])) if answer else None
+    evidence = list(out.get("evidence") or [])
+    if answer and not answer.get("refused") and "supported" not in answer:  # a generator that ran no check
+        answer = check_answer(answer, query.text, evidence)
+    by_ref = {e["ref"]: e for e in evidence}
+    citations = [{"ref": c["ref"], "chunk_id": c["chunk_id"], "method": c["method"],
+                  "doc_id": str(by_ref.get(c["ref"], {}).get("metadata", {}).get("doc_id", "")),
+                  **{k: c[k] for k in ("verdict", "reason") if k in c}}
+                 for c in answer.get("citations") or []]  # fmt: skip
+    supported = None if not answer or answer.get("refused") else answer.get("supported")
     docs, scored = retrieved_docs(out)
     return QueryRecord(
-        qid, text, bool(answer.get("refused")), em, f1, docs, int(cost["llm_calls"]),
-        int(cost["prompt_tokens"]), int(cost["completion_tokens"]), int(cost["retrievals"]), ms, grounded,
-        scored=scored,
+        query.id, text, bool(answer.get("refused")), em, f1, docs, int(cost["llm_calls"]),
+        int(cost["prompt_tokens"]), int(cost["completion_tokens"]), int(cost["retrievals"]), ms, supported,
+        contains, citations, scored=scored,
     )  # fmt: skip
 
 
@@ -288,7 +307,7 @@ def evaluate_flow(
                 out: Any = flow.invoke({"query": q.text})
             except Exception as exc:  # recorded per query; the run goes on
                 out = exc
-            records.append(_record(q.id, q.answers, out, (time.perf_counter() - t0) * 1000))
+            records.append(_record(q, out, (time.perf_counter() - t0) * 1000))
             if bar:
                 bar.update(1)
     else:
@@ -298,7 +317,7 @@ def evaluate_flow(
 
         for q, out in zip(queries, outs, strict=True):
             ms = 0.0 if isinstance(out, BaseException) else totals(out.get("ledger"))["ms"]
-            records.append(_record(q.id, q.answers, out, ms))
+            records.append(_record(q, out, ms))
         if bar:
             bar.update(len(queries))
     if bar:

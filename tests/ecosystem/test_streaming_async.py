@@ -27,7 +27,7 @@ QUERIES = [
 # each pattern's template on the demo index; adaptive in Self-RAG mode, which a scripted model (no token
 # log-probabilities) can drive, FLARE's token_confidence judge needs them
 PATTERNS: dict[str, dict[str, Any]] = {
-    "linear": {},
+    "linear": {"operators": {"generate": {"name": "cited_answer", "params": {"mode": "llm"}}}},  # the model answers
     "conditional": {},
     "branching": {},
     "iterative": {},

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.integration
 
 
 def stub_config(demo_dir: Path, url: str) -> dict[str, Any]:
-    config = template("linear", demo_dir)
+    # the model answers, and its answer is kept whatever the check says: these tests are about concurrent model calls
+    config = template("linear", demo_dir, operators={"generate": {"name": "cited_answer", "params": {
+        "mode": "llm", "unsupported": "mark"}}})  # fmt: skip
     config["providers"]["llm"] = {"name": "openai", "model": "stub", "base_url": url, "max_retries": 0}
     return config
 

@@ -66,7 +66,8 @@ def test_recommend_picks_the_best_within_budget(tmp_path: Path, monkeypatch: pyt
                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
     answer = tmp_path / "answer.yaml"
-    answer.write_text(yaml.safe_dump({"pattern": "linear", "name": "with-llm"}))
+    answer.write_text(yaml.safe_dump({"pattern": "linear", "name": "with-llm", "operators": {"generate": {
+        "name": "cited_answer", "params": {"min_relevance": None}}}}))  # always one LLM call  # fmt: skip
     configs = [retrieval_config(tmp_path, "bm25", "bm25"), retrieval_config(tmp_path, "hybrid", "hybrid"), str(answer)]
     code = main(["recommend", "--dataset", "demo", "--config", *configs, "--max-llm-calls", "0", "--quality",
                  "recall@5", "--limit", "6", "--quiet"])  # fmt: skip

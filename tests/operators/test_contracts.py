@@ -52,6 +52,7 @@ CASES: dict[str, dict[str, Any]] = {
     "prune": {},
     "self_verify": {},
     "rrf@fuse": {"k": 5},
+    "pairs": {"k": 5},
     "weighted": {"k": 5},
     "replug": {"max_tokens": 8},
     "llm_fusion": {"max_tokens": 40},
@@ -63,6 +64,8 @@ CASES: dict[str, dict[str, Any]] = {
     "extractive": {"max_sentences": 1},
     "lost_in_the_middle": {},
     "compress_budget": {"keep_whole": 1},
+    "evidence_first": {"max_chunks": 3},
+    "link_hop": {"k": 5},
     "verify": {},
     "abstain": {},
 }

@@ -58,14 +58,14 @@ def test_scripted_model_output_becomes_a_cited_answer(demo_dir: Path) -> None:
     env = fake_env(demo_dir, "Answer: E07 means the speed sensor signal was lost [1].")
     ans = generate(env, {"query": "E07?", "evidence": EVIDENCE})
     assert ans["text"] == "E07 means the speed sensor signal was lost [1]."
-    assert ans["citations"][0] == {"ref": 1, "chunk_id": "c1", "method": "model"}
+    assert ans["citations"][0] == {"ref": 1, "chunk_id": "c1", "method": "model", "verdict": "supported"}
 
 
 @pytest.mark.integration
 def test_no_evidence_refuses_without_calling_the_model(demo_dir: Path) -> None:
     env = fake_env(demo_dir, "should not be used")
     ans = generate(env, {"query": "anything", "evidence": [], "candidates": []})
-    assert ans == {"text": REFUSAL, "citations": [], "refused": True}
+    assert ans == {"text": REFUSAL, "citations": [], "refused": True, "reason": "no evidence"}
 
 
 @pytest.mark.integration
@@ -95,3 +95,64 @@ def test_abstain_refuses_when_the_evidence_does_not_hold_the_answer(demo_env: Pr
     assert out["refused"] and out["text"] == REFUSAL
     grounded = {"text": "E07 means the speed sensor signal was lost [1].", "citations": [], "refused": False}
     assert not op({"answer": grounded, "evidence": EVIDENCE})["answer"]["refused"]
+
+
+E07_QUESTION = "What does error code E07 mean on the e-bike display?"
+
+
+def _evidence_for(env: Providers, question: str, k: int = 5) -> list[dict[str, Any]]:
+    hits = env.index.search_sparse(question, k)
+    return [{"ref": i + 1, "chunk_id": h["chunk_id"], "text": h["text"], "score": h["score"], "metadata": h["metadata"]}
+            for i, h in enumerate(hits)]  # fmt: skip
+
+
+@pytest.mark.integration
+def test_a_misread_passage_is_not_passed_as_supported(demo_dir: Path) -> None:
+    # the showcase: the 135M model read "speed sensor signal lost" as a motor controller fault
+    env = fake_env(demo_dir, "E07 means a malfunctioning motor controller [1].")
+    evidence = _evidence_for(env, E07_QUESTION)
+    assert evidence[0]["metadata"]["doc_id"] == "display-error-e07"
+    refused = generate(env, {"query": E07_QUESTION, "evidence": evidence})
+    assert refused["refused"] and "no sentence of the answer is supported" in refused["reason"]
+    marked = generate(env, {"query": E07_QUESTION, "evidence": evidence}, unsupported="mark")
+    assert not marked["refused"] and marked["supported"] == 0.0
+    assert marked["citations"][0]["verdict"] == "unsupported"
+    checked = generate(env, {"query": E07_QUESTION, "evidence": evidence}, mode="checked")
+    assert checked["source"] == "extractive" and "speed sensor signal lost" in checked["text"]
+    assert checked["citations"] == [{"ref": 1, "chunk_id": evidence[0]["chunk_id"], "method": "quoted",
+                                     "verdict": "supported"}]  # fmt: skip
+
+
+@pytest.mark.integration
+def test_a_supported_model_answer_is_kept_in_checked_mode(demo_dir: Path) -> None:
+    env = fake_env(demo_dir, "E07 means the speed sensor signal was lost [1].")
+    ans = generate(env, {"query": E07_QUESTION, "evidence": _evidence_for(env, E07_QUESTION)}, mode="checked")
+    assert ans["text"] == "E07 means the speed sensor signal was lost [1]." and ans["source"] == "model"
+    assert ans["supported"] == 1.0 and ans["citations"][0]["verdict"] == "supported"
+
+
+@pytest.mark.integration
+def test_the_extractive_answer_calls_no_model(demo_dir: Path) -> None:
+    from modular_rag.trace import metered
+
+    env = fake_env(demo_dir, "must not be asked")
+    with metered() as meter:
+        ans = generate(env, {"query": E07_QUESTION, "evidence": _evidence_for(env, E07_QUESTION)}, mode="extractive",
+                       extract="sentence")  # fmt: skip
+    assert meter.llm_calls == 0
+    assert ans["text"] == "Error E07 means speed sensor signal lost [1]." and ans["quote"].startswith("Error E07")
+    span = generate(env, {"query": "How much does the TW-900 Carbon Road weigh?", "evidence": _evidence_for(
+        env, "How much does the TW-900 Carbon Road weigh?")}, mode="extractive")  # fmt: skip
+    assert span["text"].startswith("7.6 kg [") and span["citations"][0]["verdict"] == "supported"
+
+
+@pytest.mark.integration
+def test_a_question_the_corpus_cannot_answer_is_refused_without_the_model(demo_dir: Path) -> None:
+    from modular_rag.trace import metered
+
+    env = fake_env(demo_dir, "Hold the reset button for ten seconds [1].")
+    question = "How do I reset the router to factory settings?"
+    with metered() as meter:
+        ans = generate(env, {"query": question, "evidence": _evidence_for(env, question)}, mode="checked")
+    assert ans["refused"] and "no evidence sentence answers the question" in ans["reason"]
+    assert meter.llm_calls == 0

@@ -102,7 +102,10 @@ def test_tree_of_clarifications_clarifies_from_passages_verifies_and_fuses_with_
 
     config = load_config(template("recursive", demo_dir, params={"branching": 2, "max_depth": 2, "max_nodes": 7},
                                   operators={"prune": "self_verify",
-                                             "fuse": {"name": "llm_fusion", "params": {"style": "long_form"}}}))
+                                             "fuse": {"name": "llm_fusion", "params": {"style": "long_form"}},
+                                             # keep every scripted node answer: the judge under test is the model's
+                                             "generate": {"name": "cited_answer", "params": {
+                                                 "unsupported": "mark", "min_relevance": None}}}))  # fmt: skip
     model = ScriptedChat.of(_toc_reply)
     config.providers.llm = model
     out = build_flow(config).invoke({"query": ROOT})

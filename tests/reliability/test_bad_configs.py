@@ -105,7 +105,7 @@ BAD: list[tuple[str, object, str, str]] = [
     ("weights-shape", op("retrieve", {"name": "hybrid", "params": {"weights": [1, 2, 3]}}),
      "operators.retrieve.params.weights", "at most 2 items"),
     ("pool-below-k", op("retrieve", {"name": "hybrid", "params": {"k": 50, "pool": 10}}),
-     "operators.retrieve.params", "pool (10) must be >= k (50)"),
+     "operators.retrieve.params", "k (50) can be at most 2 x pool (20)"),
     ("budget-negative", op("context", {"name": "budget", "params": {"max_tokens": -1}}),
      "operators.context.params.max_tokens", "greater than 0"),
     ("mmr-lambda", op("rerank", {"name": "mmr", "params": {"lambda_mult": 1.5}}), "operators.rerank.params.lambda_mult",

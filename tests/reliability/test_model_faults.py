@@ -32,6 +32,8 @@ def faulty(run: str, demo_dir: Path, proxy_url: str, **llm: object):
     """The run's template against the proxy: small contexts and completions keep each call to a few seconds, so a
     20 s client timeout separates the proxy's held connections from slow answers."""
     data = pattern_config(run)
+    if run == "linear":  # its template quotes the evidence; here the model must answer
+        data["operators"]["generate"] = {"name": "cited_answer", "params": {"mode": "llm"}}
     data["providers"]["vectorstore"] = {"name": "chroma", "path": str(demo_dir), "collection": "demo"}
     data["providers"]["llm"] = {"name": "openai", "base_url": proxy_url + "/v1", "api_key_env": "NO_KEY_NEEDED",
                                 "model": "smollm2", "prefill": True, "timeout_s": 20.0, "max_retries": 3,
@@ -46,7 +48,7 @@ def faulty(run: str, demo_dir: Path, proxy_url: str, **llm: object):
     return load_config(data)
 
 
-@pytest.mark.parametrize("run", list(PATTERN_RUNS))
+@pytest.mark.parametrize("run", [r for r in PATTERN_RUNS if not r.startswith("linear-")])  # linear once
 def test_every_pattern_ends_with_an_answer_or_a_typed_error(run: str, demo_dir: Path, upstream: str) -> None:
     with FaultProxy(upstream, rate=0.3, seed=sum(map(ord, run)), hold_s=25.0) as proxy:
         flow = build_flow(faulty(run, demo_dir, proxy.url))
