@@ -10,6 +10,7 @@
     modular-rag finetune --dataset DIR --out DIR   fine-tune the embedder on a BEIR split (BM25 hard negatives)
     modular-rag eval --dataset DIR --config A [B]  compare configs: quality, cost, JSON/CSV/PNG report
     modular-rag recommend --dataset DIR --max-llm-calls N --max-latency-ms M   the best config within a budget
+    modular-rag train-router --dataset DIR --config A B --out DIR   learn which flow each question needs
 
 Bad input exits with status 2 and one line on stderr naming what was wrong; no traceback. Imports are deferred
 to the command that needs them, so ``--help`` and ``catalogue`` start fast.
@@ -280,6 +281,26 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train_router(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from modular_rag.config import load_config
+    from modular_rag.eval.router import train_router
+
+    dataset = _load_dataset(args.dataset, args.split, args.limit)
+    configs = {}
+    for path in args.config:
+        config = load_config(path)
+        configs[config.name or Path(path).stem] = config
+    report = train_router(dataset, configs, args.out, quality=args.quality, validation=args.validation,
+                          seed=args.seed, max_cost_ratio=args.max_cost_ratio, max_quality_loss=args.max_quality_loss,
+                          progress=not args.quiet,
+                          log=print)  # fmt: skip
+    print(f"held-out accuracy (labels: the cheapest flow reaching the best {args.quality}): {report.accuracy:.3f}")
+    print(f"wrote {report.model_file} and {report.config_file} (modular-rag eval --config {report.config_file})")
+    return 0
+
+
 def _cmd_recommend(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -438,6 +459,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20, help="queries evaluated (default 20)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_cmd_recommend)
+
+    p = sub.add_parser("train-router", help="train the learned router over candidate flows on a training split")
+    p.add_argument("--dataset", required=True, help="a BEIR-format folder with a training split")
+    p.add_argument("--config", nargs="+", required=True, help="the candidate flows (YAML), one route each")
+    p.add_argument("--out", required=True, help="folder for router.json and routed.yaml")
+    p.add_argument("--split", default="train", help="the training split (never the one you report on)")
+    p.add_argument("--quality", default="all@5", help="what a route must achieve: all@5, recall@5, f1, contains")
+    p.add_argument("--validation", type=float, default=0.3, help="share of training questions held out (0.3)")
+    p.add_argument("--max-cost-ratio", type=float, default=0.6,
+                   help="spend at most this share of the costliest flow's cost on average; the best quality within it "
+                        "on validation (0.6)")  # fmt: skip
+    p.add_argument("--max-quality-loss", type=float,
+                   help="instead: the cheapest operating point within this of the best flow's quality on validation")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, help="only N training questions")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_cmd_train_router)
 
     p = sub.add_parser("doctor", help="check that the embedded defaults (models, llama-server) are installed")
     p.set_defaults(func=_cmd_doctor)

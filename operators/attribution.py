@@ -66,9 +66,9 @@ Expect = Literal["number", "date", "person", "place", "yes_no", "other"]
 
 _EXPECT_RULES: tuple[tuple[re.Pattern[str], Expect], ...] = (
     (re.compile(r"^\s*(is|are|was|were|do|does|did|can|could|should|has|have|had|will|would)\b", re.I), "yes_no"),
-    (re.compile(r"\b(how (much|many|long|far|old|big|tall|heavy|wide|high|fast|often)|what (percentage|percent|"
-                r"number|amount|size|weight|length|distance|speed|capacity|temperature|price)|weigh)\b", re.I),
-     "number"),
+    (re.compile(r"\b(how (much|many|long|far|old|big|tall|heavy|wide|high|fast|often)|what (\w+ )?(percentage|"
+                r"percent|number|amount|size|weight|length|distance|speed|capacity|temperature|price)|weigh)\b",
+                re.I), "number"),
     (re.compile(r"(^\s*when\b|\b(when (was|were|did|does|do|is|will|had|has)|what year|which year|what date|"
                 r"which date|what decade|what century)\b)", re.I), "date"),  # fmt: skip
     (re.compile(r"\b(who|whom|whose)\b", re.I), "person"),
@@ -242,9 +242,9 @@ class SentenceScorer:
                min_coverage: float = 0.25) -> ScoredSentence | None:  # fmt: skip
         """When the best sentence is a bridge (it names the title of another evidence entry the question does not
         name, and its passage leaves at least ``min_rest`` of the question's IDF weight uncovered, so the question
-        asks about that entity), the sentence of that entry that best covers the rest of the question, if it covers
-        at least ``min_coverage`` of it (IDF-weighted; ties: the better-scored sentence); else ``None``. Needs the
-        index's link table."""
+        asks about that entity), the sentence of that entry that best covers the rest of the question (IDF-weighted,
+        plus half its expected-type cue; ties: the better-scored sentence), if it covers at least ``min_coverage`` of
+        it or holds a quantity in the unit the question asks for; else ``None``. Needs the index's link table."""
         index = self.providers.index
         position = index.sparse._positions()
         if best.chunk_id not in position:
@@ -259,12 +259,13 @@ class SentenceScorer:
         rest = QuestionCues(question, tuple(t for t in cues.terms if t not in said), cues.expects, cues.distinctive)
         if not entries or not rest.terms or self.coverage(cues, set(rest.terms)) < min_rest:
             return None
-        candidates = [s for s in self.score(question, entries)]
-        scored = [(self.coverage(rest, set(_ANALYZER(s.sentence))), s) for s in candidates]
+        scored = [(self.coverage(rest, set(_ANALYZER(s.sentence))), s) for s in self.score(question, entries)]
         if not scored:
             return None
-        coverage, sentence = max(scored, key=lambda cs: (cs[0], cs[1].score))
-        return sentence if coverage >= min_coverage else None
+        # the rest of the question, or what it asks for (a quantity with the right unit, a date, a name)
+        coverage, sentence = max(scored, key=lambda cs: (cs[0] + 0.5 * cs[1].cue, cs[1].score))
+        exact = cues.expects == "number" and sentence.cue >= 1.0  # a quantity in the unit the question asks for
+        return sentence if coverage >= min_coverage or exact else None
 
 
 def _tokens(text: str) -> list[str]:

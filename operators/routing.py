@@ -13,14 +13,19 @@ so instructions planted inside documents cannot steer them.
   generated tokens and their alternatives).
 * ``embedding`` - semantic routing by embedding similarity to each route's description and examples.
 * ``hybrid`` - ``alpha * keyword + (1 - alpha) * semantic`` (Eq. 22).
+* ``learned`` - a classifier trained on which route retrieved what each training question needed, at what cost
+  (``modular-rag train-router``): Adaptive-RAG's idea with a logistic regression instead of a trained T5.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -32,7 +37,8 @@ from modular_rag.registry import Operator, Port, operator
 from modular_rag.text import Analyzer
 from modular_rag.trace import note
 
-__all__ = ["RouteInfo", "RouterParams", "choose_route", "keyword_scores", "name_probability"]
+__all__ = ["RouteInfo", "RouterParams", "choose_route", "keyword_scores", "name_probability", "RouterModel",
+           "lexical_features", "LEXICAL_NAMES"]
 
 _ANALYZER = Analyzer()
 
@@ -245,5 +251,142 @@ def hybrid_router(params: HybridRouterParams, env: Providers) -> Operator:
         kw, sem = keyword_scores(query, params.routes), semantic(query)
         combined = {r: params.alpha * kw.get(r, 0.0) + (1 - params.alpha) * sem.get(r, 0.0) for r in params.routes}
         return choose_route(combined, params)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ learned router
+
+ROUTER_FORMAT = "modular-rag-router"
+ROUTER_VERSION = 2
+
+_QUESTION_WORDS = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "was", "were",
+                   "do", "does", "did", "can", "in", "the")  # fmt: skip
+
+
+def lexical_features(query: str) -> list[float]:
+    """Cheap features of a question's form: length, capitalised words and codes (names of things), digits, quotes,
+    comparison words, and its first word."""
+    words = query.split()
+    first = words[0].lower().strip("\"'(") if words else ""
+    return [
+        len(words) / 20.0,
+        sum(w[:1].isupper() for w in words[1:]) / 5.0,
+        float(any(ch.isdigit() for ch in query)),
+        float('"' in query or "“" in query),
+        float(bool(re.search(r"\b(both|either|neither|or|same|than|compared|difference|older|younger)\b", query,
+                             re.I))),  # fmt: skip
+        float(len(re.findall(r",", query)) > 0),
+        *[float(first == w) for w in _QUESTION_WORDS],
+    ]
+
+
+LEXICAL_NAMES = ["words/20", "capitalised/5", "digits", "quotes", "comparison", "comma",
+                 *[f"first={w}" for w in _QUESTION_WORDS]]  # fmt: skip
+
+
+@dataclass
+class RouterModel:
+    """A learned router: per route, a logistic regression over the query's embedding and :func:`lexical_features`
+    predicting the route's quality on the question (does it retrieve what the question needs); with a cost per
+    route, it picks ``argmax_k p_k - cost_weight * cost_k / max cost``: a costlier route only where it is expected
+    to buy enough.
+
+    Saved as versioned JSON by :meth:`save` (``modular-rag train-router`` writes it); :meth:`load` refuses another
+    format or version, and a model trained on other embeddings than the flow's.
+    """
+
+    routes: list[str]
+    weights: np.ndarray
+    bias: np.ndarray
+    lexical_mean: np.ndarray
+    lexical_scale: np.ndarray
+    costs: dict[str, float]
+    cost_weight: float = 0.0
+    embeddings: str = ""
+    trained: dict[str, Any] = field(default_factory=dict)
+
+    def features(self, vector: np.ndarray, query: str) -> np.ndarray:
+        """The feature row of a query (its embedding and standardised lexical features)."""
+        lexical = (np.asarray(lexical_features(query)) - self.lexical_mean) / self.lexical_scale
+        return np.concatenate([np.asarray(vector, dtype=np.float64), lexical])
+
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        """Each route's expected quality for feature rows (``n x d`` -> ``n x k``, sigmoids)."""
+        z = np.clip(rows @ self.weights.T + self.bias, -30.0, 30.0)
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def decide(self, probabilities: np.ndarray) -> np.ndarray:
+        """The route index per row: the best probability after its cost penalty."""
+        top = max(self.costs.values()) or 1.0
+        penalty = np.array([self.costs.get(r, 0.0) / top for r in self.routes])
+        return np.argmax(probabilities - self.cost_weight * penalty, axis=1)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model as JSON (``router.json`` inside ``path`` when it is a folder)."""
+        file = Path(path)
+        if file.suffix != ".json":
+            file.mkdir(parents=True, exist_ok=True)
+            file = file / "router.json"
+        data = {"format": ROUTER_FORMAT, "version": ROUTER_VERSION, "routes": self.routes,
+                "weights": self.weights.tolist(), "bias": self.bias.tolist(), "lexical": LEXICAL_NAMES,
+                "lexical_mean": self.lexical_mean.tolist(), "lexical_scale": self.lexical_scale.tolist(),
+                "costs": self.costs, "cost_weight": self.cost_weight, "embeddings": self.embeddings,
+                "trained": self.trained}  # fmt: skip
+        file.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        return file
+
+    @classmethod
+    def load(cls, path: str | Path) -> RouterModel:
+        """Read a saved model (a ``router.json`` file or the folder holding it).
+
+        Raises:
+            ConfigError: If the file is missing, not a router model, or of another version.
+        """
+        from modular_rag.errors import ConfigError
+
+        file = Path(path)
+        file = file / "router.json" if file.is_dir() else file
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError("operators.route.params.model", f"cannot read a router model at {file}: {exc}; "
+                              "write one with modular-rag train-router") from None  # fmt: skip
+        if data.get("format") != ROUTER_FORMAT or data.get("version") != ROUTER_VERSION:
+            raise ConfigError("operators.route.params.model", f"{file} is not a {ROUTER_FORMAT} v{ROUTER_VERSION} "
+                              f"model (format {data.get('format')!r}, version {data.get('version')!r})")  # fmt: skip
+        if data.get("lexical") != LEXICAL_NAMES:
+            raise ConfigError("operators.route.params.model", f"{file} was trained on other lexical features; "
+                              "train it again with this version")  # fmt: skip
+        return cls(list(data["routes"]), np.asarray(data["weights"]), np.asarray(data["bias"]),
+                   np.asarray(data["lexical_mean"]), np.asarray(data["lexical_scale"]), dict(data["costs"]),
+                   float(data["cost_weight"]), str(data.get("embeddings", "")), dict(data.get("trained", {})))
+
+
+class LearnedRouterParams(RouterParams):
+    model: str = Field(..., min_length=1, description="the router model (router.json, or its folder) that "
+                                                      "modular-rag train-router wrote")  # fmt: skip
+
+
+@operator("orchestration", "routing", "learned", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
+def learned_router(params: LearnedRouterParams, env: Providers) -> Operator:
+    """Learned routing (Adaptive-RAG's idea, offline): per route, a logistic regression over the query's embedding
+    and cheap lexical features, trained by ``modular-rag train-router`` on what each route retrieved for training
+    questions; picks the best expected quality for its cost. The trace gives every route's expected quality."""
+    from modular_rag.errors import ConfigError
+
+    model = RouterModel.load(params.model)
+    unknown = [r for r in model.routes if params.routes and r not in params.routes]
+    if unknown:
+        raise ConfigError("operators.route.params.model", f"the model routes to {unknown}, which are not routes of "
+                          f"this flow ({', '.join(params.routes)})")  # fmt: skip
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        query = str(state.get("query", ""))
+        p = model.probabilities(model.features(env.encoder.encode_query(query), query)[None, :])
+        chosen = model.routes[int(model.decide(p)[0])]
+        note("learned: expected quality " + ", ".join(f"{r} {v:.2f}" for r, v in zip(model.routes, p[0].tolist(),
+                                                                                        strict=True)))  # fmt: skip
+        return choose_route({chosen: max(float(p[0][model.routes.index(chosen)]), 1e-9)}, params)
 
     return run

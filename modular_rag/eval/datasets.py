@@ -10,14 +10,14 @@ import hashlib
 import json
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from modular_rag.errors import DatasetError
 
-__all__ = ["Query", "BeirDataset", "load_beir", "load_demo", "holdout_split"]
+__all__ = ["Query", "BeirDataset", "load_beir", "load_demo", "holdout_split", "mixed_dataset"]
 
 
 @dataclass(frozen=True)
@@ -233,3 +233,45 @@ def holdout_split(
     _write_split(folder, names[0], [q for q in dataset.queries if q.id not in chosen], dataset.qrels)
     _write_split(folder, names[1], [q for q in dataset.queries if q.id in chosen], dataset.qrels)
     return load_beir(folder, split=names[0]), load_beir(folder, split=names[1])
+
+
+def mixed_dataset(
+    parts: Sequence[BeirDataset], out: str | os.PathLike[str], *, train_fraction: float = 0.5, seed: int = 0
+) -> tuple[BeirDataset, BeirDataset]:
+    """One BEIR folder mixing several datasets' corpora and questions (a workload of easy and hard questions):
+    ``corpus.jsonl`` is every part's corpus (ids must not collide), each question keeps a ``source`` field naming its
+    part, and each part's questions are split by a seeded hash into ``train_*`` (``train_fraction``) and the dev
+    files (``queries.jsonl`` / ``qrels.tsv``), so a router trained on train is reported on dev.
+
+    Raises:
+        DatasetError: If two parts share a corpus id or a query id, or the fraction is not in (0, 1).
+    """
+    if not 0.0 < train_fraction < 1.0:
+        raise DatasetError(f"train fraction must be strictly between 0 and 1 (got {train_fraction})")
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    seen: dict[str, str] = {}
+    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as fh:
+        for part in parts:
+            for row in part.corpus():
+                if row["id"] in seen:
+                    raise DatasetError(f"corpus id {row['id']!r} is in both {seen[row['id']]} and {part.name}")
+                seen[row["id"]] = part.name
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    train: list[Query] = []
+    dev: list[Query] = []
+    qrels: dict[str, dict[str, int]] = {}
+    asked: set[str] = set()
+    for part in parts:
+        order = sorted(part.queries, key=lambda q: hashlib.sha256(f"{part.name}:{q.id}:{seed}".encode()).hexdigest())
+        cut = round(len(order) * train_fraction)
+        for i, q in enumerate(order):
+            if q.id in asked:
+                raise DatasetError(f"query id {q.id!r} is in more than one part")
+            asked.add(q.id)
+            tagged = Query(q.id, q.text, q.answers, {**q.extra, "source": part.name})
+            (train if i < cut else dev).append(tagged)
+            qrels[q.id] = dict(part.qrels.get(q.id, {}))
+    _write_split(folder, "train", train, qrels)
+    _write_split(folder, "dev", dev, qrels)
+    return load_beir(folder, split="train"), load_beir(folder, split="dev")

@@ -44,3 +44,16 @@ def base_state(demo_env: Providers) -> dict[str, Any]:
     return {"query": E07, "queries": [E07], "candidates": candidates, "evidence": evidence, "answer": answer,
             "draft": draft, "step": 2, "rounds": rounds, "branches": branches, "tree": tree, "verdicts": [],
             "trace": [], "ledger": []}
+
+
+@pytest.fixture(scope="session")
+def router_file(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A learned-router model over the contract routes (exact, open): untrained weights, a cost per route."""
+    import numpy as np
+
+    from operators.routing import LEXICAL_NAMES, RouterModel
+
+    d = 384 + len(LEXICAL_NAMES)
+    model = RouterModel(["exact", "open"], np.zeros((2, d)), np.array([0.2, 0.1]), np.zeros(len(LEXICAL_NAMES)),
+                        np.ones(len(LEXICAL_NAMES)), {"exact": 2.0, "open": 1.0})  # fmt: skip
+    return model.save(tmp_path_factory.mktemp("router"))

@@ -25,7 +25,7 @@ ROUTES = {
 }  # fmt: skip
 
 # operator name (or name@port where a name is used by two ports) -> params for the contract run
-# ("<cross_encoder>" is replaced by the fixture's folder)
+# ("<cross_encoder>" and "<router>" are replaced by the fixtures' files)
 CASES: dict[str, dict[str, Any]] = {
     "rewrite": {"max_tokens": 24},
     "dense": {"k": 5},
@@ -44,6 +44,7 @@ CASES: dict[str, dict[str, Any]] = {
     "embedding@route": {**ROUTES},
     "hybrid@route": {**ROUTES},
     "llm": {**ROUTES},
+    "learned": {**ROUTES, "model": "<router>"},
     "token_confidence": {"tau": 0.4},
     "llm_judge": {"criterion": "supported"},
     "reflection": {},
@@ -89,9 +90,10 @@ def test_every_operator_has_a_contract_case() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("info", state_operators(), ids=lambda i: f"{i.port.value}-{i.name}")
 def test_operator_keeps_its_contract(
-    info: OperatorInfo, demo_env: Providers, base_state: dict[str, Any], cross_encoder_dir: Path
+    info: OperatorInfo, demo_env: Providers, base_state: dict[str, Any], cross_encoder_dir: Path, router_file: Path
 ) -> None:
-    raw = {k: (str(cross_encoder_dir) if v == "<cross_encoder>" else v) for k, v in (case(info) or {}).items()}
+    files = {"<cross_encoder>": str(cross_encoder_dir), "<router>": str(router_file)}
+    raw = {k: files.get(v, v) if isinstance(v, str) else v for k, v in (case(info) or {}).items()}
     op = info.factory(info.params.model_validate(raw), demo_env)
     before = copy.deepcopy(base_state)
     update = op(base_state)
