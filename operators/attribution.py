@@ -244,7 +244,8 @@ class SentenceScorer:
         name, and its passage leaves at least ``min_rest`` of the question's IDF weight uncovered, so the question
         asks about that entity), the sentence of that entry that best covers the rest of the question (IDF-weighted,
         plus half its expected-type cue; ties: the better-scored sentence), if it covers at least ``min_coverage`` of
-        it or holds a quantity in the unit the question asks for; else ``None``. Needs the index's link table."""
+        it or holds a quantity in the unit the question asks for; failing that, the same from the entries that
+        mention that entity; else ``None``. Needs the index's link table."""
         index = self.providers.index
         position = index.sparse._positions()
         if best.chunk_id not in position:
@@ -253,19 +254,30 @@ class SentenceScorer:
         named = links.named_in(question)
         targets = {p for _, hit in links.mentions(best.sentence, exclude=position[best.chunk_id]) for p in hit
                    if p not in named}  # fmt: skip
-        entries = [e for e in evidence if position.get(e["chunk_id"]) in targets and e["chunk_id"] != best.chunk_id]
+        own = [e for e in evidence if position.get(e["chunk_id"]) in targets and e["chunk_id"] != best.chunk_id]
+        # else the passages that mention the same entity ("... the TW-550 Gravel is built in Kestrel Harbour")
+        def mentions(entry: Evidence) -> set[int]:  # in the whole chunk, not only the sentences the pack kept
+            at = position.get(entry["chunk_id"])
+            text = index.sparse.texts[at] if at is not None else entry["text"]
+            return {p for _, hit in links.mentions(text, exclude=at) for p in hit}
+
+        about = [e for e in evidence if e["chunk_id"] not in {best.chunk_id, *(o["chunk_id"] for o in own)}
+                 and targets & mentions(e)]  # fmt: skip
         cues = question_cues(question)
         said = set(_ANALYZER(index.sparse.texts[position[best.chunk_id]]))  # what the bridge passage covers
         rest = QuestionCues(question, tuple(t for t in cues.terms if t not in said), cues.expects, cues.distinctive)
-        if not entries or not rest.terms or self.coverage(cues, set(rest.terms)) < min_rest:
+        if not (own or about) or not rest.terms or self.coverage(cues, set(rest.terms)) < min_rest:
             return None
-        scored = [(self.coverage(rest, set(_ANALYZER(s.sentence))), s) for s in self.score(question, entries)]
-        if not scored:
-            return None
-        # the rest of the question, or what it asks for (a quantity with the right unit, a date, a name)
-        coverage, sentence = max(scored, key=lambda cs: (cs[0] + 0.5 * cs[1].cue, cs[1].score))
-        exact = cues.expects == "number" and sentence.cue >= 1.0  # a quantity in the unit the question asks for
-        return sentence if coverage >= min_coverage or exact else None
+        for entries in (own, about):
+            scored = [(self.coverage(rest, set(_ANALYZER(s.sentence))), s) for s in self.score(question, entries)]
+            if not scored:
+                continue
+            # the rest of the question, or what it asks for (a quantity with the right unit, a date, a name)
+            coverage, sentence = max(scored, key=lambda cs: (cs[0] + 0.5 * cs[1].cue, cs[1].score))
+            exact = cues.expects == "number" and sentence.cue >= 1.0  # a quantity in the unit the question asks for
+            if coverage >= min_coverage or exact:
+                return sentence
+        return None
 
 
 def _tokens(text: str) -> list[str]:
