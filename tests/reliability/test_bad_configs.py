@@ -125,7 +125,7 @@ BAD: list[tuple[str, object, str, str]] = [
     ("recursive-nodes", {**OK, "pattern": "recursive", "params": {"max_nodes": 1}}, "params.max_nodes",
      "greater than or equal to 2"),
     ("branching-mode", {**OK, "pattern": "branching", "params": {"mode": "both"}}, "params.mode",
-     "'queries' or 'documents'"),
+     "'queries', 'documents' or 'passages'"),
     ("branching-branches", {**OK, "pattern": "branching", "params": {"branches": 100}}, "params.branches",
      "less than or equal to 16"),
     ("adaptive-steps", {**OK, "pattern": "adaptive", "params": {"max_steps": 0}}, "params.max_steps",
