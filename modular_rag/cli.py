@@ -80,7 +80,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
         env.index.clear()
     summary = index_paths(
         args.paths, env, chunker=config.indexing.chunker, batch_size=config.indexing.batch_size,
-        max_file_mb=config.indexing.max_file_mb, progress=not args.quiet,
+        max_file_mb=config.indexing.max_file_mb, progress=not args.quiet, sync=args.sync,
     )  # fmt: skip
     if args.json:
         from dataclasses import asdict
@@ -413,6 +413,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", help="files or folders")
     p.add_argument("--config", required=True, help="flow config (YAML) naming the providers")
     p.add_argument("--reset", action="store_true", help="empty the index first")
+    p.add_argument("--sync", action="store_true",
+                   help="make the index follow the paths: remove the chunks of deleted files, replace changed ones")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_index)

@@ -75,6 +75,8 @@ class DenseStore(Protocol):
 
     def delete_all(self) -> None: ...
 
+    def delete(self, ids: Sequence[str]) -> None: ...
+
 
 # --------------------------------------------------------------------------------------------------- metadata filter
 
@@ -256,6 +258,12 @@ class ChromaStore:
         got = self.collection.get(ids=list(ids), include=["embeddings"])
         return {cid: np.asarray(vec, dtype=np.float32) for cid, vec in zip(got["ids"], got["embeddings"], strict=True)}
 
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete the chunks with these ids (ids not stored are ignored), in Chroma's maximum batch size."""
+        step = self.max_batch
+        for i in range(0, len(ids), step):
+            self.collection.delete(ids=list(ids[i : i + step]))
+
     def delete_all(self) -> None:
         """Drop the collection and start empty."""
         self.collection  # noqa: B018
@@ -334,6 +342,13 @@ class LangChainStore:
         """Chunks added through this adapter, sorted by id."""
         ids = sorted(self._ids)
         return ids, [self._ids[i][0] for i in ids], [self._ids[i][1] for i in ids]
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete the chunks with these ids from the store."""
+        if ids:
+            self.store.delete(ids=list(ids))
+        for cid in ids:
+            self._ids.pop(cid, None)
 
     def delete_all(self) -> None:
         """Delete the chunks added through this adapter."""
@@ -502,6 +517,7 @@ class AddReport:
     existing: int
     seconds: float
     stages: dict[str, float] = field(default_factory=dict)
+    removed: int = 0
 
 
 class KnowledgeIndex:
@@ -644,16 +660,19 @@ class KnowledgeIndex:
         *,
         batch_size: int = 256,
         progress: Callable[[int], None] | None = None,
+        prune: bool = False,
     ) -> AddReport:
         """Embed and add the chunks the dense store lacks, then rebuild the sparse index over everything.
 
         Dense writes run on a background thread while the next batch is embedded. Re-adding chunks that are
-        already stored costs one id lookup per batch.
+        already stored costs one id lookup per batch (no embedding).
 
         Args:
             chunks: Chunks to add (duplicates by id are dropped).
             batch_size: Chunks embedded per batch.
             progress: Called with the number of chunks handled after each batch.
+            prune: Afterwards delete every stored chunk that is not among ``chunks``, so the index holds exactly
+                them (LangChain ``index(cleanup="full")`` semantics); the sparse index and the link table follow.
 
         Raises:
             IndexingError: If embedding or a dense write fails (what was written stays; rerun to resume).
@@ -669,7 +688,10 @@ class KnowledgeIndex:
             new = [c for c in todo if c["chunk_id"] not in present]
             if progress and present:
                 progress(len(todo) - len(new))
+            stale = sorted(set(self.sparse.ids) - unique.keys()) if prune and had_before else []
             stages = self._write_dense(new, batch_size, progress)
+            if stale:
+                self.dense.delete(stale)
             sparse_start = time.perf_counter()
             if had_before == 0 and not present:
                 order = sorted(range(len(todo)), key=lambda i: todo[i]["chunk_id"])
@@ -683,7 +705,7 @@ class KnowledgeIndex:
             else:
                 self.rebuild_sparse()
             stages["sparse"] = time.perf_counter() - sparse_start
-        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages)
+        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages, len(stale))
 
     def _write_dense(
         self, new: list[Chunk], batch_size: int, progress: Callable[[int], None] | None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -70,6 +70,9 @@ class FileReport:
     documents: int = 0
     skipped: str | None = None
     notes: list[str] = field(default_factory=list)
+    status: str = ""
+    """With ``sync``: ``added`` (new file), ``replaced`` (changed), ``unchanged``, or ``removed`` (its chunks left
+    the index: the file is gone, or now skipped)."""
 
 
 Loader = Callable[[Path, str], tuple[list[Document], list[str]]]
@@ -340,7 +343,8 @@ def document_chunker(params: DocumentParams, env: Providers) -> Chunker:
 
 @dataclass
 class IndexSummary:
-    """What an indexing run did. ``files_read == files_indexed + files_skipped`` always holds. ``stages`` splits
+    """What an indexing run did. ``files_read == files_indexed + files_skipped`` always holds; with ``sync``,
+    ``files`` also lists the files whose chunks left the index (status ``removed``). ``stages`` splits
     ``seconds``: ``load and chunk``, then the index's own stages (``embed``, ``dense write wait``, ``sparse``)."""
 
     files_read: int
@@ -354,17 +358,26 @@ class IndexSummary:
     files: list[FileReport]
     index_chunks: int
     stages: dict[str, float] = field(default_factory=dict)
+    removed: int = 0
+    """Chunks deleted by ``sync`` (of files that are gone, skipped or changed)."""
+    synced: dict[str, int] = field(default_factory=dict)
+    """With ``sync``: files per status (added, replaced, unchanged, removed)."""
 
     def lines(self) -> list[str]:
         """A human-readable summary (what ``modular-rag index`` prints)."""
         out = [
             f"files: {self.files_read} read, {self.files_indexed} indexed, {self.files_skipped} skipped",
             f"documents: {self.documents}   chunks: {self.chunks} ({self.added} added, {self.existing} already "
-            f"indexed)   index now holds {self.index_chunks} chunks   {self.seconds:.1f}s",
+            f"indexed{f', {self.removed} removed' if self.synced else ''})   index now holds {self.index_chunks} "
+            f"chunks   {self.seconds:.1f}s",
         ]
+        if self.synced:
+            out.append("sync: " + ", ".join(f"{self.synced.get(k, 0)} {k}" for k in _STATUSES) + " (files)")
         for rep in self.files:
+            if rep.status == "removed" and not rep.skipped:
+                out.append(f"  removed {rep.path}: no longer under the given paths")
             if rep.skipped:
-                out.append(f"  skipped {rep.path}: {rep.skipped}")
+                out.append(f"  skipped {rep.path}: {rep.skipped}" + (" (its chunks removed)" if rep.status else ""))
             for note in rep.notes:
                 out.append(f"  note {rep.path}: {note}")
         return out
@@ -378,6 +391,7 @@ def index_paths(
     batch_size: int = 256,
     max_file_mb: float = 20.0,
     progress: bool = True,
+    sync: bool = False,
 ) -> IndexSummary:
     """Load, chunk and index files and folders into the providers' knowledge index (dense and sparse together).
 
@@ -388,6 +402,9 @@ def index_paths(
         batch_size: Chunks embedded per batch.
         max_file_mb: Files larger than this are skipped with a reason.
         progress: Show a progress bar on stderr.
+        sync: Make the index follow the paths: afterwards it holds exactly their chunks. Chunks of deleted (or now
+            skipped) files are removed, a changed file's old chunks are replaced, unchanged files embed nothing
+            (LangChain ``index(cleanup="full")`` semantics). The summary counts files per status.
 
     Returns:
         The run's summary.
@@ -415,14 +432,54 @@ def index_paths(
         from tqdm import tqdm
 
         bar = tqdm(total=len(chunks), desc="indexing", unit="chunk", leave=False)
+    before = _stored_by_path(env) if sync else {}
     try:
-        added = env.index.add(chunks, batch_size=batch_size, progress=bar.update if bar else None)
+        added = env.index.add(chunks, batch_size=batch_size, progress=bar.update if bar else None, prune=sync)
     finally:
         if bar is not None:
             bar.close()
-    skipped = sum(1 for r in reports if r.skipped)
+    read, skipped = len(reports), sum(1 for r in reports if r.skipped)
+    synced = _sync_statuses(reports, chunks, before) if sync else {}
     return IndexSummary(
-        files_read=len(reports), files_indexed=len(reports) - skipped, files_skipped=skipped, documents=documents,
+        files_read=read, files_indexed=read - skipped, files_skipped=skipped, documents=documents,
         chunks=added.chunks, added=added.added, existing=added.existing, seconds=time.perf_counter() - start,
         files=reports, index_chunks=env.index.count(), stages={"load and chunk": loaded, **added.stages},
+        removed=added.removed, synced=synced,
     )  # fmt: skip
+
+
+_STATUSES = ("added", "replaced", "unchanged", "removed")
+
+
+def _stored_by_path(env: Providers) -> dict[str, set[str]]:
+    """The stored chunk ids by their file (metadata ``path``), before a sync."""
+    if env.index.count() == 0:
+        return {}
+    sparse = env.index.sparse
+    out: dict[str, set[str]] = {}
+    for cid, meta in zip(sparse.ids, sparse.metadatas, strict=True):
+        out.setdefault(str(meta.get("path", "")), set()).add(cid)
+    return out
+
+
+def _sync_statuses(
+    reports: list[FileReport], chunks: Sequence[Chunk], before: Mapping[str, set[str]]
+) -> dict[str, int]:
+    """Set each file report's sync status (and add reports for files that left the index); files per status."""
+    now: dict[str, set[str]] = {}
+    for ch in chunks:
+        now.setdefault(str(ch["metadata"].get("path", "")), set()).add(ch["chunk_id"])
+    for rep in reports:
+        if rep.skipped:
+            rep.status = "removed" if rep.path in before else ""
+        elif rep.path not in before:
+            rep.status = "added"
+        else:
+            rep.status = "unchanged" if now.get(rep.path, set()) == before[rep.path] else "replaced"
+    seen = {rep.path for rep in reports}
+    reports.extend(FileReport(path=path, status="removed") for path in sorted(before) if path and path not in seen)
+    counts = {k: 0 for k in _STATUSES}
+    for rep in reports:
+        if rep.status:
+            counts[rep.status] += 1
+    return counts

@@ -128,3 +128,52 @@ def test_summary_counts_reconcile(tmp_path: Path) -> None:
     assert summary.files_read == summary.files_indexed + summary.files_skipped
     assert "3 read, 2 indexed, 1 skipped" in summary.lines()[0]
     json.dumps(summary.__dict__, default=str)
+
+
+def _write(folder: Path, name: str, title: str, body: str) -> None:
+    (folder / name).write_text(f"---\ntitle: {title}\n---\n{body}\n", encoding="utf-8")
+
+
+@pytest.mark.integration
+def test_sync_makes_the_index_follow_its_sources(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _write(docs, "keep.md", "Saddle", "Set the saddle height so the knee is slightly bent at the bottom.")
+    _write(docs, "edit.md", "Chain", "Oil the chain every 300 km with a dry lubricant.")
+    _write(docs, "gone.md", "Warranty", "The frame warranty lasts seven years from the date of purchase.")
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="sync")))
+    first = index_paths([docs], env, progress=False, sync=True)
+    assert first.synced == {"added": 3, "replaced": 0, "unchanged": 0, "removed": 0}
+    assert "Warranty" in {str(m["title"]) for m in env.index.sparse.metadatas}
+
+    _write(docs, "edit.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
+    (docs / "gone.md").unlink()
+    _write(docs, "new.md", "Tyres", "Inflate the tyres to 3.5 bar for commuting.")
+    second = index_paths([docs], env, progress=False, sync=True)
+    assert second.synced == {"added": 1, "replaced": 1, "unchanged": 1, "removed": 1}
+    assert second.removed == 2 and second.added == 2  # gone.md's chunk and edit.md's old one; edit.md and new.md
+    assert second.files_read == second.files_indexed + second.files_skipped == 3
+    assert any("removed gone.md" in line for line in second.lines())
+    # dense, sparse and link table agree, and nothing of the deleted or old text is left in either channel
+    assert env.index.count() == len(env.index.sparse.ids) == 3
+    assert {str(m["title"]) for m in env.index.sparse.metadatas} == {"Saddle", "Chain", "Tyres"}
+    assert all("warranty" not in h["text"].lower() for h in env.index.search_sparse("frame warranty years", 5))
+    assert all("warranty" not in h["text"].lower() for h in env.index.search_dense("frame warranty years", 5))
+    assert all("300 km" not in h["text"] for h in env.index.search_dense("oil the chain", 5))
+    assert len(env.index.links.documents) == 3 and env.index.links.digest == env.index.sparse.digest
+
+    third = index_paths([docs], env, progress=False, sync=True)  # nothing changed: nothing embedded or removed
+    assert third.synced == {"added": 0, "replaced": 0, "unchanged": 3, "removed": 0}
+    assert third.added == third.removed == 0 and third.stages["embed"] == 0.0
+
+
+@pytest.mark.integration
+def test_without_sync_an_edited_file_leaves_its_old_chunks(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _write(docs, "edit.md", "Chain", "Oil the chain every 300 km with a dry lubricant.")
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="nosync")))
+    index_paths([docs], env, progress=False)
+    _write(docs, "edit.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
+    again = index_paths([docs], env, progress=False)
+    assert again.removed == 0 and not again.synced and env.index.count() == 2  # adding never deletes
