@@ -15,7 +15,23 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from modular_rag.builder import build_flow
+    from modular_rag.config import FlowConfig, load_config
+    from modular_rag.errors import (
+        ConfigError,
+        DatasetError,
+        IndexingError,
+        ModularRagError,
+        OperatorError,
+        ProviderError,
+    )
+    from modular_rag.providers import Providers
+    from modular_rag.registry import catalogue
+    from modular_rag.state import RAGState
+    from operators.indexing import index_documents, index_paths
 
 __version__ = "0.1.0"
 
@@ -29,8 +45,14 @@ __all__ = [
     "catalogue",
     "template_path",
     "demo_corpus_path",
+    "index_paths",
+    "index_documents",
     "ModularRagError",
     "ConfigError",
+    "IndexingError",
+    "ProviderError",
+    "OperatorError",
+    "DatasetError",
 ]
 
 _LAZY = {
@@ -40,8 +62,14 @@ _LAZY = {
     "Providers": "modular_rag.providers",
     "RAGState": "modular_rag.state",
     "catalogue": "modular_rag.registry",
+    "index_paths": "operators.indexing",
+    "index_documents": "operators.indexing",
     "ModularRagError": "modular_rag.errors",
     "ConfigError": "modular_rag.errors",
+    "IndexingError": "modular_rag.errors",
+    "ProviderError": "modular_rag.errors",
+    "OperatorError": "modular_rag.errors",
+    "DatasetError": "modular_rag.errors",
 }
 
 _HERE = Path(__file__).resolve().parent

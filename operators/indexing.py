@@ -37,6 +37,7 @@ __all__ = [
     "iter_files",
     "load_file",
     "index_paths",
+    "index_documents",
 ]
 
 
@@ -490,7 +491,7 @@ def index_paths(
     paths: Sequence[str | Path],
     env: Providers,
     *,
-    chunker: OperatorSpec | None = None,
+    chunker: OperatorSpec | Any | None = None,
     batch_size: int = 256,
     max_file_mb: float = 20.0,
     progress: bool = True,
@@ -499,9 +500,9 @@ def index_paths(
     """Load, chunk and index files and folders into the providers' knowledge index (dense and sparse together).
 
     Args:
-        paths: Files and folders (.txt, .md, .jsonl).
+        paths: Files and folders (.txt, .md, .jsonl; .pdf, .html, .docx with the ``docs`` extra).
         env: The providers whose index receives the chunks.
-        chunker: The chunker spec (default: ``recursive``).
+        chunker: The chunker spec (default: ``recursive``), or any LangChain text splitter.
         batch_size: Chunks embedded per batch.
         max_file_mb: Files larger than this are skipped with a reason.
         progress: Show a progress bar on stderr.
@@ -517,18 +518,94 @@ def index_paths(
         ConfigError: If the chunker spec is invalid.
     """
     start = time.perf_counter()
+    chunk_fn = _chunker(chunker, env)
+    reports: list[FileReport] = []
+    docs: list[Document] = []
+    for path, root in iter_files(paths):
+        loaded, report = load_file(path, root, env, max_file_mb=max_file_mb)
+        reports.append(report)
+        docs.extend(loaded)
+    return _index(docs, reports, chunk_fn, env, start, batch_size=batch_size, progress=progress, sync=sync)
+
+
+def index_documents(
+    documents: Iterable[Any],
+    env: Providers,
+    *,
+    chunker: OperatorSpec | Any | None = None,
+    batch_size: int = 256,
+    progress: bool = True,
+    sync: bool = False,
+) -> IndexSummary:
+    """Index LangChain ``Document`` objects (or the kit's :class:`Document` dicts), or everything a LangChain
+    ``BaseLoader`` loads, into the providers' knowledge index.
+
+    A LangChain document's id is its ``id``, else its ``metadata["source"]`` (with the page, when it has one), else
+    a hash of its text; ``metadata["source"]`` also becomes ``path``, which ``sync`` follows.
+
+    Args:
+        documents: The documents, or a LangChain ``BaseLoader`` (its ``lazy_load()`` is read).
+        env: The providers whose index receives the chunks.
+        chunker: The chunker spec (default: ``recursive``), or any LangChain text splitter.
+        batch_size: Chunks embedded per batch.
+        progress: Show a progress bar on stderr.
+        sync: Afterwards the index holds exactly these documents' chunks (see :func:`index_paths`).
+
+    Returns:
+        The run's summary (one "file" per distinct ``path``).
+
+    Raises:
+        IndexingError: If an item is neither kind of document, or embedding / writing fails.
+        ConfigError: If the chunker spec is invalid.
+    """
+    start = time.perf_counter()
+    chunk_fn = _chunker(chunker, env)
+    items = documents.lazy_load() if hasattr(documents, "lazy_load") else documents
+    docs = [_as_document(item, i) for i, item in enumerate(items)]
+    paths = sorted({str(d["metadata"].get("path", "")) for d in docs})
+    reports = [FileReport(path=p, documents=sum(str(d["metadata"].get("path", "")) == p for d in docs)) for p in paths]
+    return _index(docs, reports, chunk_fn, env, start, batch_size=batch_size, progress=progress, sync=sync)
+
+
+def _as_document(item: Any, position: int) -> Document:
+    """The kit's document for a LangChain ``Document`` or a kit document dict."""
+    if isinstance(item, dict) and isinstance(item.get("text"), str):
+        meta = dict(item.get("metadata") or {})
+        return Document(doc_id=str(item.get("doc_id") or position), text=item["text"], metadata=meta)
+    text = getattr(item, "page_content", None)
+    if not isinstance(text, str):
+        raise IndexingError(f"item {position} is a {type(item).__name__}, not a LangChain Document or a kit document "
+                            "dict (doc_id, text, metadata)")  # fmt: skip
+    given = dict(getattr(item, "metadata", None) or {})
+    meta = {k: v for k, v in given.items() if isinstance(v, str | int | float | bool)}
+    source = meta.get("source")
+    if source is not None:
+        meta.setdefault("path", str(source))
+        meta.setdefault("title", Path(str(source)).stem)
+    doc_id = getattr(item, "id", None) or (f"{source}#{meta['page']}" if source and "page" in meta else source)
+    return Document(doc_id=str(doc_id or hashlib.sha256(text.encode()).hexdigest()[:16]), text=text.strip(),
+                    metadata=meta)  # fmt: skip
+
+
+def _chunker(chunker: OperatorSpec | Any | None, env: Providers) -> Chunker:
+    """A registered chunker from its spec, or a LangChain text splitter wrapped as one."""
+    if chunker is not None and not isinstance(chunker, OperatorSpec):
+        if not callable(getattr(chunker, "split_text", None)):
+            raise IndexingError(f"chunker must be an OperatorSpec or a LangChain text splitter (with split_text), "
+                                f"not {type(chunker).__name__}")  # fmt: skip
+        return lambda doc: _make_chunks(doc, chunker.split_text(doc["text"]), prepend_title=True)
     spec = chunker or OperatorSpec(name="recursive")
     info = get_operator(Port.CHUNK, spec.name)
-    chunk_fn = info.factory(validate_params(info.params, spec.params, "indexing.chunker.params"), env)
-    reports: list[FileReport] = []
-    chunks: list[Chunk] = []
-    documents = 0
-    for path, root in iter_files(paths):
-        docs, report = load_file(path, root, env, max_file_mb=max_file_mb)
-        reports.append(report)
-        documents += len(docs)
-        for doc in docs:
-            chunks.extend(chunk_fn(doc))
+    fn: Chunker = info.factory(validate_params(info.params, spec.params, "indexing.chunker.params"), env)
+    return fn
+
+
+def _index(
+    docs: list[Document], reports: list[FileReport], chunk_fn: Chunker, env: Providers, start: float, *,
+    batch_size: int, progress: bool, sync: bool,
+) -> IndexSummary:  # fmt: skip
+    """Chunk the loaded documents and add them to the index (the shared end of both indexing entry points)."""
+    chunks = [chunk for doc in docs for chunk in chunk_fn(doc)]
     loaded = time.perf_counter() - start
     bar = None
     if progress and chunks:
@@ -544,7 +621,7 @@ def index_paths(
     read, skipped = len(reports), sum(1 for r in reports if r.skipped)
     synced = _sync_statuses(reports, chunks, before) if sync else {}
     return IndexSummary(
-        files_read=read, files_indexed=read - skipped, files_skipped=skipped, documents=documents,
+        files_read=read, files_indexed=read - skipped, files_skipped=skipped, documents=len(docs),
         chunks=added.chunks, added=added.added, existing=added.existing, seconds=time.perf_counter() - start,
         files=reports, index_chunks=env.index.count(), stages={"load and chunk": loaded, **added.stages},
         removed=added.removed, synced=synced,

@@ -130,3 +130,39 @@ def test_a_folder_of_pdf_html_and_docx_is_indexed_and_searchable(tmp_path: Path)
     assert hit["metadata"]["path"] == "manual.pdf" and hit["metadata"]["page"] == 2
     assert env.index.search_dense("how long can I return a product", 1)[0]["metadata"]["title"] == "Returns"
     assert all("pixel-tracker" not in h["text"] for h in env.index.search_sparse("tracking pixel", 5))
+
+
+@pytest.mark.integration
+def test_langchain_documents_loaders_and_splitters_index_from_python(tmp_path: Path) -> None:
+    from langchain_core.document_loaders import BaseLoader
+    from langchain_core.documents import Document as LCDocument
+    from langchain_text_splitters import CharacterTextSplitter
+
+    from modular_rag.errors import IndexingError
+    from operators.indexing import index_documents
+
+    class Wiki(BaseLoader):
+        def __init__(self, pages: dict[str, str]) -> None:
+            self.pages = pages
+
+        def lazy_load(self):  # type: ignore[no-untyped-def]
+            for source, text in self.pages.items():
+                yield LCDocument(page_content=text, metadata={"source": source, "tags": ["not", "scalar"]})
+
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="langchain")))
+    splitter = CharacterTextSplitter(separator=". ", chunk_size=40, chunk_overlap=0)
+    pages = {"wiki/gears.md": "Shift before the climb. Keep a high cadence. Never cross-chain",
+             "wiki/lights.md": "Charge the front light weekly"}  # fmt: skip
+    first = index_documents(Wiki(pages), env, chunker=splitter, progress=False)
+    assert (first.documents, first.files_read) == (2, 2) and first.chunks >= 3  # the splitter made the chunks
+    hit = env.index.search_sparse("cadence", 1)[0]
+    assert hit["metadata"]["path"] == "wiki/gears.md" and hit["metadata"]["title"] == "gears"
+    assert "tags" not in hit["metadata"]  # non-scalar metadata is left out, not stored as garbage
+    kept = LCDocument(page_content="Charge the front light weekly", metadata={"source": "wiki/lights.md"})
+    synced = index_documents([kept], env, chunker=splitter, progress=False, sync=True)
+    assert synced.synced["removed"] == 1 and synced.synced["unchanged"] == 1
+    assert env.index.count() == len(env.index.sparse.ids) == 1
+    with pytest.raises(IndexingError, match="not a LangChain Document"):
+        index_documents(["just a string"], env, progress=False)
+    with pytest.raises(IndexingError, match="text splitter"):
+        index_documents([], env, chunker=object(), progress=False)
