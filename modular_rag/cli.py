@@ -1,7 +1,7 @@
 """The ``modular-rag`` command.
 
     modular-rag demo ["question"]                  linear pattern over the bundled demo corpus, embedded defaults
-    modular-rag index PATH... --config FILE        load, chunk and index files/folders (dense + BM25)
+    modular-rag index PATH... --config FILE        load, chunk and index files/folders (dense + BM25); --sync
     modular-rag run --config FILE "question"       answer, citations, per-node trace and cost table
     modular-rag catalogue [--module M]             every registered operator with its parameters
     modular-rag draw PATTERN [--config FILE]       the pattern's graph as mermaid
@@ -11,8 +11,10 @@
     modular-rag eval --dataset DIR --config A [B]  compare configs: quality, cost, JSON/CSV/PNG report
     modular-rag recommend --dataset DIR --max-llm-calls N --max-latency-ms M   the best config within a budget
     modular-rag train-router --dataset DIR --config A B --out DIR   learn which flow each question needs
+    modular-rag schema                             the JSON Schema of flow configs, for editors
 
-Bad input exits with status 2 and one line on stderr naming what was wrong; no traceback. Imports are deferred
+Bad input exits with status 2 and one line on stderr naming what was wrong, a failure while running with 1; no
+traceback (``-v`` logs what the kit does). Imports are deferred
 to the command that needs them, so ``--help`` and ``catalogue`` start fast.
 """
 
@@ -400,8 +402,21 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from modular_rag.schema import config_schema
+
+    print(json.dumps(config_schema(), indent=2 if args.indent else None))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
+    from modular_rag import __version__
+
     parser = argparse.ArgumentParser(prog="modular-rag", description="Modular RAG flows over LangGraph.")
+    parser.add_argument("--version", action="version", version=f"modular-rag {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log what the kit does (-v: info, such as the one-time ONNX export, fallbacks and "
+                             "retries; -vv: debug) on stderr")  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="answer a question over the bundled demo corpus (embedded defaults)")
@@ -411,7 +426,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("index", help="index files and folders (.txt, .md, .jsonl) into a flow's index")
+    p = sub.add_parser("index", help="index files and folders (.txt, .md, .jsonl; .pdf, .html, .docx with the "
+                                     "docs extra) into a flow's index")
     p.add_argument("paths", nargs="+", help="files or folders")
     p.add_argument("--config", required=True, help="flow config (YAML) naming the providers")
     p.add_argument("--reset", action="store_true", help="empty the index first")
@@ -500,6 +516,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_finetune)
 
+    p = sub.add_parser("schema", help="print the JSON Schema of flow configs (every operator's parameters), for "
+                                      "editors: modular-rag schema > modular-rag.schema.json")  # fmt: skip
+    p.add_argument("--indent", action="store_true", help="pretty-print")
+    p.set_defaults(func=_cmd_schema)
+
     p = sub.add_parser("template", help="print a pattern's YAML template")
     p.add_argument("pattern")
     p.set_defaults(func=_cmd_template)
@@ -507,15 +528,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 2 bad input or a failed run, 130 interrupted)."""
+    """Run the command line; returns the exit status (0 ok, 1 a failure while running, 2 bad input: a config, name,
+    path or dataset the user gave, 130 interrupted)."""
     args = _parser().parse_args(argv)
     from modular_rag.errors import ModularRagError
 
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO, stream=sys.stderr,
+                            format="%(levelname)s %(name)s: %(message)s")  # fmt: skip
     try:
         return int(args.func(args))
     except ModularRagError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -13,6 +13,7 @@ __all__ = [
     "ProviderError",
     "MissingDependencyError",
     "IndexingError",
+    "SourceNotFoundError",
     "OperatorError",
     "OperatorTimeout",
     "JudgeError",
@@ -21,16 +22,21 @@ __all__ = [
 
 
 class ModularRagError(Exception):
-    """Base class of every error the kit raises on purpose."""
+    """Base class of every error the kit raises on purpose. ``exit_code`` is the command line's status for it:
+    2 for bad input (a config, a name, a path or a dataset the user gave), 1 for a failure while running."""
+
+    exit_code = 1
 
 
 class ConfigError(ModularRagError, ValueError):
-    """A flow config is invalid.
+    """A flow config (or a command-line option) is invalid.
 
     Args:
         path: Dotted path of the offending config entry (``operators.retrieve.params.k``); empty for the root.
         message: What is wrong and what is allowed.
     """
+
+    exit_code = 2
 
     def __init__(self, path: str, message: str) -> None:
         self.path = path
@@ -40,6 +46,8 @@ class ConfigError(ModularRagError, ValueError):
 
 class RegistryError(ModularRagError, KeyError):
     """An operator, pattern or provider name is unknown, or registered twice."""
+
+    exit_code = 2
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
@@ -55,6 +63,12 @@ class MissingDependencyError(ModularRagError, ImportError):
 
 class IndexingError(ModularRagError, RuntimeError):
     """The corpus could not be indexed (the reason names the file or setting)."""
+
+
+class SourceNotFoundError(IndexingError, FileNotFoundError):
+    """A file or folder given to index does not exist."""
+
+    exit_code = 2
 
 
 class OperatorError(ModularRagError, RuntimeError):
@@ -82,3 +96,5 @@ class JudgeError(ModularRagError, RuntimeError):
 
 class DatasetError(ModularRagError, ValueError):
     """An evaluation dataset folder is missing files or has malformed rows."""
+
+    exit_code = 2

@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modular_rag.config import OperatorSpec, validate_params
-from modular_rag.errors import IndexingError
+from modular_rag.errors import IndexingError, SourceNotFoundError
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, get_operator, operator
 from modular_rag.state import Chunk
@@ -307,7 +307,7 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
     for given in paths:
         root = Path(given)
         if not root.exists():
-            raise IndexingError(f"no such file or folder: {root}")
+            raise SourceNotFoundError(f"no such file or folder: {root}")
         if root.is_file():
             yield root, root.parent
             continue

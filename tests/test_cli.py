@@ -61,6 +61,8 @@ def test_draw_prints_mermaid(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "--config", "/nonexistent.yaml", "q"], "config file not found"),
         (["draw", "spiral"], "no template named 'spiral'"),
         (["catalogue", "--module", "nope"], "unknown module 'nope'"),
+        (["index", "/no/such/folder", "--config", str(Path(__file__).parents[1] / "configs" / "hotpotqa-linear.yaml")],
+         "no such file or folder"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
@@ -85,3 +87,58 @@ def test_doctor_finds_the_embedded_defaults(capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     assert "MISSING" not in out and "note" not in out
     assert "ok       embedder's ONNX export (made once, cached):" in out and "model.onnx" in out
+
+
+@pytest.mark.unit
+def test_a_failure_while_running_exits_1_and_bad_input_2(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import modular_rag.cli as cli_module
+    from modular_rag.errors import DatasetError, OperatorError, ProviderError
+
+    for error, code in ((ProviderError("llama-server did not start"), 1), (OperatorError("generate", "x", "boom"), 1),
+                        (DatasetError("no queries.jsonl"), 2)):  # fmt: skip
+        def fail(args: object, error: Exception = error) -> int:
+            raise error
+
+        monkeypatch.setattr(cli_module, "_cmd_doctor", fail)
+        assert main(["doctor"]) == code
+        assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.unit
+def test_version_and_verbose_logging() -> None:
+    from modular_rag import __version__
+
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"modular-rag {__version__}"
+    proc = cli("-v", "catalogue", "--module", "retrieval")
+    assert proc.returncode == 0 and "INFO" not in proc.stdout  # logs go to stderr, never into the output
+
+
+@pytest.mark.unit
+def test_schema_validates_every_shipped_config_and_rejects_bad_params() -> None:
+    import json
+
+    import jsonschema
+    import yaml
+
+    from modular_rag import template_path
+    from modular_rag.registry import pattern_names
+
+    proc = cli("schema")
+    assert proc.returncode == 0
+    validator = jsonschema.Draft202012Validator(json.loads(proc.stdout))
+    root = Path(__file__).parents[1]
+    files = [template_path(p) for p in pattern_names()] + sorted((root / "configs").glob("*.yaml"))
+    for file in files:
+        text = file.read_text(encoding="utf-8")
+        assert [e.message for e in validator.iter_errors(yaml.safe_load(text))] == [], file
+    linear = yaml.safe_load(template_path("linear").read_text())
+    assert template_path("linear").read_text().startswith("# yaml-language-server: $schema=modular-rag.schema.json")
+    linear["operators"]["retrieve"]["params"]["k"] = 0  # an operator's own parameter
+    assert not validator.is_valid(linear)
+    linear["operators"]["retrieve"]["params"] = {"k": 5, "colour": "red"}  # unknown parameter
+    assert not validator.is_valid(linear)
+    iterative = yaml.safe_load(template_path("iterative").read_text())
+    iterative["params"]["rounds"] = 0  # a pattern's parameter
+    assert not validator.is_valid(iterative)
