@@ -52,6 +52,7 @@ __all__ = [
     "LLMConfig",
     "MiniLMConfig",
     "SentenceTransformersConfig",
+    "OpenAIEmbeddingsConfig",
     "EmbeddingsConfig",
     "ChromaConfig",
     "SparseConfig",
@@ -133,7 +134,22 @@ class SentenceTransformersConfig(_Strict):
     backend: EmbeddingBackend = Field("auto", description=_BACKEND_HELP)
 
 
-EmbeddingsConfig = Annotated[MiniLMConfig | SentenceTransformersConfig, Field(discriminator="name")]
+class OpenAIEmbeddingsConfig(_Strict):
+    """An OpenAI-compatible embeddings endpoint (OpenAI, TEI, vLLM, Ollama, llama.cpp), for example a GPU server
+    that indexes faster than the local CPU. Texts are sent as they are (no tokeniser download)."""
+
+    name: Literal["openai"] = "openai"
+    model: str = Field("text-embedding-3-small", min_length=1, description="model name at the endpoint")
+    base_url: str | None = Field(None, description="endpoint URL ending in /v1; default: OPENAI_BASE_URL or OpenAI")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
+    batch_size: int = Field(64, gt=0, le=4096, description="texts per request")
+    dimensions: int | None = Field(None, gt=0, le=65536, description="ask for shorter vectors (OpenAI v3 models)")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="per-request timeout, seconds")
+    max_retries: int = Field(2, ge=0, le=20, description="retries with exponential backoff on errors/429/5xx")
+
+
+EmbeddingsConfig = Annotated[MiniLMConfig | SentenceTransformersConfig | OpenAIEmbeddingsConfig,
+                             Field(discriminator="name")]  # fmt: skip
 
 
 class ChromaConfig(_Strict):
@@ -322,7 +338,7 @@ class FlowConfig(_Strict):
         """
         kinds = {
             "llm": (LocalLLMConfig, OpenAILLMConfig),
-            "embeddings": (MiniLMConfig, SentenceTransformersConfig),
+            "embeddings": (MiniLMConfig, SentenceTransformersConfig, OpenAIEmbeddingsConfig),
             "vectorstore": (ChromaConfig,),
         }
         for key, allowed in kinds.items():
@@ -330,7 +346,7 @@ class FlowConfig(_Strict):
                 raise ConfigError(
                     f"providers.{key}",
                     "a Python object cannot be written to YAML; name a provider instead "
-                    "(llm: local|openai, embeddings: minilm|sentence_transformers, vectorstore: chroma)",
+                    "(llm: local|openai, embeddings: minilm|sentence_transformers|openai, vectorstore: chroma)",
                 )
         return self.model_dump(mode="json")
 

@@ -42,6 +42,7 @@ from modular_rag.config import (
     ChromaConfig,
     LocalLLMConfig,
     MiniLMConfig,
+    OpenAIEmbeddingsConfig,
     OpenAILLMConfig,
     ProvidersConfig,
     SentenceTransformersConfig,
@@ -222,6 +223,60 @@ class LangChainEncoder(QueryCache):
         """Embed a query with ``embed_query``."""
         record(embed_calls=1)
         return l2_normalise(np.asarray(self.embeddings.embed_query(text), dtype=np.float32)[None, :])[0]
+
+
+class EndpointEncoder(QueryCache):
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint behind the encoder interface: texts in batches of
+    ``batch_size``, vectors L2-normalised, queries cached; the client retries with backoff (``max_retries``).
+
+    Args:
+        config: The endpoint settings.
+    """
+
+    def __init__(self, config: OpenAIEmbeddingsConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.dim: int | None = config.dimensions
+        self.where = config.base_url or os.environ.get("OPENAI_BASE_URL") or "api.openai.com"
+
+    @cached_property
+    def client(self) -> Any:
+        """The OpenAI client (built on first use)."""
+        import openai
+
+        key = os.environ.get(self.config.api_key_env)
+        base_url = self.config.base_url or os.environ.get("OPENAI_BASE_URL")
+        if not key and base_url is None:
+            raise ProviderError(f"providers.embeddings: environment variable {self.config.api_key_env} is not set; "
+                                "set it, or give base_url for a keyless OpenAI-compatible server")  # fmt: skip
+        return openai.OpenAI(api_key=key or "no-key", base_url=base_url, timeout=self.config.timeout_s,
+                             max_retries=self.config.max_retries)  # fmt: skip
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts, one request per batch (one embedding call in the ledger per request)."""
+        rows: list[list[float]] = []
+        extra = {"dimensions": self.config.dimensions} if self.config.dimensions else {}
+        for i in range(0, len(texts), self.config.batch_size):
+            batch = [t if t.strip() else " " for t in texts[i : i + self.config.batch_size]]
+            record(embed_calls=1)
+            try:
+                reply = self.client.embeddings.create(model=self.config.model, input=batch, **extra)
+            except Exception as exc:  # openai raises its own hierarchy; say where
+                raise ProviderError(f"embeddings endpoint {self.where} ({self.config.model}): "
+                                    f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+            data = sorted(reply.data, key=lambda d: d.index)
+            if len(data) != len(batch):
+                raise ProviderError(f"embeddings endpoint {self.where} returned {len(data)} vectors for "
+                                    f"{len(batch)} texts")  # fmt: skip
+            rows.extend(d.embedding for d in data)
+        if not rows:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        vectors = l2_normalise(np.asarray(rows, dtype=np.float32))
+        self.dim = int(vectors.shape[1])
+        return vectors
+
+    def _embed_query(self, text: str) -> np.ndarray:
+        return self.encode([text])[0]
 
 
 def l2_normalise(x: np.ndarray) -> np.ndarray:
@@ -863,7 +918,8 @@ _LLM_BUILDERS: dict[type, Callable[[Any], ChatClient]] = {
 
 # ---------------------------------------------------------------------------------------------------------- providers
 
-_CONFIG_TYPES = (LocalLLMConfig, OpenAILLMConfig, MiniLMConfig, SentenceTransformersConfig, ChromaConfig)
+_CONFIG_TYPES = (LocalLLMConfig, OpenAILLMConfig, MiniLMConfig, SentenceTransformersConfig, OpenAIEmbeddingsConfig,
+                 ChromaConfig)
 
 
 class Providers:
@@ -927,6 +983,8 @@ class Providers:
         cfg = self.config.embeddings
         if not isinstance(cfg, _CONFIG_TYPES):
             return _shared("encoder", self._key(cfg), lambda: LangChainEncoder(cfg))
+        if isinstance(cfg, OpenAIEmbeddingsConfig):
+            return _shared("encoder", self._key(cfg), lambda: EndpointEncoder(cfg))
         return _shared("encoder", self._key(cfg), lambda: _build_encoder(cfg))
 
     @cached_property

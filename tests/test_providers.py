@@ -85,3 +85,35 @@ def test_a_dead_local_server_is_restarted_once_with_the_reason_in_the_trace(demo
     assert out["answer"]["text"].strip()
     event = next(e for e in out["trace"] if e["node"] == "generate")
     assert "llama-server restarted" in event["summary"] and "-9" in event["summary"]
+
+
+@pytest.mark.integration
+def test_an_embeddings_endpoint_indexes_and_retrieves(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from modular_rag.config import load_config
+    from modular_rag.errors import ProviderError
+    from modular_rag.providers import Providers
+    from operators.indexing import index_paths
+    from tests.conftest import DEMO
+    from tests.helpers.stub_embeddings import StubEmbeddings
+
+    monkeypatch.setenv("STUB_EMBED_KEY", "sk-test")
+    with StubEmbeddings(fail_first=1) as stub:
+        config = load_config({
+            "pattern": "linear",
+            "providers": {"embeddings": {"name": "openai", "model": "stub", "base_url": stub.url, "batch_size": 4,
+                                         "api_key_env": "STUB_EMBED_KEY", "max_retries": 2},
+                          "vectorstore": {"name": "chroma", "path": str(tmp_path), "collection": "endpoint"}},
+        })  # fmt: skip
+        providers = Providers(config.providers)
+        files = sorted(DEMO.glob("display-error-*.md"))
+        summary = index_paths(files, providers, progress=False)
+        assert summary.chunks == len(files) == stub.texts == 5
+        assert stub.requests == 1 + 2  # one 500 retried by the client, then two batches of at most 4
+        assert stub.authorization == {"Bearer sk-test"}  # the key comes from the named environment variable
+        hit = providers.index.search_dense("What does error E12 mean?", 1)[0]
+        assert hit["metadata"]["doc_id"] == "display-error-e12"
+        assert config.to_yaml().count("STUB_EMBED_KEY") == 1 and "sk-test" not in config.to_yaml()
+    broken = load_config({"pattern": "linear", "providers": {"embeddings": {
+        "name": "openai", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 2}}})  # fmt: skip
+    with pytest.raises(ProviderError, match="embeddings endpoint http://127.0.0.1:9/v1"):
+        Providers(broken.providers).encoder.encode(["a text"])
