@@ -43,19 +43,32 @@ def summary_rows(results: Sequence[FlowResult]) -> list[dict[str, Any]]:
     return [{"config": r.name, "pattern": r.pattern, "scored": r.scored, **r.summary()} for r in results]
 
 
+ANSWER_METRICS = frozenset({"em", "f1", "contains", "supported", "refused"})
+"""Columns that describe answers: a config that answers nothing (generation off) shows "–" there, not 0.000."""
+
+
 def format_results(results: Sequence[FlowResult]) -> str:
-    """The terminal table."""
+    """The terminal table; answer metrics of a retrieval-only config are "–"."""
     rows = []
     for row in summary_rows(results):
-        rows.append([format(row.get(key, 0.0), fmt) if fmt != "s" else str(row.get(key, ""))
-                     for key, _, fmt in COLUMNS])  # fmt: skip
+        cells = []
+        for key, _, fmt in COLUMNS:
+            if fmt == "s":
+                cells.append(str(row.get(key, "")))
+            elif key in ANSWER_METRICS and not row.get("answered", 1.0):
+                cells.append("–")
+            else:
+                cells.append(format(row.get(key, 0.0), fmt))
+        rows.append(cells)
     return format_table([header for _, header, _ in COLUMNS], rows)
 
 
 def plot_quality_cost(
-    results: Sequence[FlowResult], path: Path, *, quality: str = "f1", cost: str = "llm_calls"
+    results: Sequence[FlowResult], path: Path, *, quality: str = "f1", cost: str = "llm_calls", dataset: str = ""
 ) -> Path:
-    """A scatter plot, one labelled point per config: cost per query (x) against quality (y)."""
+    """A scatter plot, one labelled point per config: cost per query (x) against quality (y), titled with the
+    dataset and the number of questions. The quality axis spans at least 0.2 (or ten questions' worth, if more),
+    so a difference of one question is not stretched across the plot."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -69,7 +82,20 @@ def plot_quality_cost(
     ax.set_xlabel({"llm_calls": "LLM calls per query", "ms": "milliseconds per query",
                    "tokens": "tokens per query"}.get(cost, cost))  # fmt: skip
     ax.set_ylabel(quality)
-    ax.set_title("quality vs cost")
+    questions = int(max((row.get("queries", 0.0) for row in rows), default=0))
+    values = [float(row[quality]) for row in rows] or [0.0]
+    span = max(0.2, 10.0 / questions if questions else 0.2)
+    lo, hi = min(values), max(values)
+    if hi - lo < span:
+        middle = (lo + hi) / 2
+        lo, hi = middle - span / 2, middle + span / 2
+        if min(values) >= 0.0 and max(values) <= 1.0:  # a share: slide the window back inside [0, 1]
+            shift = max(0.0, -lo) - max(0.0, hi - 1.0)
+            lo, hi = lo + shift, hi + shift
+    pad = 0.05 * (hi - lo)
+    ax.set_ylim(lo - pad, hi + pad)
+    where = f"{dataset}, " if dataset else ""
+    ax.set_title(f"{quality} vs {cost} ({where}{questions} questions)")
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
@@ -97,5 +123,5 @@ def write_report(
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
-    png_path = plot_quality_cost(results, out / "quality_cost.png", quality=quality, cost=cost)
+    png_path = plot_quality_cost(results, out / "quality_cost.png", quality=quality, cost=cost, dataset=dataset)
     return {"json": json_path, "csv": csv_path, "png": png_path}

@@ -215,6 +215,7 @@ class FlowResult:
         recs = self.records
         out = {
             "queries": float(len(recs)),
+            "answered": mean(float(bool(r.answer) or r.refused) for r in recs),
             "errors": float(sum(r.error is not None for r in recs)),
             "em": mean(r.em for r in recs),
             "f1": mean(r.f1 for r in recs),

@@ -48,6 +48,8 @@ def test_eval_writes_a_deterministic_report(beir: Path, tmp_path: Path, monkeypa
                      "--quality", "ndcg@10", "--quiet"]) == 0  # fmt: skip
     table = capsys.readouterr().out
     assert "bm25" in table and "nDCG@10" in table
+    bm25_row = next(line for line in table.splitlines() if line.startswith("bm25"))
+    assert bm25_row.split()[6:11] == ["–"] * 5  # EM, F1, contains, supported, refused: nothing was answered
     reports = [json.loads((tmp_path / out / "results.json").read_text()) for out in ("r1", "r2")]
     for report in reports:
         for row in report["results"]:

@@ -38,3 +38,36 @@ def test_squad_normalisation() -> None:
     assert token_f1("in the year 1889", "1889") == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
     assert best_answer_scores("chromoly steel", ["steel", "chromoly steel"]) == (1.0, 1.0)
     assert best_answer_scores("x", []) == (0.0, 0.0)
+
+
+@pytest.mark.unit
+def test_the_quality_cost_plot_names_the_data_and_does_not_stretch_one_question(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from modular_rag.eval.report import plot_quality_cost
+    from modular_rag.eval.runner import FlowResult, QueryRecord
+
+    def result(name: str, hits: int) -> FlowResult:  # 24 questions, `hits` of them answered right
+        records = [QueryRecord(qid=str(i), answer="a", refused=False, em=0.0, f1=float(i < hits), docs=[],
+                               llm_calls=1, prompt_tokens=0, completion_tokens=0, retrievals=2, ms=1.0)
+                   for i in range(24)]  # fmt: skip
+        return FlowResult(name=name, pattern="linear", records=records, retrieval={}, seconds=1.0)
+
+    seen = {}
+    original = plt.Figure.savefig
+
+    def keep(fig, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen["title"], seen["ylim"] = fig.axes[0].get_title(), fig.axes[0].get_ylim()
+        return original(fig, *args, **kwargs)
+
+    plt.Figure.savefig = keep  # type: ignore[method-assign]
+    try:
+        plot_quality_cost([result("a", 18), result("b", 19)], tmp_path / "p.png", dataset="demo")
+    finally:
+        plt.Figure.savefig = original  # type: ignore[method-assign]
+    assert seen["title"] == "f1 vs llm_calls (demo, 24 questions)"
+    low, high = seen["ylim"]
+    assert high - low >= 0.2 and low >= -0.05 and high <= 1.05  # one question (0.042) is a small step here
