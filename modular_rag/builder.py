@@ -37,7 +37,16 @@ from modular_rag.config import Condition, FlowConfig, OperatorSpec, load_config,
 from modular_rag.errors import ConfigError, OperatorError, OperatorTimeout
 from modular_rag.providers import Providers
 from modular_rag.registry import Port
-from modular_rag.state import APPEND_KEYS, STATE_KEYS, LedgerEntry, RAGState, TraceEvent, fresh_question
+from modular_rag.state import (
+    APPEND_KEYS,
+    STATE_KEYS,
+    LedgerEntry,
+    RAGState,
+    TraceEvent,
+    fresh_question,
+    history,
+    pending_question,
+)
 from modular_rag.trace import Deadline, Meter, metered, run_with_deadline
 
 if TYPE_CHECKING:
@@ -47,6 +56,7 @@ __all__ = [
     "FlowBuilder",
     "build_flow",
     "BEGIN",
+    "REPLY",
     "GraphNode",
     "make_node",
     "PooledNode",
@@ -556,7 +566,7 @@ class FlowBuilder:
         limit = sub.config.get("recursion_limit", 25)  # type: ignore[union-attr]
 
         def node(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
-            inputs = {key: state[key] for key in ("query", "filter") if key in state}
+            inputs = {key: state[key] for key in ("query", "filter", "messages") if key in state}
             out = sub.invoke(inputs, {**config, "recursion_limit": limit})
             update = {k: v for k, v in out.items() if k in _SUBFLOW_KEYS}
             for key in ("trace", "ledger"):
@@ -585,9 +595,10 @@ class FlowBuilder:
             checkpointer: Any LangGraph checkpointer (for example ``SqliteSaver``).
             max_steps: The most supersteps one run can take under the config's loop bounds.
             threads: Whether runs share state through threads (``thread_id``): then every new question first
-                passes a ``begin`` step that clears what an earlier question on the thread left (a resume with
-                input ``None`` does not pass it). Default: when a checkpointer is given; a server that attaches
-                its own checkpointer (LangGraph Server) asks for it explicitly.
+                passes a ``begin`` step that clears what an earlier question on the thread left and takes the
+                question from a new human message (a resume with input ``None`` does not pass it), and every run
+                ends with a ``reply`` step that adds the turn to ``messages``. Default: when a checkpointer is
+                given; a server that attaches its own checkpointer (LangGraph Server) asks for it explicitly.
         """
         name = self.config.name or self.info.name
         threaded = checkpointer is not None if threads is None else threads
@@ -595,7 +606,7 @@ class FlowBuilder:
             return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=max_steps + 4),
                                            checkpointer, name, threaded)  # fmt: skip
         compiled = _compile(self.graph, checkpointer, name, threaded)
-        return compiled.with_config(recursion_limit=max_steps + 4 + threaded, **self._run_labels(name))
+        return compiled.with_config(recursion_limit=max_steps + 4 + 2 * threaded, **self._run_labels(name))
 
     def _run_labels(self, name: str) -> dict[str, Any]:
         """Tags and metadata every run of the flow carries (shown by LangSmith and other tracers)."""
@@ -621,6 +632,8 @@ class FlowBuilder:
         def lookup(state: Mapping[str, Any]) -> dict[str, Any]:
             from modular_rag.trace import note, record
 
+            if history(state):  # a follow-up means what its conversation makes it mean
+                return {}
             query = str(state.get("query", ""))
             found = cache.lookup(env.encoder.encode_query(query), query=query, scope=content_key(state.get("filter")))
             if found is None:
@@ -632,7 +645,7 @@ class FlowBuilder:
 
         def store(state: Mapping[str, Any]) -> dict[str, Any]:
             answer = state.get("answer")
-            if answer and not answer.get("refused"):
+            if answer and not answer.get("refused") and not history(state):
                 query = str(state.get("query", ""))
                 cache.store(query, env.encoder.encode_query(query), {"answer": answer, "evidence": list(
                     state.get("evidence") or [])}, scope=content_key(state.get("filter")))  # fmt: skip
@@ -641,8 +654,9 @@ class FlowBuilder:
         limit = inner.config.get("recursion_limit", 25)  # type: ignore[union-attr]
 
         def run_flow(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
-            inputs = {key: state[key] for key in ("query", "filter") if key in state}
-            return dict(inner.invoke(inputs, {**config, "recursion_limit": limit}))
+            inputs = {key: state[key] for key in ("query", "filter", "messages") if key in state}
+            out = inner.invoke(inputs, {**config, "recursion_limit": limit})
+            return {key: value for key, value in out.items() if key != "messages"}
 
         def hit(state: RAGState) -> Literal["hit", "miss"]:
             return "hit" if state.get("answer") else "miss"
@@ -655,28 +669,59 @@ class FlowBuilder:
         outer.add_conditional_edges("cache_lookup", hit, {"hit": END, "miss": "flow"})
         outer.add_edge("flow", "cache_store")
         outer.add_edge("cache_store", END)
-        return _compile(outer, checkpointer, name, threaded).with_config(recursion_limit=limit + 4 + threaded,
+        return _compile(outer, checkpointer, name, threaded).with_config(recursion_limit=limit + 4 + 2 * threaded,
                                                                          **self._run_labels(name))
 
 
 BEGIN = "begin"
 """The step a flow on threads starts every new question with (see :meth:`FlowBuilder.compile`)."""
 
+REPLY = "reply"
+"""The step a flow on threads ends every run with: the turn is added to ``messages``."""
+
 
 def _begin(state: RAGState) -> dict[str, Any]:
-    return fresh_question(state)
+    """Clear the previous question's state; a new human message is the question (``query``)."""
+    update = fresh_question(state)
+    question = pending_question(state)
+    if question is not None and question != state.get("query"):
+        update["query"] = question
+    return update
+
+
+def _reply(state: RAGState) -> dict[str, Any]:
+    """Add the turn to the conversation: the question, unless the caller sent it as a message, and the answer as an
+    ``AIMessage`` whose ``additional_kwargs["citations"]`` name each reference's chunk and title."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    answer = state.get("answer")
+    if not answer:
+        return {}
+    titles = {e["ref"]: e["metadata"].get("title") for e in state.get("evidence") or []}
+    citations = [{"ref": c["ref"], "chunk_id": c["chunk_id"], "title": titles.get(c["ref"])}
+                 for c in answer.get("citations") or []]  # fmt: skip
+    turn = [] if pending_question(state) is not None else [HumanMessage(str(state.get("query", "")))]
+    return {"messages": [*turn, AIMessage(answer["text"], additional_kwargs={"citations": citations})]}
 
 
 def _compile(graph: StateGraph, checkpointer: Any, name: str, threaded: bool) -> CompiledStateGraph:
-    """Compile ``graph``; on threads, first route START through :data:`BEGIN` (its edges and branches move there)."""
+    """Compile ``graph``; on threads, route START through :data:`BEGIN` and every way to END through
+    :data:`REPLY` (their edges and branches move there)."""
     if threaded:
-        for edge in [e for e in graph.edges if e[0] == START]:
+        for edge in [e for e in graph.edges if START in e or END in e]:
             graph.edges.discard(edge)
-            graph.edges.add((BEGIN, edge[1]))
+            graph.edges.add((BEGIN if edge[0] == START else edge[0], REPLY if edge[1] == END else edge[1]))
         if START in graph.branches:
             graph.branches[BEGIN] = graph.branches.pop(START)
+        for branches in graph.branches.values():
+            for key, spec in branches.items():
+                if spec.ends is not None and END in spec.ends.values():
+                    ends = {k: REPLY if v == END else v for k, v in spec.ends.items()}
+                    branches[key] = spec._replace(ends=ends)
         graph.add_node(BEGIN, _begin)
+        graph.add_node(REPLY, _reply)
         graph.add_edge(START, BEGIN)
+        graph.add_edge(REPLY, END)
     return graph.compile(checkpointer=checkpointer, name=name)
 
 

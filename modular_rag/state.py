@@ -7,8 +7,9 @@ The stages hand each other fixed shapes so that swapping an implementation never
 
 Keys that parallel branches, loops or every node write (``branches``, ``rounds``, ``tree``, ``verdicts``,
 ``trace``, ``ledger``) carry an append reducer, so LangGraph merges concurrent writes instead of raising
-``InvalidUpdateError``. State holds only JSON-serialisable data: models, clients and indexes are bound to the
-operators when they are built, never stored here.
+``InvalidUpdateError``; ``messages``, the conversation of a thread, carries LangGraph's ``add_messages`` (as in
+``MessagesState``). State holds only data (LangChain messages are serialisable): models, clients and indexes are
+bound to the operators when they are built, never stored here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import operator
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired
 
+from langchain_core.messages import AnyMessage, BaseMessage
+from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "INPUT_KEYS",
     "QUESTION_KEYS",
     "fresh_question",
+    "pending_question",
+    "history",
     "step_of",
 ]
 
@@ -196,13 +201,17 @@ class LedgerEntry(TypedDict):
 class RAGState(TypedDict, total=False):
     """The state every pattern's graph carries. Operators return partial updates of it.
 
-    Input is ``{"query": ...}`` (optionally ``filter``). Stage ports: ``queries`` (pre-retrieval output),
-    ``candidates`` (retrieval / post-retrieval), ``evidence`` (context building), ``answer`` (generation).
+    Input is ``{"query": ...}`` (optionally ``filter``), or chat style ``{"messages": [HumanMessage(...)]}``, or
+    both; on a thread the flow's first step takes the question from a new human message. Stage ports: ``queries``
+    (pre-retrieval output), ``candidates`` (retrieval / post-retrieval), ``evidence`` (context building), ``answer``
+    (generation).
     """
 
     # input
     query: str
     filter: dict[str, Any] | None
+    # conversation: the thread's turns, kept across questions
+    messages: Annotated[list[AnyMessage], add_messages]
     # pre-retrieval
     queries: list[str]
     query_embedding: list[float] | None
@@ -233,9 +242,10 @@ STATE_KEYS: frozenset[str] = frozenset(RAGState.__annotations__)
 APPEND_KEYS: frozenset[str] = frozenset({"rounds", "branches", "tree", "verdicts", "trace", "ledger"})
 """Keys with an append reducer: an update adds to them, never replaces them."""
 
-INPUT_KEYS: frozenset[str] = frozenset({"query", "filter"})
-"""Keys the caller writes: a question and its metadata filter. On a thread (a checkpointed conversation) a
-``filter`` stays until the caller replaces it or sets it to ``None``."""
+INPUT_KEYS: frozenset[str] = frozenset({"query", "filter", "messages"})
+"""Keys the caller writes: a question, its metadata filter, the conversation. On a thread (a checkpointed
+conversation) a ``filter`` stays until the caller replaces it or sets it to ``None``; ``messages`` grows by a
+question and its answer per turn."""
 
 QUESTION_KEYS: frozenset[str] = STATE_KEYS - INPUT_KEYS
 """Keys that belong to one question: everything the flow derives from it (queries, candidates, answer, loop
@@ -254,6 +264,20 @@ def fresh_question(state: Mapping[str, Any]) -> dict[str, Any]:
             continue
         update[key] = Overwrite([]) if key in APPEND_KEYS else None
     return update
+
+
+def pending_question(state: Mapping[str, Any]) -> str | None:
+    """The text of the caller's new chat message: the last message when it is a human one (not answered yet),
+    else ``None``."""
+    messages = state.get("messages") or []
+    last = messages[-1] if messages else None
+    return last.text if isinstance(last, BaseMessage) and last.type == "human" else None
+
+
+def history(state: Mapping[str, Any]) -> list[BaseMessage]:
+    """The conversation before the question being answered: ``messages`` without a pending question."""
+    messages = list(state.get("messages") or [])
+    return messages[:-1] if pending_question(state) is not None else messages
 
 
 def step_of(state: Mapping[str, Any]) -> int:

@@ -1,15 +1,16 @@
 """Pre-retrieval module: query expansion, transformation and construction.
 
-Operators read ``query`` and write ``queries`` (what the retriever searches with), and may write ``filter`` (a
-Chroma ``where`` filter) or ``query_embedding``. Model output is cleaned and checked: an empty or runaway rewrite
-falls back to the original query rather than searching with garbage.
+Operators read ``query`` (``condense`` also the conversation in ``messages``) and write ``queries`` (what the
+retriever searches with), and may write ``filter`` (a Chroma ``where`` filter) or ``query_embedding``. Model output
+is cleaned and checked: an empty or runaway rewrite falls back to the original query rather than searching with
+garbage.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +18,9 @@ from modular_rag.costs import Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator
 from operators.generation import clean_completion
+
+if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
 
 __all__ = ["first_line", "usable_rewrite", "question_lines", "validate_filter", "MULTI_QUERY_STYLES"]
 
@@ -72,6 +76,67 @@ def rewrite(params: RewriteParams, env: Providers) -> Operator:
         if not usable_rewrite(new, query) or new.lower() == query.lower():
             return {"queries": [query]}
         return {"queries": [query, new] if params.keep_original else [new]}
+
+    return run
+
+
+class CondenseParams(_P):
+    max_turns: int = Field(3, ge=1, le=20, description="earlier turns (a question and its answer) the model sees")
+    max_chars: int = Field(300, gt=0, description="each earlier message is cut to this many characters")
+    max_tokens: int = Field(48, gt=0, le=1024)
+
+
+CONDENSE_PROMPT = (
+    "Conversation:\n{turns}\n\nFollow-up question: {query}\nRewrite the follow-up question as a complete question "
+    "that names what it refers to. Reply with the question only.\nQuestion:"
+)
+
+
+def _turns(messages: Sequence[BaseMessage], max_chars: int) -> str:
+    """Earlier messages as ``User: ...`` / ``Assistant: ...`` lines, [n] markers removed, each cut to ``max_chars``."""
+    lines = []
+    for message in messages:
+        text = " ".join(re.sub(r"\s*\[\d+\]", "", message.text).split())
+        text = text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+        lines.append(f"{'User' if message.type == 'human' else 'Assistant'}: {text}")
+    return "\n".join(lines)
+
+
+def _condense_cost(params: CondenseParams, ctx: CostContext) -> Cost:
+    ctx.queries = Span(1, 1)
+    return llm((0, 1))  # a question with no earlier turns is not sent to the model
+
+
+@operator("pre_retrieval", "query_transformation", "condense", port=Port.QUERY, needs_llm=True, cost=_condense_cost)
+def condense(params: CondenseParams, env: Providers) -> Operator:
+    """History-aware query condensing: a follow-up ("and the E12 one?") becomes a standalone question written from
+    the last max_turns turns of ``messages`` (one LLM call), which retrieval searches with; a question with no
+    earlier turns passes as it is (no call). A rewrite that is unusable, copies an earlier question or drops a code,
+    number or name of the follow-up falls back to the question as asked, noted in the trace."""
+    from modular_rag.state import history
+    from modular_rag.text import distinctive_tokens
+    from modular_rag.trace import note
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        query = str(state.get("query", ""))
+        earlier = [m for m in history(state) if m.type in ("human", "ai") and m.text.strip()]
+        if not earlier:
+            return {"queries": [query]}
+        window = earlier[-2 * params.max_turns :]
+        prompt = CONDENSE_PROMPT.format(turns=_turns(window, params.max_chars), query=query)
+        text = env.llm.complete(prompt, max_tokens=params.max_tokens).text
+        new = first_line(re.sub(r"^\s*(user|assistant)\s*:\s*", "", text, flags=re.IGNORECASE))
+        asked = [m.text for m in window if m.type == "human"]
+        if not usable_rewrite(new, max([query, *asked], key=len)):
+            why = "is unusable"
+        elif new.lower() in {a.lower() for a in asked} and new.lower() != query.lower():
+            why = "copies an earlier question"  # what a small model does with a follow-up it cannot resolve
+        elif lost := sorted(distinctive_tokens(query) - distinctive_tokens(new)):
+            why = f"drops {', '.join(lost)}"
+        else:
+            return {"queries": [new]}
+        note(f"condense: the rewrite {new[:60]!r} {why}; searching with the question as asked")
+        return {"queries": [query]}
 
     return run
 

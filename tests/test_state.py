@@ -6,6 +6,7 @@ import operator
 import typing
 
 import pytest
+from langgraph.graph.message import add_messages
 
 from modular_rag import state
 from modular_rag.registry import PORT_WRITES, Port
@@ -31,9 +32,22 @@ def test_keys_written_by_parallel_branches_have_append_reducers() -> None:
     for key in state.APPEND_KEYS:
         assert typing.get_origin(hints[key]) is typing.Annotated, key
         assert hints[key].__metadata__[0] is operator.add, key
-    plain = set(hints) - state.APPEND_KEYS
+    assert hints["messages"].__metadata__[0] is add_messages  # the conversation: appended, or replaced by id
+    plain = set(hints) - state.APPEND_KEYS - {"messages"}
     for key in plain:
         assert typing.get_origin(hints[key]) is not typing.Annotated, f"{key} has a reducer but is not listed"
+
+
+def test_the_conversation_is_not_a_per_question_key() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    assert "messages" in state.INPUT_KEYS and "messages" not in state.QUESTION_KEYS
+    turns = [HumanMessage("What does E07 mean?"), AIMessage("Speed sensor signal lost [1]."), HumanMessage("And E12?")]
+    assert "messages" not in state.fresh_question({"messages": turns, "trace": [{"node": "a"}]})
+    assert state.pending_question({"messages": turns}) == "And E12?"
+    assert state.history({"messages": turns}) == turns[:2]
+    answered = {"messages": turns[:2]}
+    assert state.pending_question(answered) is None and state.history(answered) == turns[:2]
 
 
 def test_every_port_writes_only_state_keys() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage
 
 from modular_rag.providers import Providers
 from modular_rag.registry import PORT_WRITES, OperatorInfo, Port, catalogue
@@ -28,6 +29,7 @@ ROUTES = {
 # ("<cross_encoder>" and "<router>" are replaced by the fixtures' files)
 CASES: dict[str, dict[str, Any]] = {
     "rewrite": {"max_tokens": 24},
+    "condense": {"max_turns": 2, "max_tokens": 24},
     "dense": {"k": 5},
     "bm25": {"k": 5},
     "hybrid": {"k": 5, "pool": 20},
@@ -71,6 +73,11 @@ CASES: dict[str, dict[str, Any]] = {
     "abstain": {},
 }
 MAY_BE_EMPTY = {"filter_extract"}  # nothing to filter in the contract question: no update is the right answer
+# operators that read more than the base state, and what they get on top of it
+EXTRA_STATE: dict[str, dict[str, Any]] = {
+    "condense": {"messages": [HumanMessage("Which bike won the 2022 Coastline Design Award?"),
+                              AIMessage("The TW-550 Gravel won it [1].")]},  # an earlier turn: one LLM call
+}  # fmt: skip
 
 
 def state_operators() -> list[OperatorInfo]:
@@ -95,9 +102,10 @@ def test_operator_keeps_its_contract(
     files = {"<cross_encoder>": str(cross_encoder_dir), "<router>": str(router_file)}
     raw = {k: files.get(v, v) if isinstance(v, str) else v for k, v in (case(info) or {}).items()}
     op = info.factory(info.params.model_validate(raw), demo_env)
-    before = copy.deepcopy(base_state)
-    update = op(base_state)
+    state = {**base_state, **EXTRA_STATE.get(info.name, {})}
+    before = copy.deepcopy(state)
+    update = op(state)
     assert isinstance(update, dict)
     assert update or info.name in MAY_BE_EMPTY, f"{info.name} changed nothing"
     assert set(update) <= PORT_WRITES[info.port], f"{info.name} wrote {set(update) - PORT_WRITES[info.port]}"
-    assert base_state == before, f"{info.name} mutated its input"
+    assert state == before, f"{info.name} mutated its input"

@@ -1,14 +1,16 @@
-"""Pre-retrieval: the rewrite operator, its output cleaning and its fallback."""
+"""Pre-retrieval: the rewrite operators (rewrite, condense, expansions), their output cleaning and fallbacks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage
 
+from modular_rag.providers import Providers
 from modular_rag.registry import Port, get_operator
 from operators.pre_retrieval import first_line, usable_rewrite
-from tests.conftest import fake_env
+from tests.conftest import ScriptedChat, fake_env, providers_config
 
 
 def rewrite(env, query: str, **params):
@@ -96,3 +98,51 @@ def test_filter_extraction_is_validated_against_the_index(demo_dir: Path, demo_e
     assert out == {"filter": {"source": "policy"}}
     assert any("colour: not a metadata field" in n for n in meter.notes)
     assert any("year: 'twenty' is not a int" in n for n in meter.notes)
+
+
+E07 = "What does error code E07 mean on the e-bike display?"
+TURNS = [HumanMessage("Which bike won the 2022 Coastline Design Award?"), AIMessage("The TW-550 Gravel [1]."),
+         HumanMessage(E07), AIMessage("Error E07 means speed sensor signal lost [1].")]  # fmt: skip
+
+
+def scripted_env(demo_dir: Path, reply: str):
+    llm = ScriptedChat.of(lambda prompt: reply)
+    return Providers(providers_config(demo_dir, llm)), llm
+
+
+@pytest.mark.integration
+def test_condense_passes_a_first_question_without_a_model_call(demo_dir: Path) -> None:
+    from modular_rag.trace import metered
+
+    env, llm = scripted_env(demo_dir, "unused")
+    with metered() as meter:
+        out = build(env, "condense")({"query": E07, "messages": [HumanMessage(E07)]})
+    assert out == {"queries": [E07]}
+    assert meter.llm_calls == 0 and llm.prompts == []
+
+
+@pytest.mark.integration
+def test_condense_writes_a_standalone_question_from_the_last_turns(demo_dir: Path) -> None:
+    env, llm = scripted_env(demo_dir, "Question: What does error code E12 mean on the e-bike display?")
+    out = build(env, "condense", max_turns=1)({"query": "And E12?", "messages": [*TURNS, HumanMessage("And E12?")]})
+    assert out == {"queries": ["What does error code E12 mean on the e-bike display?"]}
+    (prompt,) = llm.prompts
+    assert f"User: {E07}\nAssistant: Error E07 means speed sensor signal lost.\n" in prompt  # markers stripped
+    assert "Coastline" not in prompt  # the window is the last max_turns turns
+    assert "Follow-up question: And E12?\n" in prompt
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("reply", "why"), [
+    ("Sorry, I cannot help with that.", "is unusable"),
+    (f"User: {E07}", "copies an earlier question"),  # SmolLM2-135M, asked to condense "Is it dangerous?"
+    ("What does error code E17 mean on the e-bike display?", "drops e12"),
+])  # fmt: skip
+def test_condense_falls_back_to_the_question_as_asked(demo_dir: Path, reply: str, why: str) -> None:
+    from modular_rag.trace import metered
+
+    env, _ = scripted_env(demo_dir, reply)
+    with metered() as meter:
+        out = build(env, "condense")({"query": "And E12?", "messages": TURNS})
+    assert out == {"queries": ["And E12?"]}
+    assert meter.llm_calls == 1 and any(why in n and "as asked" in n for n in meter.notes)
