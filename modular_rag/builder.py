@@ -40,6 +40,7 @@ from modular_rag.registry import Port
 from modular_rag.state import (
     APPEND_KEYS,
     STATE_KEYS,
+    FlowInput,
     LedgerEntry,
     RAGState,
     TraceEvent,
@@ -439,7 +440,7 @@ class FlowBuilder:
         self.info = registry.get_pattern(pattern)
         self.params: Any = validate_params(self.info.params, self.config.params, "params")
         self.env = providers or Providers(self.config.providers)
-        self.graph: StateGraph = StateGraph(RAGState)
+        self.graph: StateGraph = StateGraph(RAGState, input_schema=FlowInput)
         self._built: dict[str, bool] = {}
 
     def steps(
@@ -661,7 +662,7 @@ class FlowBuilder:
         def hit(state: RAGState) -> Literal["hit", "miss"]:
             return "hit" if state.get("answer") else "miss"
 
-        outer = StateGraph(RAGState)
+        outer = StateGraph(RAGState, input_schema=FlowInput)
         outer.add_node("cache_lookup", _pooled("cache_lookup", internal_node("cache_lookup", lookup)))
         outer.add_node("flow", _pooled("flow", run_flow))
         outer.add_node("cache_store", _pooled("cache_store", internal_node("cache_store", store)))

@@ -36,6 +36,7 @@ __all__ = [
     "TraceEvent",
     "LedgerEntry",
     "RAGState",
+    "FlowInput",
     "STATE_KEYS",
     "APPEND_KEYS",
     "INPUT_KEYS",
@@ -196,6 +197,16 @@ class LedgerEntry(TypedDict):
     embed_calls: int
     cache_hits: int
     ms: float
+
+
+class FlowInput(TypedDict, total=False):
+    """What a caller sends a flow (the graph's input schema, which LangGraph Studio shows as its form): a question
+    (``query``), optionally a metadata ``filter``, or chat style ``messages`` (on a thread the newest human message
+    is the question)."""
+
+    query: str
+    filter: dict[str, Any] | None
+    messages: Annotated[list[AnyMessage], add_messages]
 
 
 class RAGState(TypedDict, total=False):

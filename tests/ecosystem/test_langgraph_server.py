@@ -135,3 +135,13 @@ def test_langgraph_dev_answers_over_http(demo_dir: Path, demo_env: Providers, tm
         again = client.runs.wait(thread["thread_id"], "linear", input={"query": "What does error code E12 mean?"})
         assert [e["node"] for e in again["ledger"]] == ["retrieve", "context", "generate"]
         assert not any("E07" in e["text"] for e in again["evidence"][:1])
+
+
+@pytest.mark.unit
+def test_every_graph_asks_studio_for_a_question_not_its_internal_state() -> None:
+    from modular_rag.builder import build_flow
+
+    for name in PATTERNS:
+        flow = build_flow(template_path(name), threads=True)
+        assert set(flow.get_input_jsonschema()["properties"]) == {"query", "filter", "messages"}, name
+        assert {"answer", "evidence", "messages", "trace", "ledger"} <= set(flow.get_output_jsonschema()["properties"])
