@@ -33,11 +33,12 @@ DEMO_QUESTION = "What does error code E07 mean on the e-bike display?"
 
 def _demo_config(path: str | None) -> Any:
     from modular_rag import template_path
-    from modular_rag.config import load_config
+    from modular_rag.config import ChromaConfig, load_config
 
     config = load_config(template_path("linear"))
-    if path:
-        config.providers.vectorstore.path = path
+    store = config.providers.vectorstore
+    if path and isinstance(store, ChromaConfig):  # the template's store is Chroma
+        store.path = path
     return config
 
 

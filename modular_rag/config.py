@@ -6,7 +6,8 @@ The shape users write::
     providers:
       llm: {name: local}          # or {name: openai, model: ..., base_url: ..., api_key_env: OPENAI_API_KEY}
       embeddings: {name: minilm}
-      vectorstore: {name: chroma, path: .modular_rag/demo}   # or {name: chroma, host: ..., port: ...}
+      vectorstore: {name: chroma, path: .modular_rag/demo}   # or {name: chroma, host: ..., port: ...}, or
+                                  # {name: milvus, uri: http://127.0.0.1:19530, collection: ...} (BM25 in Milvus)
     operators:
       rewrite:  {name: none}
       retrieve: {name: hybrid, params: {k: 10, fusion: rrf}}
@@ -36,8 +37,10 @@ import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationError,
     ValidatorFunctionWrapHandler,
     field_validator,
@@ -55,6 +58,8 @@ __all__ = [
     "OpenAIEmbeddingsConfig",
     "EmbeddingsConfig",
     "ChromaConfig",
+    "MilvusConfig",
+    "VectorStoreConfig",
     "SparseConfig",
     "CacheConfig",
     "AnswerCacheConfig",
@@ -163,6 +168,54 @@ class ChromaConfig(_Strict):
     collection: str = Field("modular_rag", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 
 
+class MilvusConfig(_Strict):
+    """Milvus: dense vectors and BM25 in one collection that several processes share, ranked in Milvus (dense, BM25
+    and their fusion), on a Milvus server (``uri: http://host:19530``: a cluster, a standalone Milvus or
+    ``milvus-lite server``) or in this process (``uri: path/index.db``, Milvus Lite, one process per file).
+    Needs the ``milvus`` extra. BM25 uses ``providers.sparse``'s k1, b, stop words and stemmer (Milvus Lite does
+    not stem); the local BM25 index that link hops and the evidence scorer read is built from the collection on
+    first use in each process."""
+
+    name: Literal["milvus"] = "milvus"
+    uri: str = Field("http://127.0.0.1:19530", min_length=1,
+                     description="server address (http://host:port) or a local *.db file for Milvus Lite")  # fmt: skip
+    collection: str = Field("modular_rag", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$",
+                            description="letters, digits and underscores, not starting with a digit")  # fmt: skip
+    token_env: str | None = Field(
+        None, min_length=1, description="environment variable holding the token (user:password or an API key)"
+    )
+    consistency: Literal["Strong", "Bounded", "Session", "Eventually"] = Field(
+        "Strong", description="consistency level of reads; Strong sees every acknowledged write, from any process"
+    )
+    timeout_s: float = Field(30.0, gt=0, le=3600, description="per-request timeout, seconds")
+    analyzer: dict[str, Any] | None = Field(
+        None, description="Milvus analyzer_params of the text field (default: standard tokenizer, lower case, ASCII "
+        "folding, then providers.sparse's stop words and stemmer)"
+    )  # fmt: skip
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_form(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme in ("http", "https", "tcp", "grpc") or (not scheme and value.endswith(".db")):
+            return value
+        raise ValueError(f"{value!r} is neither a server address (http://host:19530, https://...) nor a Milvus Lite "
+                         "file (a path ending in .db)")  # fmt: skip
+
+
+def _vectorstore_name(value: Any) -> str:
+    """The tag of a vector store config: its ``name``, ``chroma`` when left out (the default store)."""
+    name = value.get("name", "chroma") if isinstance(value, Mapping) else getattr(value, "name", "chroma")
+    return str(name)
+
+
+VectorStoreConfig = Annotated[
+    Annotated[ChromaConfig, Tag("chroma")] | Annotated[MilvusConfig, Tag("milvus")],
+    Discriminator(_vectorstore_name, custom_error_type="vectorstore_name",
+                  custom_error_message="name must be 'chroma' (the default) or 'milvus'"),
+]  # fmt: skip
+
+
 class SparseConfig(_Strict):
     """The sparse (BM25) index written beside the vector store."""
 
@@ -200,7 +253,7 @@ class ProvidersConfig(_Strict):
 
     llm: LLMConfig = Field(default_factory=LocalLLMConfig)
     embeddings: EmbeddingsConfig = Field(default_factory=MiniLMConfig)
-    vectorstore: ChromaConfig = Field(default_factory=ChromaConfig)
+    vectorstore: VectorStoreConfig = Field(default_factory=ChromaConfig)
     sparse: SparseConfig = Field(default_factory=SparseConfig)
     cache: CacheConfig | None = Field(None, description="content-keyed cache of LLM calls and reranker scores")
 
@@ -339,14 +392,14 @@ class FlowConfig(_Strict):
         kinds = {
             "llm": (LocalLLMConfig, OpenAILLMConfig),
             "embeddings": (MiniLMConfig, SentenceTransformersConfig, OpenAIEmbeddingsConfig),
-            "vectorstore": (ChromaConfig,),
+            "vectorstore": (ChromaConfig, MilvusConfig),
         }
         for key, allowed in kinds.items():
             if not isinstance(getattr(self.providers, key), allowed):
                 raise ConfigError(
                     f"providers.{key}",
                     "a Python object cannot be written to YAML; name a provider instead "
-                    "(llm: local|openai, embeddings: minilm|sentence_transformers|openai, vectorstore: chroma)",
+                    "(llm: local|openai, embeddings: minilm|sentence_transformers|openai, vectorstore: chroma|milvus)",
                 )
         return self.model_dump(mode="json")
 
@@ -379,7 +432,7 @@ def _is_inserted(part: Any) -> bool:
     return text.startswith(("function-", "list[", "dict[")) or text[:1].isupper() or text in _UNION_TAGS
 
 
-_UNION_TAGS = frozenset({"local", "openai", "minilm", "sentence_transformers"})
+_UNION_TAGS = frozenset({"local", "openai", "minilm", "sentence_transformers", "chroma", "milvus"})
 
 
 def format_validation_error(error: ValidationError, prefix: str = "", data: Any = None) -> ConfigError:

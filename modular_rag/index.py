@@ -10,24 +10,28 @@ load. Chunk ids come from content, so re-adding the same chunks is a no-op and a
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import json
 import logging
 import math
+import operator
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from modular_rag.errors import ConfigError, IndexingError, ProviderError
 from modular_rag.links import LinkTable
+from modular_rag.milvus import MilvusStore
 from modular_rag.sparse import SparseScorer, build_scorer
 from modular_rag.state import Chunk, Hit
 from modular_rag.text import Analyzer
@@ -45,6 +49,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class Encoder(Protocol):
@@ -361,11 +367,24 @@ class LangChainStore:
 
 
 def _digest(ids: Sequence[str]) -> str:
-    h = hashlib.sha1()
-    for cid in ids:
-        h.update(cid.encode())
-        h.update(b"\x00")
-    return h.hexdigest()
+    """SHA-1 of the ids, each followed by a NUL byte (hashed in one call: the same bytes as one update per id)."""
+    return hashlib.sha1(("\x00".join(ids) + "\x00").encode() if ids else b"").hexdigest()
+
+
+def _spliced(items: list[_T], removed: Sequence[int], added: Sequence[_T], inserted_at: Sequence[int]) -> list[_T]:
+    """``items`` without the positions ``removed`` (ascending), with ``added`` at the final positions
+    ``inserted_at`` (ascending); copied slice by slice, so the cost in Python is per change, not per item."""
+    if removed:
+        bounds = zip([0, *(r + 1 for r in removed)], [*removed, len(items)], strict=True)
+        items = list(chain.from_iterable(items[start:end] for start, end in bounds))
+    out: list[_T] = []
+    done = 0
+    for j, (at, item) in enumerate(zip(inserted_at, added, strict=True)):
+        out.extend(items[done : at - j])  # the kept items before this one
+        out.append(item)
+        done = at - j
+    out.extend(items[done:])
+    return out
 
 
 @dataclass
@@ -415,11 +434,94 @@ class SparseIndex:
         k1: float = 1.2,
         b: float = 0.75,
         idf: str = "lucene",
+        timings: dict[str, float] | None = None,
     ) -> SparseIndex:
-        """Analyse the texts and build the scorer."""
+        """Analyse the texts and build the scorer.
+
+        Args:
+            ids, texts, metadatas: The chunks, in the order the index keeps them.
+            analyzer, backend, k1, b, idf: The sparse settings.
+            timings: When given, the seconds spent are added to its ``analyse`` and ``build`` keys.
+        """
+        t0 = time.perf_counter()
         terms = analyzer.many(texts)
+        t1 = time.perf_counter()
         scorer = build_scorer(backend, terms, k1=k1, b=b, idf=idf)  # type: ignore[arg-type]
-        return cls(ids, texts, metadatas, scorer, analyzer, _digest(ids))
+        built = cls(ids, texts, metadatas, scorer, analyzer, _digest(ids))
+        if timings is not None:
+            timings["analyse"] = timings.get("analyse", 0.0) + t1 - t0
+            timings["build"] = timings.get("build", 0.0) + time.perf_counter() - t1
+        return built
+
+    def updated(
+        self,
+        add_ids: Sequence[str],
+        add_texts: Sequence[str],
+        add_metas: Sequence[Mapping[str, Any]],
+        remove_ids: Sequence[str] = (),
+        *,
+        timings: dict[str, float] | None = None,
+    ) -> SparseIndex:
+        """This index with chunks added and removed, analysing only the added texts.
+
+        The result is what :meth:`build` gives over the final chunks in id order (ids, texts, metadata, weights,
+        digest, search results); this index is left as it was. An added id the index already holds replaces that
+        chunk; removed ids the index does not hold are ignored. Postings saved by an older version keep no term
+        frequencies: then the scorer is built again from the kept texts (logged at info level).
+
+        Args:
+            add_ids, add_texts, add_metas: The chunks to add (any order).
+            remove_ids: Ids of chunks to drop.
+            timings: When given, the seconds spent are added to its ``analyse`` and ``merge`` keys (``analyse`` and
+                ``build`` on the fallback).
+
+        Raises:
+            ValueError: If the index's ids are not in ascending order (as :class:`KnowledgeIndex` keeps them), the
+                added lists differ in length, or an id is added twice.
+        """
+        if not len(add_ids) == len(add_texts) == len(add_metas):
+            raise ValueError(f"add_ids, add_texts and add_metas must have one entry per chunk; got {len(add_ids)}, "
+                             f"{len(add_texts)} and {len(add_metas)}")  # fmt: skip
+        if len(set(add_ids)) != len(add_ids):
+            raise ValueError("add_ids holds an id more than once; give each chunk once")
+        if not all(map(operator.lt, self.ids, islice(self.ids, 1, None))):
+            raise ValueError("updating a sparse index needs its ids in ascending order (as KnowledgeIndex keeps "
+                             "them); build it again from the sorted chunks instead")  # fmt: skip
+        t0 = time.perf_counter()
+        removed = sorted({at for cid in chain(remove_ids, add_ids) if (at := self._find(cid)) is not None})
+        order = sorted(range(len(add_ids)), key=add_ids.__getitem__)
+        ids = [add_ids[i] for i in order]
+        texts = [add_texts[i] for i in order]
+        metas = [dict(add_metas[i]) for i in order]
+        # final position of added j: the kept ids before it (ids before it, less the removed ones) plus j
+        before = np.array([bisect.bisect_left(self.ids, cid) for cid in ids], dtype=np.int64)
+        inserted_at = before - np.searchsorted(np.asarray(removed, dtype=np.int64), before) + np.arange(len(ids))
+        final_ids = _spliced(self.ids, removed, ids, inserted_at.tolist())
+        final_texts = _spliced(self.texts, removed, texts, inserted_at.tolist())
+        final_metas = _spliced(self.metadatas, removed, metas, inserted_at.tolist())
+        if not self.scorer.updatable:
+            log.info("the sparse index was saved without term frequencies (an older version); analysing all %d "
+                     "chunks again this once", len(final_ids))  # fmt: skip
+            scorer = self.scorer
+            return SparseIndex.build(final_ids, final_texts, final_metas, analyzer=self.analyzer,
+                                     backend=scorer.backend, k1=getattr(scorer, "k1", 1.2),
+                                     b=getattr(scorer, "b", 0.75), idf=getattr(scorer, "idf", "lucene"),
+                                     timings=timings)  # fmt: skip
+        t1 = time.perf_counter()
+        terms = self.analyzer.many(texts)
+        t2 = time.perf_counter()
+        kept = np.delete(np.arange(len(self.ids), dtype=np.int64), removed)
+        scorer = self.scorer.updated(kept, terms, inserted_at)
+        result = SparseIndex(final_ids, final_texts, final_metas, scorer, self.analyzer, _digest(final_ids))
+        if timings is not None:
+            timings["analyse"] = timings.get("analyse", 0.0) + t2 - t1
+            timings["merge"] = timings.get("merge", 0.0) + time.perf_counter() - t2 + t1 - t0
+        return result
+
+    def _find(self, chunk_id: str) -> int | None:
+        """The position of ``chunk_id`` by binary search in the ascending ids, or ``None``."""
+        at = bisect.bisect_left(self.ids, chunk_id)
+        return at if at < len(self.ids) and self.ids[at] == chunk_id else None
 
     def search(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
         """The ``k`` best chunks for ``query`` by BM25, optionally filtered by metadata."""
@@ -510,7 +612,11 @@ class SparseIndex:
 @dataclass
 class AddReport:
     """What :meth:`KnowledgeIndex.add` did; ``stages`` splits its seconds (``embed``, ``dense write wait``: time
-    spent waiting for the background writes, ``sparse``: building and saving BM25)."""
+    spent waiting for the background writes, ``sparse``: updating or building BM25 and saving it), and
+    ``sparse_stages`` splits ``sparse``: ``analyse`` (the texts analysed), ``merge`` (postings merged and weights
+    recomputed) or ``dump`` + ``build`` (a full rebuild: every chunk read from the dense store, the scorer built),
+    ``save`` (the file written). ``sparse_path`` says which way it went: ``incremental``, ``full`` or ``first``
+    (the store was empty)."""
 
     chunks: int
     added: int
@@ -518,6 +624,8 @@ class AddReport:
     seconds: float
     stages: dict[str, float] = field(default_factory=dict)
     removed: int = 0
+    sparse_stages: dict[str, float] = field(default_factory=dict)
+    sparse_path: str = ""
 
 
 class KnowledgeIndex:
@@ -532,7 +640,7 @@ class KnowledgeIndex:
 
     def __init__(
         self,
-        dense: ChromaStore | LangChainStore,
+        dense: ChromaStore | LangChainStore | MilvusStore,
         encoder: Encoder | None,
         *,
         sparse_file: Path | None,
@@ -580,23 +688,39 @@ class KnowledgeIndex:
             return loaded
 
     def _load_sparse(self) -> SparseIndex:
-        count = self.dense.count()
-        if self.sparse_file is not None and self.sparse_file.exists():
-            try:
-                loaded = SparseIndex.load(self.sparse_file)
-            except Exception as exc:  # a truncated or foreign file: rebuild rather than fail
-                log.warning("sparse index %s unreadable (%s); rebuilding from the dense store", self.sparse_file, exc)
-            else:
-                if len(loaded.ids) == count and self._same_settings(loaded):
-                    return loaded
-                if len(loaded.ids) == count:
-                    log.info("sparse index was built with other BM25 settings; rebuilding from the dense store")
-                else:
-                    log.warning(
-                        "sparse index has %d chunks, dense store %d; rebuilding from the dense store",
-                        len(loaded.ids), count,
-                    )  # fmt: skip
-        return self.rebuild_sparse()
+        saved = self._saved_sparse(self.dense.count())
+        return saved if saved is not None else self.rebuild_sparse()
+
+    def _saved_sparse(self, count: int) -> SparseIndex | None:
+        """The saved sparse index when it holds ``count`` chunks and has this index's settings; else ``None`` (and
+        the reason logged)."""
+        if self.sparse_file is None or not self.sparse_file.exists():
+            return None
+        try:
+            loaded = SparseIndex.load(self.sparse_file)
+        except Exception as exc:  # a truncated or foreign file: rebuild rather than fail
+            log.warning("sparse index %s unreadable (%s); rebuilding from the dense store", self.sparse_file, exc)
+            return None
+        if len(loaded.ids) == count and self._same_settings(loaded):
+            return loaded
+        if len(loaded.ids) == count:
+            log.info("sparse index was built with other BM25 settings; rebuilding from the dense store")
+        else:
+            log.warning(
+                "sparse index has %d chunks, dense store %d; rebuilding from the dense store", len(loaded.ids), count
+            )
+        return None
+
+    def _agreeing_sparse(self, count: int) -> SparseIndex | None:
+        """The sparse index in memory, or else the saved one (then kept in memory), when it agrees with a dense
+        store of ``count`` chunks (the checks loading does); ``None`` when neither does."""
+        held = self._sparse
+        if held is not None:
+            return held if len(held.ids) == count and self._same_settings(held) else None
+        saved = self._saved_sparse(count)
+        if saved is not None:
+            self._sparse = saved
+        return saved
 
     def _same_settings(self, loaded: SparseIndex) -> bool:
         scorer = loaded.scorer
@@ -609,18 +733,38 @@ class KnowledgeIndex:
             and loaded.analyzer.stopwords_name == self.analyzer.stopwords_name
         )
 
-    def rebuild_sparse(self, chunks: tuple[list[str], list[str], list[dict[str, Any]]] | None = None) -> SparseIndex:
+    def rebuild_sparse(
+        self,
+        chunks: tuple[list[str], list[str], list[dict[str, Any]]] | None = None,
+        *,
+        timings: dict[str, float] | None = None,
+    ) -> SparseIndex:
         """Rebuild the sparse index from the dense store (or from ``chunks`` given as sorted id/text/meta lists)
-        and save it."""
+        and save it.
+
+        Args:
+            chunks: The chunks to build from, instead of every chunk of the dense store.
+            timings: When given, the seconds spent are added to its ``dump`` (reading the dense store),
+                ``analyse``, ``build`` and ``save`` keys.
+        """
         with self._lock:
+            t0 = time.perf_counter()
             ids, texts, metas = chunks if chunks is not None else self.dense.dump()
-            sparse = SparseIndex.build(
-                ids, texts, metas, analyzer=self.analyzer, backend=self.backend, k1=self.k1, b=self.b, idf=self.idf
-            )
-            if self.sparse_file is not None:
-                sparse.save(self.sparse_file)
-            self._sparse = sparse
+            if timings is not None and chunks is None:
+                timings["dump"] = timings.get("dump", 0.0) + time.perf_counter() - t0
+            sparse = SparseIndex.build(ids, texts, metas, analyzer=self.analyzer, backend=self.backend, k1=self.k1,
+                                       b=self.b, idf=self.idf, timings=timings)  # fmt: skip
+            self._store_sparse(sparse, timings)
             return sparse
+
+    def _store_sparse(self, sparse: SparseIndex, timings: dict[str, float] | None) -> None:
+        """Save ``sparse`` (when the index has a file) and make it the one in use."""
+        t0 = time.perf_counter()
+        if self.sparse_file is not None:
+            sparse.save(self.sparse_file)
+        if timings is not None:
+            timings["save"] = timings.get("save", 0.0) + time.perf_counter() - t0
+        self._sparse = sparse
 
     def count(self) -> int:
         """Chunks in the dense store."""
@@ -640,8 +784,11 @@ class KnowledgeIndex:
         return self.dense.query(vector, k, where)
 
     def search_sparse(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
-        """BM25 retrieval (records one retrieval in the current node's ledger)."""
+        """BM25 retrieval (records one retrieval in the current node's ledger): ranked in the store when it runs
+        BM25 itself (Milvus), so chunks other processes added are found; else over the local sparse index."""
         record(retrievals=1)
+        if isinstance(self.dense, MilvusStore):
+            return self.dense.search_sparse(query, k, where)
         return self.sparse.search(query, k, where)
 
     def metadata_fields(self) -> dict[str, set[type]]:
@@ -662,10 +809,13 @@ class KnowledgeIndex:
         progress: Callable[[int], None] | None = None,
         prune: bool = False,
     ) -> AddReport:
-        """Embed and add the chunks the dense store lacks, then rebuild the sparse index over everything.
+        """Embed and add the chunks the dense store lacks, then bring the sparse index up to date.
 
         Dense writes run on a background thread while the next batch is embedded. Re-adding chunks that are
-        already stored costs one id lookup per batch (no embedding).
+        already stored costs one id lookup per batch (no embedding). When the sparse index in memory or on disk
+        agrees with the dense store before the write (the checks loading does), it is updated with the new chunks
+        and the pruned ids only (:meth:`SparseIndex.updated`: the other texts are not read or analysed again);
+        otherwise it is rebuilt from every chunk of the dense store. Either way the file is written whole.
 
         Args:
             chunks: Chunks to add (duplicates by id are dropped).
@@ -688,24 +838,47 @@ class KnowledgeIndex:
             new = [c for c in todo if c["chunk_id"] not in present]
             if progress and present:
                 progress(len(todo) - len(new))
-            stale = sorted(set(self.sparse.ids) - unique.keys()) if prune and had_before else []
+            base = self._agreeing_sparse(had_before) if had_before else None
+            stale: list[str] = []
+            if prune and had_before:
+                base = base if base is not None else self.sparse  # rebuilt from the dense store: its ids are needed
+                stale = sorted(set(base.ids) - unique.keys())
             stages = self._write_dense(new, batch_size, progress)
             if stale:
                 self.dense.delete(stale)
             sparse_start = time.perf_counter()
+            timings: dict[str, float] = {}
             if had_before == 0 and not present:
+                path = "first"
                 order = sorted(range(len(todo)), key=lambda i: todo[i]["chunk_id"])
-                self.rebuild_sparse(
-                    (
-                        [todo[i]["chunk_id"] for i in order],
-                        [todo[i]["text"] for i in order],
-                        [dict(todo[i]["metadata"]) for i in order],
-                    )
+                chunks_in_order = (
+                    [todo[i]["chunk_id"] for i in order],
+                    [todo[i]["text"] for i in order],
+                    [self._stored_meta(todo[i]["metadata"]) for i in order],
                 )
+                self.rebuild_sparse(chunks_in_order, timings=timings)
+            elif base is not None:
+                path = "incremental"
+                if new or stale:
+                    ids, texts = [c["chunk_id"] for c in new], [c["text"] for c in new]
+                    metas = [self._stored_meta(c["metadata"]) for c in new]
+                    self._store_sparse(base.updated(ids, texts, metas, stale, timings=timings), timings)
+                elif self.sparse_file is not None and not self.sparse_file.exists():
+                    self._store_sparse(base, timings)
             else:
-                self.rebuild_sparse()
+                path = "full"
+                self.rebuild_sparse(timings=timings)
             stages["sparse"] = time.perf_counter() - sparse_start
-        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages, len(stale))
+        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages, len(stale),
+                         timings, path)  # fmt: skip
+
+    def _stored_meta(self, meta: Mapping[str, Any]) -> dict[str, Any]:
+        """A chunk's metadata as the dense store gives it back (what a rebuild from the store would hold)."""
+        if isinstance(self.dense, ChromaStore):
+            return _chroma_meta(meta)
+        if isinstance(self.dense, MilvusStore):  # its JSON field keeps every value but None
+            return {k: v for k, v in meta.items() if v is not None}
+        return dict(meta)
 
     def _write_dense(
         self, new: list[Chunk], batch_size: int, progress: Callable[[int], None] | None

@@ -23,25 +23,45 @@ import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 __all__ = ["LinkTable", "aliases_of"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CAPITAL = re.compile(r"[A-Z0-9]")
 _STOP = frozenset(["a", "an", "the", "of", "and", "or", "in", "on", "at", "to", "for", "by", "with", "from", "is",
                    "was", "are", "as", "be", "it", "its", "this", "that"])
 VERSION = 1
 
 
 def _fold(word: str) -> str:
+    """Lower case without accents (an ASCII word only needs lower-casing)."""
+    return word.lower() if word.isascii() else _fold_accented(word)
+
+
+@lru_cache(maxsize=65536)
+def _fold_accented(word: str) -> str:
     decomposed = unicodedata.normalize("NFKD", word)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
 
 
 def _words(text: str) -> list[tuple[str, bool]]:
     """(folded word, starts with a capital letter or a digit) for each word of ``text``."""
-    return [(_fold(m.group(0)), m.group(0)[:1].isupper() or m.group(0)[:1].isdigit()) for m in _WORD.finditer(text)]
+    return [(_fold(w), w[0].isupper() or w[0].isdigit()) for w in _WORD.findall(text)]
+
+
+def _scan(text: str) -> tuple[list[str], list[int]]:
+    """The folded words of ``text`` and the positions of those that start with a capital letter or a digit (where a
+    mention may start): :func:`_words` in fewer Python steps per word (an ASCII text is lower-cased whole, and the
+    first letters are matched by one regular expression)."""
+    raw = _WORD.findall(text)
+    firsts = "".join(map(itemgetter(0), raw))
+    if text.isascii():
+        return _WORD.findall(text.lower()), [m.start() for m in _CAPITAL.finditer(firsts)]
+    return [_fold(w) for w in raw], [i for i, c in enumerate(firsts) if c.isupper() or c.isdigit()]
 
 
 def aliases_of(title: str, extra: Sequence[str] = ()) -> set[tuple[str, ...]]:
@@ -69,16 +89,14 @@ class LinkTable:
     digest: str = ""
     max_words: int = 1
     _dropped: list[str] = field(default_factory=list, repr=False)
-    _longest: dict[str, int] = field(default_factory=dict, repr=False)
+    _prefixes: set[tuple[str, ...]] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self._index()
 
     def _index(self) -> None:
-        """The longest alias starting with each first word (so a mention scan tries only lengths that exist)."""
-        self._longest = {}
-        for alias in self.table:
-            self._longest[alias[0]] = max(self._longest.get(alias[0], 0), len(alias))
+        """Every prefix of every alias, so a mention scan extends a match only while some alias can still match."""
+        self._prefixes = {alias[:n] for alias in self.table for n in range(1, len(alias) + 1)}
 
     @classmethod
     def build(
@@ -118,25 +136,29 @@ class LinkTable:
     def mentions(self, text: str, exclude: int | None = None) -> list[tuple[tuple[str, ...], frozenset[int]]]:
         """The titles ``text`` mentions, in order: ``(alias, chunk positions)``; chunks of ``exclude``'s document
         are left out."""
-        words = _words(text)
+        folded, starts = _scan(text)
         own = self.documents[exclude] if exclude is not None and exclude < len(self.documents) else None
+        table, prefixes = self.table, self._prefixes
         out: list[tuple[tuple[str, ...], frozenset[int]]] = []
-        i = 0
-        while i < len(words):
-            found = None
-            if words[i][1] and words[i][0] in self._longest:
-                for n in range(min(self._longest[words[i][0]], len(words) - i), 0, -1):
-                    key = tuple(w for w, _ in words[i : i + n])
-                    if key in self.table:
-                        found = key
-                        break
-            if found is None:
-                i += 1
+        end = len(folded)
+        done = 0  # words before this are inside a mention already found
+        for i in starts:
+            if i < done or (folded[i],) not in prefixes:
                 continue
-            hit = frozenset(p for p in self.table[found] if own is None or self.documents[p] != own)
+            n = 1  # the longest run of words from here that some alias starts with, then the longest alias in it
+            while i + n < end and tuple(folded[i : i + n + 1]) in prefixes:
+                n += 1
+            while n and tuple(folded[i : i + n]) not in table:
+                n -= 1
+            if not n:
+                continue
+            found = tuple(folded[i : i + n])
+            hit = table[found]
+            if own is not None:
+                hit = frozenset(p for p in hit if self.documents[p] != own)
             if hit:
                 out.append((found, hit))
-            i += len(found)
+            done = i + n
         return out
 
     def named_in(self, text: str) -> set[int]:

@@ -8,6 +8,8 @@
   and run on ONNX Runtime (exported once and cached, see :mod:`modular_rag.onnx_embedder`) unless
   ``backend: torch`` asks for sentence-transformers; both give the same vectors.
 * ``vectorstore: {name: chroma, ...}`` with the kit's own vectors, plus the BM25 index beside it.
+  ``vectorstore: {name: milvus, uri: ..., collection: ...}`` keeps vectors and BM25 in one Milvus collection
+  (:mod:`modular_rag.milvus`), ranked there.
 
 Every heavy object is built on first use and cached per process by its config, so two flows with the same
 providers (a conditional flow's routes) share one model, one server and one index.
@@ -41,14 +43,17 @@ import numpy as np
 from modular_rag.config import (
     ChromaConfig,
     LocalLLMConfig,
+    MilvusConfig,
     MiniLMConfig,
     OpenAIEmbeddingsConfig,
     OpenAILLMConfig,
     ProvidersConfig,
     SentenceTransformersConfig,
+    SparseConfig,
 )
 from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.index import ChromaStore, Encoder, KnowledgeIndex, LangChainStore
+from modular_rag.milvus import MilvusStore, milvus_analyzer
 from modular_rag.text import Analyzer, estimate_tokens
 from modular_rag.trace import current_deadline, record
 
@@ -919,7 +924,7 @@ _LLM_BUILDERS: dict[type, Callable[[Any], ChatClient]] = {
 # ---------------------------------------------------------------------------------------------------------- providers
 
 _CONFIG_TYPES = (LocalLLMConfig, OpenAILLMConfig, MiniLMConfig, SentenceTransformersConfig, OpenAIEmbeddingsConfig,
-                 ChromaConfig)
+                 ChromaConfig, MilvusConfig)
 
 
 class Providers:
@@ -998,6 +1003,9 @@ class Providers:
         vs, sp = self.config.vectorstore, self.config.sparse
         analyzer = Analyzer(stemmer=sp.stemmer, stopwords=sp.stopwords)
         settings: dict[str, Any] = {"analyzer": analyzer, "backend": sp.backend, "k1": sp.k1, "b": sp.b}
+        if isinstance(vs, MilvusConfig):
+            # BM25 runs in Milvus; the local sparse index (link hops, IDFs) is built from the collection on first use
+            return KnowledgeIndex(_milvus_store(vs, sp), _LazyEncoder(self), sparse_file=None, **settings)
         if not isinstance(vs, ChromaConfig):
             return KnowledgeIndex(LangChainStore(vs), None, sparse_file=None, **settings)
         dense = ChromaStore(path=vs.path, host=vs.host, port=vs.port, in_memory=vs.in_memory, collection=vs.collection)
@@ -1028,6 +1036,23 @@ class _LazyEncoder:
     def encode_query(self, text: str) -> np.ndarray:
         """Embed one query."""
         return self._providers.encoder.encode_query(text)
+
+
+def _milvus_store(vs: MilvusConfig, sp: SparseConfig) -> MilvusStore:
+    """The Milvus store of a config; the token is read from the environment here, when the index is first used.
+
+    Raises:
+        ProviderError: If ``token_env`` names a variable that is not set.
+    """
+    token = None
+    if vs.token_env:
+        token = os.environ.get(vs.token_env)
+        if not token:
+            raise ProviderError(f"providers.vectorstore: environment variable {vs.token_env} (token_env) is not set; "
+                                "set it, or drop token_env for a server without authentication")  # fmt: skip
+    analyzer = vs.analyzer if vs.analyzer is not None else milvus_analyzer(sp.stemmer, sp.stopwords)
+    return MilvusStore(uri=vs.uri, collection=vs.collection, token=token, analyzer=analyzer, k1=sp.k1, b=sp.b,
+                       consistency=vs.consistency, timeout_s=vs.timeout_s)  # fmt: skip
 
 
 def _sparse_file(vs: ChromaConfig, backend: str) -> Path | None:

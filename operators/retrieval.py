@@ -3,6 +3,8 @@
 Each reads ``queries`` (or ``query``), an optional Chroma ``where`` filter from state (``filter``) and/or from
 its params, and writes ``candidates``. Several queries (multi-query, step-back) are retrieved one by one and
 merged by reciprocal rank fusion. The candidate pool per channel (``pool``) is separate from the final ``k``.
+With a Milvus store, BM25 runs in Milvus, and so does the hybrid's fusion when Milvus has it (``rrf`` with equal
+weights, ``weighted``): one ``hybrid_search`` call per query, noted in the trace.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modular_rag.costs import Cost, CostContext, Span, retrievals
+from modular_rag.errors import ProviderError
+from modular_rag.milvus import MilvusStore
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, Port, operator, register_adapter
 from modular_rag.state import Hit
+from modular_rag.trace import note, record
 from operators.fusion import fuse
 from operators.multihop import HopParams, hop
 
@@ -113,14 +118,28 @@ def bm25(params: BM25Params, env: Providers) -> Operator:
 
 @operator("retrieval", "hybrid", "hybrid", port=Port.RETRIEVE, cost=_retrieval_cost(2))
 def hybrid(params: HybridParams, env: Providers) -> Operator:
-    """Dense + BM25, each taking ``pool`` candidates, fused by RRF, convex or weighted score fusion to ``k``."""
+    """Dense + BM25, each taking ``pool`` candidates, fused by RRF, convex or weighted score fusion to ``k``.
+
+    With a Milvus store that runs the fusion (``rrf`` with equal weights; ``weighted``, Milvus's WeightedRanker over
+    its own score normalisation), both channels and the fusion are one Milvus call per query."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         where = where_of(state, params.filter)
         vector = state.get("query_embedding")
+        queries = queries_of(state)
+        store = env.index.dense
+        milvus = store if isinstance(store, MilvusStore) and store.fuses(params.fusion, params.weights) else None
+        if isinstance(store, MilvusStore):
+            note(f"hybrid: one Milvus hybrid_search per query (dense + BM25 and {params.fusion} fusion server-side)"
+                 if milvus else f"hybrid: dense and BM25 searched in Milvus, {params.fusion} fusion with weights "
+                 f"{params.weights} in the kit (Milvus has no such ranker)")  # fmt: skip
         per_query = []
-        for i, q in enumerate(queries_of(state)):
+        for i, q in enumerate(queries):
             vec = np.asarray(vector, dtype=np.float32) if vector is not None and i == 0 else None
+            if milvus is not None:
+                k = params.k if len(queries) == 1 else None
+                per_query.append(_milvus_hybrid(milvus, env, q, vec, where, params, k))
+                continue
             dense_hits = env.index.search_dense(q, params.pool, where, vector=vec)
             sparse_hits = env.index.search_sparse(q, params.pool, where)
             per_query.append(
@@ -133,11 +152,25 @@ def hybrid(params: HybridParams, env: Providers) -> Operator:
     return run
 
 
+def _milvus_hybrid(
+    store: MilvusStore, env: Providers, query: str, vector: np.ndarray | None, where: dict[str, Any] | None,
+    params: HybridParams, k: int | None,
+) -> list[Hit]:  # fmt: skip
+    """One Milvus ``hybrid_search``: ``pool`` candidates per channel fused to ``k`` (``pool`` when ``None``). Counted as
+    two retrievals, one per channel, as the kit's own hybrid is."""
+    if vector is None:
+        if env.index.encoder is None:
+            raise ProviderError("hybrid retrieval needs an embeddings provider")
+        vector = env.index.encoder.encode_query(query)
+    record(retrievals=2)
+    return store.search_hybrid(vector, query, k or params.pool, pool=params.pool, fusion=params.fusion,
+                               weights=params.weights, rrf_k=params.rrf_k, where=where)  # fmt: skip
+
+
 def _langchain_retriever(obj: Any, env: Providers) -> Operator:
     """A LangChain ``BaseRetriever`` in a retrieval slot: ``invoke(query)`` per query, documents become hits."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        from modular_rag.trace import record
         from operators.indexing import chunk_id
 
         lists = []

