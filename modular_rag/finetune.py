@@ -305,7 +305,11 @@ def finetune(
     say = log or (lambda _line: None)
     try:
         import torch
-        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+        try:  # sentence-transformers >= 5.2 moved the losses; older releases keep them here
+            from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+        except ImportError:
+            from sentence_transformers.losses import MultipleNegativesRankingLoss  # type: ignore[no-redef]
     except ImportError as exc:
         raise MissingDependencyError(
             "fine-tuning needs torch and sentence-transformers: pip install torch==2.13.0 'modular-rag[local]'"
