@@ -45,7 +45,8 @@ def test_bad_documents_are_skipped_with_reasons_and_counts_reconcile(tmp_path: P
     assert skipped == {
         "empty.txt": "empty file", "spaces.md": "empty file", "binary.txt": "binary file (NUL bytes)",
         "big.txt": "52.4 MB is larger than max_file_mb=20", "frontmatter-only.md": "no text after the front matter",
-        "image.png": "unsupported file type '.png'; supported: .txt, .text, .md, .markdown, .jsonl",
+        "image.png": "unsupported file type '.png'; supported: .txt, .text, .md, .markdown, .jsonl, .pdf, .html, "
+                         ".htm, .docx",
     }  # fmt: skip
     notes = {r.path: r.notes for r in summary.files if r.notes}
     assert notes["rows.jsonl"] == ["3 broken lines skipped", "1 duplicate ids skipped (first kept)"]
