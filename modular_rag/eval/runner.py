@@ -44,7 +44,9 @@ def _setting_key(dataset: BeirDataset, providers: ProvidersConfig, chunker: Oper
     # the sparse settings are not part of the key: the index rebuilds BM25 from the stored chunks when they differ
     # the embedding backend is not either: ONNX Runtime and torch give the same vectors (to within 1e-5)
     embeddings = providers.embeddings.model_dump_json(exclude={"backend"})
-    parts = [dataset.fingerprint(), embeddings, chunker.model_dump_json()]
+    from operators.indexing import CHUNK_FORMAT
+
+    parts = [dataset.fingerprint(), embeddings, chunker.model_dump_json(), f"chunks v{CHUNK_FORMAT}"]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
 

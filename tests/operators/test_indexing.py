@@ -242,3 +242,14 @@ def test_adding_and_pruning_update_the_sparse_index_without_reading_every_chunk_
     assert not any("300 km" in t or "history" in str(m.get("path")) for t, m in zip(full.texts, full.metadatas,
                                                                                      strict=True))  # fmt: skip
     assert reopened.links.digest == full.digest and len(reopened.links.documents) == len(full.ids)
+
+
+@pytest.mark.unit
+def test_a_markdown_heading_of_the_title_is_not_repeated_in_the_chunk(tmp_path: Path) -> None:
+    (tmp_path / "saddle.md").write_text("# Saddle height\n\nSet it so the knee is slightly bent.\n", encoding="utf-8")
+    docs, _ = load_file(tmp_path / "saddle.md", tmp_path, Providers())
+    for name in ("recursive", "fixed", "document"):
+        text = chunker(name)(docs[0])[0]["text"]
+        assert text.count("Saddle height") == 1 and text.startswith("Saddle height"), (name, text)
+    other = Document(doc_id="d", text="## Fitting\nSet it so the knee is slightly bent.", metadata={"title": "Saddle"})
+    assert chunker("document")(other)[0]["text"] == "Saddle\n## Fitting\nSet it so the knee is slightly bent."
