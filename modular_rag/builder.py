@@ -204,6 +204,10 @@ TIMEOUT_GRACE_S = 2.0
 HTTP timeout), so what they spent reaches the ledger. Other work of the step is not waited for."""
 
 
+_DEADLINE_SLACK_S = 0.05
+"""A failure this close to a step's deadline counts as the step timing out (see :func:`_call`)."""
+
+
 def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str, Any], timeout_s: float | None) -> Any:
     """Call the operator; with a timeout, in a worker thread under a :class:`~modular_rag.trace.Deadline` that
     model clients honour. On timeout the deadline is cancelled (no new model call starts) and the calls in flight
@@ -218,6 +222,14 @@ def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str,
     except concurrent.futures.TimeoutError:
         limit.cancel()
         limit.wait_idle(TIMEOUT_GRACE_S)  # model calls in flight end at the deadline; count what they spent
+        raise
+    except Exception as exc:
+        # a model call cut by its HTTP timeout (the time left) can fail a moment before the wait above gives up:
+        # that is the step timing out too, and is reported as such
+        if limit.remaining() <= _DEADLINE_SLACK_S:
+            limit.cancel()
+            limit.wait_idle(TIMEOUT_GRACE_S)
+            raise concurrent.futures.TimeoutError(f"timed out after {timeout_s}s") from exc
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

@@ -110,7 +110,7 @@ def test_an_embeddings_endpoint_indexes_and_retrieves(tmp_path, monkeypatch) -> 
         assert summary.chunks == len(files) == stub.texts == 5
         assert stub.requests == 1 + 2  # one 500 retried by the client, then two batches of at most 4
         assert stub.authorization == {"Bearer sk-test"}  # the key comes from the named environment variable
-        hit = providers.index.search_dense("What does error E12 mean?", 1)[0]
+        hit = providers.index.search_dense("battery overtemperature: the cell temperature is above 60 C", 1)[0]
         assert hit["metadata"]["doc_id"] == "display-error-e12"
         assert config.to_yaml().count("STUB_EMBED_KEY") == 1 and "sk-test" not in config.to_yaml()
     broken = load_config({"pattern": "linear", "providers": {"embeddings": {
