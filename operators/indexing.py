@@ -13,6 +13,7 @@ import json
 import re
 import time
 import zipfile
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -581,8 +582,8 @@ def index_documents(
     chunk_fn = _chunker(chunker, env)
     items = documents.lazy_load() if hasattr(documents, "lazy_load") else documents
     docs = [_as_document(item, i) for i, item in enumerate(items)]
-    paths = sorted({str(d["metadata"].get("path", "")) for d in docs})
-    reports = [FileReport(path=p, documents=sum(str(d["metadata"].get("path", "")) == p for d in docs)) for p in paths]
+    per_path = Counter(str(d["metadata"].get("path", "")) for d in docs)
+    reports = [FileReport(path=path, documents=count) for path, count in sorted(per_path.items())]
     return _index(docs, reports, chunk_fn, env, start, batch_size=batch_size, progress=progress, sync=sync)
 
 
