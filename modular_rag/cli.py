@@ -261,10 +261,22 @@ def _load_dataset(spec: str, split: str, limit: int | None) -> Any:
     return dataset.limited(limit, spread=spec == "demo")
 
 
+def _eval_chunker(name: str | None, config: Any, dataset: Any) -> Any:
+    """The chunker an evaluation indexes with: ``--chunker``, else the config's ``indexing.chunker`` when the
+    config sets one, else the dataset's default (``document`` for BEIR rows, ``recursive`` for folders)."""
+    from modular_rag.config import OperatorSpec
+
+    if name:
+        return OperatorSpec(name=name)
+    if "indexing" in config.model_fields_set and "chunker" in config.indexing.model_fields_set:
+        return config.indexing.chunker
+    return OperatorSpec(name=dataset.default_chunker)
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from modular_rag.config import OperatorSpec, load_config
+    from modular_rag.config import load_config
     from modular_rag.eval.report import format_results, write_report
     from modular_rag.eval.runner import dataset_providers, evaluate_flow
 
@@ -272,7 +284,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     configs = [load_config(path) for path in args.config]  # all validated before anything loads
     results = []
     for path, config in zip(args.config, configs, strict=True):
-        chunker = OperatorSpec(name=args.chunker or dataset.default_chunker)
+        chunker = _eval_chunker(args.chunker, config, dataset)
         env = dataset_providers(dataset, config.providers, chunker=chunker, progress=not args.quiet,
                                 log=lambda line: print(line, file=sys.stderr))  # fmt: skip
         name = config.name or Path(path).stem
@@ -463,7 +475,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="dev", help="dev (queries.jsonl) or a prefix such as train")
     p.add_argument("--limit", type=int, help="only N queries")
     p.add_argument("--concurrency", type=int, default=1, help="queries in flight (default 1)")
-    p.add_argument("--chunker", help="chunker for the corpus (default: document for BEIR rows, recursive for folders)")
+    p.add_argument("--chunker", help="chunker for the corpus (default: the config's indexing.chunker when it sets "
+                                     "one, else document for BEIR rows, recursive for folders)")
     p.add_argument("--out", help="write results.json, results.csv and quality_cost.png here")
     p.add_argument("--quality", default="f1", help="y axis of the plot (f1, em, contains, supported, ndcg@10)")
     p.add_argument("--cost", default="llm_calls", help="x axis of the plot (llm_calls, ms, tokens)")
@@ -521,6 +534,10 @@ def _parser() -> argparse.ArgumentParser:
                                       "editors: modular-rag schema > modular-rag.schema.json")  # fmt: skip
     p.add_argument("--indent", action="store_true", help="pretty-print")
     p.set_defaults(func=_cmd_schema)
+
+    from modular_rag.tune.cli import add_parser as add_tune
+
+    add_tune(sub)
 
     p = sub.add_parser("template", help="print a pattern's YAML template")
     p.add_argument("pattern")

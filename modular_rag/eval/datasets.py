@@ -17,7 +17,7 @@ from typing import Any
 
 from modular_rag.errors import DatasetError
 
-__all__ = ["Query", "BeirDataset", "load_beir", "load_demo", "holdout_split", "mixed_dataset"]
+__all__ = ["Query", "BeirDataset", "load_beir", "load_demo", "load_documents", "holdout_split", "mixed_dataset"]
 
 
 @dataclass(frozen=True)
@@ -110,16 +110,41 @@ def load_demo() -> BeirDataset:
     """The bundled demo corpus and its 24 questions (answers and relevant documents), as a dataset."""
     from modular_rag import demo_corpus_path
 
-    root = demo_corpus_path().parent
+    return load_documents(demo_corpus_path().parent)
+
+
+def load_documents(root: str | os.PathLike[str], questions: str | os.PathLike[str] | None = None) -> BeirDataset:
+    """A client's material as a dataset: a folder of documents (``root/corpus/``, any format ``modular-rag index``
+    reads; a document's id is its file name without the extension) and a JSON-lines file of questions
+    (default ``root/questions.jsonl``), one per line: ``{"id", "text", "relevant": [document ids], "answers":
+    [accepted answers, optional]}``.
+
+    Raises:
+        DatasetError: If the folder or file is missing, or a line is not such a row (the message names the line).
+    """
+    folder = Path(root)
+    file = Path(questions) if questions is not None else folder / "questions.jsonl"
+    if not (folder / "corpus").is_dir():
+        raise DatasetError(f"{folder / 'corpus'} is not a folder; put the documents there (any of .md, .txt, .pdf, "
+                           ".html, .docx, .jsonl)")  # fmt: skip
+    if not file.is_file():
+        raise DatasetError(f"{file} is missing; it lists the questions, one JSON object per line: "
+                           '{"id", "text", "relevant": [document ids], "answers": [...]}')  # fmt: skip
     queries: list[Query] = []
     qrels: dict[str, dict[str, int]] = {}
-    with open(root / "questions.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
+    with open(file, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
                 row = json.loads(line)
-                queries.append(Query(row["id"], row["text"], tuple(row["answers"]), {"kind": row.get("kind")}))
-                qrels[row["id"]] = {doc: 1 for doc in row["relevant"]}
-    return BeirDataset(root, "dev", queries, qrels)
+                qid, text, relevant = str(row["id"]), str(row["text"]), [str(d) for d in row["relevant"]]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise DatasetError(f'{file}:{n}: expected {{"id", "text", "relevant": [document ids]}}') from None
+            extra = {k: v for k, v in row.items() if k not in ("id", "text", "answers", "relevant")}
+            queries.append(Query(qid, text, tuple(str(a) for a in row.get("answers") or ()), extra))
+            qrels[qid] = {doc: 1 for doc in relevant}
+    return BeirDataset(folder, "dev", queries, qrels)
 
 
 def _split_file(root: Path, split: str, stem: str, suffix: str) -> Path:
@@ -139,7 +164,9 @@ def load_beir(root: str | os.PathLike[str], *, split: str = "dev") -> BeirDatase
     folder = Path(root)
     queries_file = _split_file(folder, split, "queries", ".jsonl")
     qrels_file = _split_file(folder, split, "qrels", ".tsv")
-    for needed in (folder / "corpus.jsonl", queries_file, qrels_file):
+    if not (folder / "corpus.jsonl").exists() and not (folder / "corpus").is_dir():
+        raise DatasetError(f"{folder} has neither corpus.jsonl nor a corpus/ folder of documents")
+    for needed in (queries_file, qrels_file):
         if not needed.exists():
             raise DatasetError(
                 f"{needed} is missing; a BEIR folder has corpus.jsonl, and for the {split or 'dev'} split "

@@ -24,6 +24,7 @@ from modular_rag.providers import Providers
 
 __all__ = [
     "eval_home",
+    "index_folder",
     "dataset_providers",
     "doc_ranking",
     "retrieved_docs",
@@ -50,6 +51,15 @@ def _setting_key(dataset: BeirDataset, providers: ProvidersConfig, chunker: Oper
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
 
+def index_folder(
+    dataset: BeirDataset, providers: ProvidersConfig, chunker: OperatorSpec, *, cache: Path | None = None
+) -> Path:
+    """Where :func:`dataset_providers` keeps the index of this corpus, embedder and chunker (``complete.json`` in
+    it once the index is built)."""
+    label = dataset.corpus_file.resolve().parent.name if dataset.corpus_file.exists() else dataset.name
+    return (cache or eval_home()) / f"{label}-{_setting_key(dataset, providers, chunker)}"
+
+
 def dataset_providers(
     dataset: BeirDataset,
     providers: ProvidersConfig | None = None,
@@ -73,8 +83,7 @@ def dataset_providers(
 
     base = providers or ProvidersConfig()
     spec = chunker or OperatorSpec(name=dataset.default_chunker)
-    label = dataset.corpus_file.resolve().parent.name if dataset.corpus_file.exists() else dataset.name
-    folder = (cache or eval_home()) / f"{label}-{_setting_key(dataset, base, spec)}"
+    folder = index_folder(dataset, base, spec, cache=cache)
     cfg = base.model_copy(update={"vectorstore": ChromaConfig(path=str(folder), collection="beir")})
     env = Providers(cfg)
     marker = folder / "complete.json"

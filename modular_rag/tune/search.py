@@ -1,0 +1,654 @@
+"""``modular-rag tune``: search a space of flows for the best one on a client's data, within a budget.
+
+The optimiser is Optuna's TPE (multivariate, with the budget constraints as TPE constraints); each candidate is
+scored on growing prefixes of the validation questions (successive halving: 1/9, 1/3, all; at least
+``min_questions``), and Optuna's pruner stops the ones that trail at a rung. Before a candidate runs, the kit's
+cost model (:func:`modular_rag.costs.estimate`) rejects it when its fewest LLM calls exceed ``max_llm_calls``, when
+its predicted latency (cost model x per-call and per-retrieval times measured in this study) exceeds
+``max_latency_ms``, or when its first rung (and, for an index not built yet, the indexing) cannot fit the time
+left. Identical candidates run once. The study lives in ``OUT/study.db`` (SQLite): a rerun of the same command
+continues it, after an interrupt (Ctrl-C) or a kill; a trial that was running when the process died is run again.
+The time spent is stored with the study, so ``--budget`` is the total across runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from modular_rag.errors import ConfigError, ModularRagError
+from modular_rag.eval.datasets import BeirDataset
+from modular_rag.eval.runner import FlowResult
+from modular_rag.tune.data import TuneData, prepare_data, subset
+from modular_rag.tune.space import Candidate, SearchSpace
+
+__all__ = ["TuneSettings", "TrialRow", "TuneResult", "tune", "rungs", "parse_budget", "pareto_front", "identity"]
+
+_STUDY = "tune"
+
+
+def _require_optuna() -> None:
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        from modular_rag.errors import MissingDependencyError
+
+        raise MissingDependencyError('modular-rag tune needs Optuna: pip install "modular-rag[eval]"') from None
+
+
+def parse_budget(text: str | float) -> float:
+    """Seconds from ``90s``, ``45m``, ``1.5h`` or a bare number of seconds.
+
+    Raises:
+        ConfigError: If the text is none of these or not positive.
+    """
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        raw = text.strip().lower()
+        scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(raw[-1:])
+        try:
+            seconds = float(raw[:-1]) * scale if scale else float(raw)
+        except ValueError:
+            raise ConfigError("--budget", f"{text!r} is not a duration; use 90s, 45m, 1.5h or seconds") from None
+    if not seconds > 0:
+        raise ConfigError("--budget", f"the budget must be positive (got {text!r})")
+    return seconds
+
+
+def rungs(n: int, *, min_questions: int = 20, reduction: int = 3) -> list[int]:
+    """The question counts a candidate is scored at: ``r, r * reduction, ...`` below ``n``, then ``n``, where
+    ``r = max(min_questions, n / reduction**2)`` (the successive-halving pruner checks at exactly these)."""
+    first = min(n, max(min_questions, math.ceil(n / reduction**2)))
+    out = []
+    while first < n:
+        out.append(first)
+        first *= reduction
+    return [*out, n]
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """How a tuning run searches. Budgets of ``None`` are not enforced."""
+
+    budget_s: float
+    objective: str = "ndcg@10"
+    max_llm_calls: float | None = None
+    max_latency_ms: float | None = None
+    seed: int = 0
+    val_fraction: float = 0.25
+    report_fraction: float = 0.3
+    min_questions: int = 20
+    reduction: int = 3
+    pruner: Literal["halving", "median", "none"] = "halving"
+    max_trials: int | None = None
+    confirm: int = 5
+    finetune: Mapping[str, Any] | None = None
+    router: bool = False
+    report: bool = True
+    concurrency: int = 1
+
+    def recorded(self) -> dict[str, Any]:
+        """What must match for a stored study to be resumed (the budget and the report may change)."""
+        return {"objective": self.objective, "max_llm_calls": self.max_llm_calls,
+                "max_latency_ms": self.max_latency_ms, "seed": self.seed, "min_questions": self.min_questions,
+                "reduction": self.reduction, "pruner": self.pruner,
+                "finetune": dict(self.finetune) if self.finetune is not None else None}  # fmt: skip
+
+
+@dataclass
+class TrialRow:
+    """One trial as the report shows it."""
+
+    number: int
+    state: str
+    verdict: str
+    pattern: str
+    summary: str
+    value: float | None
+    questions: int
+    llm_calls: float | None
+    retrievals: float | None
+    ms: float | None
+    feasible: bool
+    config: dict[str, Any]
+    chunker: dict[str, Any]
+    confirmed: float | None = None
+
+
+@dataclass
+class TuneResult:
+    """What a tuning run found and wrote."""
+
+    out: Path
+    objective: str
+    rows: list[TrialRow]
+    best: TrialRow | None
+    front: list[TrialRow]
+    spent_s: float
+    finished: bool
+    data: TuneData
+    files: dict[str, Path] = field(default_factory=dict)
+    report: list[FlowResult] = field(default_factory=list)
+
+
+class _Envs:
+    """Providers over the dataset's index per (chunker, providers) setting; the last few are kept open."""
+
+    def __init__(self, dataset: BeirDataset, keep: int = 3) -> None:
+        self.dataset = dataset
+        self.keep = keep
+        self.open: dict[str, Any] = {}
+
+    @staticmethod
+    def _key(providers: Any, chunker: Any) -> str:
+        return providers.model_dump_json(exclude={"vectorstore"}) + "|" + chunker.model_dump_json()
+
+    def indexed(self, providers: Any, chunker: Any) -> bool:
+        from modular_rag.eval.runner import index_folder
+
+        return (index_folder(self.dataset, providers, chunker) / "complete.json").exists()
+
+    def get(self, providers: Any, chunker: Any) -> Any:
+        from modular_rag.eval.runner import dataset_providers
+
+        key = self._key(providers, chunker)
+        if key not in self.open:
+            while len(self.open) >= self.keep:
+                self.open.pop(next(iter(self.open)))
+            self.open[key] = dataset_providers(self.dataset, providers, chunker=chunker, progress=False)
+        self.open[key] = self.open.pop(key)  # most recently used last
+        return self.open[key]
+
+
+def merge_results(parts: Sequence[FlowResult]) -> FlowResult:
+    """One result from runs over disjoint question sets (retrieval metrics are per-query means)."""
+    records = [r for p in parts for r in p.records]
+    total = sum(len(p.records) for p in parts) or 1
+    keys = {k for p in parts for k in p.retrieval}
+    retrieval = {k: sum(p.retrieval.get(k, 0.0) * len(p.records) for p in parts) / total for k in sorted(keys)}
+    return FlowResult(parts[0].name, parts[0].pattern, records, retrieval, sum(p.seconds for p in parts))
+
+
+def _rates(study: Any) -> tuple[float | None, float | None]:
+    """Per-retrieval and per-LLM-call milliseconds measured by this study's finished trials (medians)."""
+    retr, llm = [], []
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if a.get("ms") is None or a.get("duplicate_of") is not None:
+            continue
+        if not a.get("llm_calls") and a.get("retrievals"):
+            retr.append(a["ms"] / a["retrievals"])
+    r = statistics.median(retr) if retr else None
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if a.get("ms") is not None and a.get("llm_calls") and a.get("duplicate_of") is None:
+            llm.append(max(1.0, a["ms"] - (r or 0.0) * (a.get("retrievals") or 0.0)) / a["llm_calls"])
+    return r, (statistics.median(llm) if llm else None)
+
+
+def _rows(study: Any) -> list[TrialRow]:
+    """Every trial of the study as a row (with its fit+val score when it was confirmed)."""
+    confirmed = study.user_attrs.get("confirmed", {})
+    rows = [_row(t) for t in study.get_trials(deepcopy=False)]
+    for r in rows:
+        r.confirmed = (confirmed.get(str(r.number)) or {}).get("both")
+    return rows
+
+
+def _row(t: Any) -> TrialRow:
+    a = t.user_attrs
+    value = t.value if t.state.name == "COMPLETE" else a.get("last_value")
+    return TrialRow(
+        t.number, t.state.name.lower(), a.get("verdict", t.state.name.lower()), str(a.get("pattern", "")),
+        str(a.get("summary", "")), value, int(a.get("questions", 0)), a.get("llm_calls"), a.get("retrievals"),
+        a.get("ms"), bool(a.get("feasible", False)), dict(a.get("config") or {}), dict(a.get("chunker") or {}),
+    )  # fmt: skip
+
+
+def pareto_front(rows: Sequence[TrialRow]) -> list[TrialRow]:
+    """The feasible complete trials no other one beats on quality without costing more LLM calls and time
+    (ties on quality and cost keep the earliest), by quality."""
+    done = [r for r in rows if r.state == "complete" and r.feasible and r.value is not None and r.ms is not None]
+    unique: dict[str, TrialRow] = {}
+    for r in done:
+        unique.setdefault(identity(r), r)
+    pool = list(unique.values())
+
+    def beats(a: TrialRow, b: TrialRow) -> bool:
+        qa, qb = a.value or 0.0, b.value or 0.0
+        la, lb, ma, mb = a.llm_calls or 0.0, b.llm_calls or 0.0, a.ms or 0.0, b.ms or 0.0
+        return qa >= qb and la <= lb and ma <= mb and (qa > qb or la < lb or ma < mb)
+
+    front = [r for r in pool if not any(beats(o, r) for o in pool if o is not r)]
+    return sorted(front, key=lambda r: (-(r.value or 0.0), r.llm_calls or 0.0, r.ms or 0.0))
+
+
+class _Lock:
+    """One ``tune`` per output folder at a time (released by the OS if the process dies)."""
+
+    def __init__(self, path: Path) -> None:
+        self.fh = open(path, "w")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise ModularRagError(f"another modular-rag tune is running on {path.parent}; wait for it or use "
+                                  "another --out") from None  # fmt: skip
+
+    def release(self) -> None:
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def _open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: str, first_rung: int) -> Any:
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():  # `group` (conditional spaces) is marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True, n_startup_trials=8)
+    pruner: Any = {
+        "halving": optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung,
+                                                          reduction_factor=settings.reduction),
+        "median": optuna.pruners.MedianPruner(n_startup_trials=5),
+        "none": optuna.pruners.NopPruner(),
+    }[settings.pruner]
+    storage = optuna.storages.RDBStorage(f"sqlite:///{(out / 'study.db').resolve()}")
+    study = optuna.create_study(study_name=_STUDY, storage=storage, direction="maximize", sampler=sampler,
+                                pruner=pruner, load_if_exists=True)  # fmt: skip
+    recorded = {"space": space.fingerprint(), "dataset": dataset, **settings.recorded()}
+    stored = study.user_attrs.get("settings")
+    if stored is None:
+        study.set_user_attr("settings", recorded)
+        study.set_user_attr("spent_s", 0.0)
+    elif stored != recorded:
+        changed = sorted(k for k in recorded if stored.get(k) != recorded[k])
+        raise ConfigError("--out", f"{out} holds a study made with other settings ({', '.join(changed)}); rerun "
+                          "with the same ones to continue it, or use another --out")  # fmt: skip
+    # a trial that was running when the process was killed: close it and run its candidate again
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(t.params, user_attrs={"rerun_of": t.number}, skip_if_exists=False)
+    return study
+
+
+def tune(
+    dataset: str,
+    out: str | Path,
+    settings: TuneSettings,
+    *,
+    space: SearchSpace | None = None,
+    questions: str | None = None,
+    compare: Sequence[tuple[str, Any]] = (),
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Search ``space`` for the flow that maximises ``settings.objective`` on the validation questions, within
+    the budget, and write ``best.yaml``, the Pareto front, the trial table and a plot to ``out``.
+
+    Args:
+        dataset: ``demo``, a BEIR folder, or a folder of documents (``corpus/``) with ``questions.jsonl``.
+        out: The run's folder (the study, the splits, the outputs); a rerun with it continues the study.
+        settings: Objective, budgets, split and pruning settings, optional stages.
+        space: The search space (default: the bundled one for the objective).
+        questions: A questions file for a folder of documents (default ``DATASET/questions.jsonl``).
+        compare: ``(name, config)`` pairs scored with the best on the report split (for example a shipped config).
+        progress: Show a progress bar (budget spent, trials, best so far).
+        log: Receives one line per stage.
+
+    Returns:
+        The trials, the best, the front, and the files written. ``finished`` is false when the run was
+        interrupted (the outputs then describe the trials finished so far).
+
+    Raises:
+        ConfigError: If the space or a setting is invalid, or ``out`` holds a study made with other settings.
+        DatasetError: If the dataset cannot be read or split.
+    """
+    _require_optuna()
+    import optuna
+
+    from modular_rag.tune.space import load_space
+
+    say = log or (lambda _line: None)
+    space = space or load_space(None, objective=settings.objective)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = _Lock(folder / ".lock")
+    try:
+        data = prepare_data(dataset, folder, seed=settings.seed, val_fraction=settings.val_fraction,
+                            report_fraction=settings.report_fraction, questions=questions)  # fmt: skip
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        first = rungs(len(data.val.queries), min_questions=settings.min_questions, reduction=settings.reduction)[0]
+        study = _open_study(folder, space, settings, dataset, first)
+        say(f"{dataset}: {len(data.fit.queries)} fit / {len(data.val.queries)} val questions"
+            f"{f' / {len(data.report.queries)} report' if data.report else ''} ({data.folder / 'split.json'}); "
+            f"space {space.source}, ~{space.size():.3g} candidates; study {folder / 'study.db'} "
+            f"({len(study.trials)} trials stored)")  # fmt: skip
+        runner = _Search(study, space, settings, data, folder, say)
+        finished = runner.run(progress=progress)
+        rows = _rows(study)
+        if finished:
+            runner.confirm(rows)
+            rows = _rows(study)
+        result = runner.result(rows, finished)
+        from modular_rag.tune.output import write_outputs
+
+        if finished and settings.report and data.report is not None and result.best is not None:
+            result.report = runner.report(result.best, compare)
+        result.files = write_outputs(result, space=space, settings=settings, dataset=dataset)
+        return result
+    finally:
+        lock.release()
+
+
+class _Search:
+    """One tuning run over a stored study."""
+
+    def __init__(self, study: Any, space: SearchSpace, settings: TuneSettings, data: TuneData, out: Path,
+                 say: Callable[[str], None]) -> None:  # fmt: skip
+        self.study, self.space, self.settings, self.data, self.out, self.say = study, space, settings, data, out, say
+        self.envs = _Envs(data.val)
+        self.rungs = rungs(len(data.val.queries), min_questions=settings.min_questions, reduction=settings.reduction)
+        self.started = time.monotonic()
+        self.spent_before = float(study.user_attrs.get("spent_s", 0.0))
+        self.base_providers: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------------------------------------ budget
+    def spent(self) -> float:
+        return self.spent_before + time.monotonic() - self.started
+
+    def left(self) -> float:
+        return self.settings.budget_s - self.spent()
+
+    def _save_spent(self) -> None:
+        self.study.set_user_attr("spent_s", round(self.spent(), 1))
+
+    # ---------------------------------------------------------------------------------------------- stages
+    def _finetune_stage(self) -> None:
+        """Fine-tune the embedder on the fit split once (kept in OUT/model); candidates then embed with it."""
+        if self.settings.finetune is None:
+            return
+        from modular_rag.finetune import finetune
+
+        model = self.out / "model"
+        if not (model / "finetune.json").exists():
+            self.say(f"fine-tuning the embedder on {len(self.data.fit.queries)} fit questions -> {model}")
+            start = time.monotonic()
+            report = finetune(self.data.folder, model, split="fit", settings=dict(self.settings.finetune),
+                              overwrite=True, progress=False, log=self.say)  # fmt: skip
+            self.say(f"fine-tuned in {time.monotonic() - start:.0f}s ({report.steps} steps)")
+            self._save_spent()
+        self.base_providers = {"embeddings": {"name": "sentence_transformers", "path": str(model)}}
+
+    # ----------------------------------------------------------------------------------------------- trial
+    def _cost_check(self, config: Any, chunker: Any) -> str | None:
+        """Why the cost model rules the candidate out before it runs, or ``None``."""
+        from modular_rag.costs import estimate
+
+        est = estimate(config)
+        s = self.settings
+        if s.max_llm_calls is not None and est.llm_calls.lo > s.max_llm_calls:
+            return f"cost model: at least {est.llm_calls.lo:g} LLM calls/q > {s.max_llm_calls:g}"
+        retr_ms, llm_ms = _rates(self.study)
+        floor = est.retrievals.lo * (retr_ms or 0.0) + est.llm_calls.lo * (llm_ms or 0.0)
+        if s.max_latency_ms is not None and floor > s.max_latency_ms:
+            return f"cost model: at least {floor:.0f} ms/q (measured rates) > {s.max_latency_ms:g}"
+        need = self.rungs[0] * (est.retrievals.hi * (retr_ms or 0.0) + est.llm_calls.hi * (llm_ms or 0.0)) / 1000
+        if not self.envs.indexed(config.providers, chunker):
+            rate = self.study.user_attrs.get("index_s_per_doc")
+            need += (rate or 0.0) * self.study.user_attrs.get("corpus_docs", 0)
+        if need > self.left():
+            return f"cost model: its first rung needs ~{need:.0f}s, {max(self.left(), 0):.0f}s of budget left"
+        return None
+
+    def _env(self, config: Any, chunker: Any) -> Any:
+        fresh = not self.envs.indexed(config.providers, chunker)
+        start = time.monotonic()
+        env = self.envs.get(config.providers, chunker)
+        if fresh:
+            from modular_rag.eval.runner import index_folder
+
+            info = json.loads((index_folder(self.data.val, config.providers, chunker) / "complete.json").read_text())
+            docs = max(1, int(info.get("chunks", 1)))
+            self.study.set_user_attr("index_s_per_doc", (time.monotonic() - start) / docs)
+            self.study.set_user_attr("corpus_docs", docs)
+            self.say(f"indexed the corpus for {chunker.name} / {config.providers.embeddings.name} in "
+                     f"{time.monotonic() - start:.0f}s")  # fmt: skip
+        return env
+
+    def objective(self, trial: Any) -> float:
+        import optuna
+
+        from modular_rag.config import OperatorSpec, load_config
+        from modular_rag.eval.runner import evaluate_flow
+
+        candidate: Candidate = self.space.draw(trial, default_chunker=self.data.val.default_chunker)
+        config_map = candidate.config
+        if self.base_providers:
+            from modular_rag.tune.space import deep_merge
+
+            config_map = deep_merge(config_map, {"providers": self.base_providers})
+        config_map = {**config_map, "name": f"tune-{trial.number}"}
+        trial.set_user_attr("config", config_map)
+        trial.set_user_attr("chunker", candidate.chunker)
+        trial.set_user_attr("pattern", str(config_map.get("pattern")))
+        trial.set_user_attr("summary", candidate.summary())
+        key = candidate.key()
+        trial.set_user_attr("key", key)
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        for done in self.study.get_trials(deepcopy=False, states=states):
+            if done.user_attrs.get("key") != key or done.number == trial.number:
+                continue
+            if done.state == optuna.trial.TrialState.PRUNED:
+                verdict = str(done.user_attrs.get("verdict", ""))
+                if verdict.startswith(("pruned at", "invalid")):
+                    trial.set_user_attr("duplicate_of", done.number)
+                    trial.set_user_attr("verdict", f"same as #{done.number} ({verdict})"[:200])
+                    raise optuna.TrialPruned()
+                continue
+            for name in ("questions", "llm_calls", "retrievals", "ms", "feasible", "constraints", "metrics"):
+                if name in done.user_attrs:
+                    trial.set_user_attr(name, done.user_attrs[name])
+            trial.set_user_attr("duplicate_of", done.number)
+            trial.set_user_attr("verdict", f"same as #{done.number}")
+            return float(done.value)
+        try:
+            config = load_config(config_map)
+            chunker = OperatorSpec.model_validate(candidate.chunker)
+        except ModularRagError as exc:
+            trial.set_user_attr("verdict", f"invalid: {exc}"[:200])
+            raise optuna.TrialPruned() from None
+        why = self._cost_check(config, chunker)
+        if why:
+            trial.set_user_attr("verdict", why)
+            raise optuna.TrialPruned()
+        env = self._env(config, chunker)
+        parts: list[FlowResult] = []
+        done_q = 0
+        result: FlowResult | None = None
+        for rung in self.rungs:
+            part = subset(self.data.val, self.data.val.queries[done_q:rung])
+            parts.append(evaluate_flow(config, part, env, concurrency=self.settings.concurrency))
+            done_q = rung
+            result = merge_results(parts)
+            summary = result.summary()
+            value = float(summary.get(self.settings.objective, 0.0))
+            self._record(trial, summary, rung, value)
+            trial.report(value, rung)
+            if rung < self.rungs[-1]:
+                if trial.should_prune():
+                    trial.set_user_attr("verdict", f"pruned at {rung} questions")
+                    raise optuna.TrialPruned()
+                if self.left() <= 0:
+                    trial.set_user_attr("verdict", f"budget ran out at {rung} questions")
+                    raise optuna.TrialPruned()
+        assert result is not None
+        llm_over, ms_over = trial.user_attrs["constraints"]
+        trial.set_constraint("llm_calls", llm_over)  # TPE then draws fewer candidates like the infeasible ones
+        trial.set_constraint("ms", ms_over)
+        trial.set_user_attr("verdict", "complete" if trial.user_attrs.get("feasible") else "over budget (measured)")
+        return float(result.summary().get(self.settings.objective, 0.0))
+
+    def _record(self, trial: Any, summary: Mapping[str, float], questions: int, value: float) -> None:
+        s = self.settings
+        constraints = [
+            summary["llm_calls"] - s.max_llm_calls if s.max_llm_calls is not None else 0.0,
+            summary["ms"] - s.max_latency_ms if s.max_latency_ms is not None else 0.0,
+        ]
+        trial.set_user_attr("questions", questions)
+        trial.set_user_attr("last_value", value)
+        trial.set_user_attr("llm_calls", round(summary["llm_calls"], 4))
+        trial.set_user_attr("retrievals", round(summary["retrievals"], 4))
+        trial.set_user_attr("ms", round(summary["ms"], 2))
+        trial.set_user_attr("constraints", constraints)
+        trial.set_user_attr("feasible", all(c <= 0 for c in constraints))
+        keep = ("ndcg@10", "mrr@10", "recall@5", "recall@10", "all@5", "em", "f1", "contains", "supported", "refused")
+        trial.set_user_attr("metrics", {k: round(float(summary[k]), 4) for k in keep if k in summary})
+
+    # -------------------------------------------------------------------------------------------------- run
+    def _more(self, study: Any) -> bool:
+        """Whether budget and trial count allow another trial."""
+        return self.left() > 0 and (self.settings.max_trials is None or _counted(study) < self.settings.max_trials)
+
+    def run(self, *, progress: bool) -> bool:
+        """Run trials until the budget, ``max_trials`` or an interrupt; return whether it ended by itself."""
+
+        self._finetune_stage()
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=int(self.settings.budget_s), initial=min(int(self.spent()), int(self.settings.budget_s)),
+                       unit="s", desc="tune", leave=True)  # fmt: skip
+
+        def after(study: Any, trial: Any) -> None:
+            self._save_spent()
+            if bar is not None:
+                bar.n = min(int(self.spent()), bar.total)
+                best = _best_value(study)
+                bar.set_postfix_str(f"trials {len(study.trials)}, best {best:.4f}" if best is not None else
+                                    f"trials {len(study.trials)}")  # fmt: skip
+                bar.refresh()
+            if not self._more(study):
+                study.stop()
+            elif _stale(study):
+                self.say("the space looks spent: the last 30 candidates were repeats or ruled out before running")
+                study.stop()
+
+        try:
+            if self._more(self.study):
+                self.study.optimize(self.objective, callbacks=[after], gc_after_trial=False,
+                                    catch=(ModularRagError,))  # fmt: skip
+        except KeyboardInterrupt:
+            self._save_spent()
+            self.say(f"interrupted: {_counted(self.study)} trials are stored in {self.out / 'study.db'}; rerun the "
+                     "same command to continue")  # fmt: skip
+            return False
+        finally:
+            if bar is not None:
+                bar.close()
+        return True
+
+    # ---------------------------------------------------------------------------------------------- choice
+    def _fit_usable(self) -> bool:
+        """Whether the fit questions are unseen by every candidate (no stage trained on them)."""
+        return self.settings.finetune is None and not self.settings.router and bool(self.data.fit.queries)
+
+    def confirm(self, rows: list[TrialRow]) -> None:
+        """Rescore the best few candidates on the fit questions (when no stage trained on them) to pick the best by
+        fit and val together: one lucky val score is not enough to win."""
+        if self.settings.confirm <= 1 or not self._fit_usable():
+            return
+        from modular_rag.config import OperatorSpec, load_config
+        from modular_rag.eval.runner import evaluate_flow
+
+        for row in _ranked(rows)[: self.settings.confirm]:
+            if row.confirmed is not None:
+                continue
+            config = load_config(row.config)
+            res = evaluate_flow(config, self.data.fit, self.envs.get(config.providers, OperatorSpec.model_validate(
+                row.chunker)), concurrency=self.settings.concurrency)  # fmt: skip
+            fit_value = float(res.summary().get(self.settings.objective, 0.0))
+            n_fit, n_val = len(self.data.fit.queries), max(row.questions, 1)
+            both = (fit_value * n_fit + (row.value or 0.0) * n_val) / (n_fit + n_val)
+            confirmed = dict(self.study.user_attrs.get("confirmed", {}))
+            confirmed[str(row.number)] = {"fit": round(fit_value, 6), "both": round(both, 6)}
+            self.study.set_user_attr("confirmed", confirmed)
+            row.confirmed = round(both, 6)
+            self.say(f"confirm #{row.number}: val {row.value:.4f}, fit {fit_value:.4f}, both {both:.4f}")
+
+    def result(self, rows: list[TrialRow], finished: bool) -> TuneResult:
+        ranked = _ranked(rows)
+        confirmed = [r for r in ranked if r.confirmed is not None]
+        best = max(confirmed, key=lambda r: r.confirmed or 0.0) if confirmed else (ranked[0] if ranked else None)
+        return TuneResult(self.out, self.settings.objective, rows, best, pareto_front(rows), self.spent(), finished,
+                          self.data)  # fmt: skip
+
+    def report(self, best: TrialRow, compare: Sequence[tuple[str, Any]]) -> list[FlowResult]:
+        """Score the best (and the configs to compare) once on the report split."""
+        from modular_rag.config import OperatorSpec, load_config
+        from modular_rag.eval.runner import dataset_providers, evaluate_flow
+
+        assert self.data.report is not None
+        results = []
+        for name, cfg in [("best", {**best.config, "name": "best"}), *compare]:
+            config = load_config(cfg)
+            chunker = OperatorSpec.model_validate(best.chunker) if name == "best" else (
+                config.indexing.chunker if "indexing" in config.model_fields_set else
+                OperatorSpec(name=self.data.report.default_chunker))  # fmt: skip
+            env = dataset_providers(self.data.report, config.providers, chunker=chunker, progress=False)
+            results.append(evaluate_flow(config, self.data.report, env, name=name,
+                                         concurrency=self.settings.concurrency))  # fmt: skip
+            self.say(f"report split: {name} {self.settings.objective} "
+                     f"{results[-1].summary().get(self.settings.objective, 0.0):.4f}")  # fmt: skip
+        return results
+
+
+def identity(row: TrialRow) -> str:
+    """What a trial ran, without its name (duplicates of one candidate share it)."""
+    return json.dumps([{k: v for k, v in row.config.items() if k != "name"}, row.chunker], sort_keys=True)
+
+
+def _ranked(rows: Sequence[TrialRow]) -> list[TrialRow]:
+    """Feasible complete trials by val quality, then cheaper first; one row per distinct candidate."""
+    seen: set[str] = set()
+    out = []
+    for r in sorted(rows, key=lambda r: (-(r.value or 0.0), r.llm_calls or 0.0, r.ms or 0.0, r.number)):
+        blob = identity(r)
+        if r.state == "complete" and r.feasible and r.value is not None and blob not in seen:
+            seen.add(blob)
+            out.append(r)
+    return out
+
+
+def _best_value(study: Any) -> float | None:
+    values = [t.value for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"
+              and t.user_attrs.get("feasible") and t.value is not None]  # fmt: skip
+    return max(values) if values else None
+
+
+def _ran(t: Any) -> bool:
+    """Whether a finished trial asked questions itself (not rejected before running, not a repeat)."""
+    return t.state.name in ("COMPLETE", "PRUNED") and bool(t.user_attrs.get("questions")) and (
+        t.user_attrs.get("duplicate_of") is None)
+
+
+def _counted(study: Any) -> int:
+    """Trials that ran questions (what ``max_trials`` counts; rejections and repeats cost nothing)."""
+    return sum(_ran(t) for t in study.get_trials(deepcopy=False))
+
+
+def _stale(study: Any, window: int = 30) -> bool:
+    """Whether the last ``window`` candidates were all rejected before running or repeats: the space is spent."""
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED")]
+    return len(trials) >= window and not any(_ran(t) for t in trials[-window:])

@@ -1,0 +1,277 @@
+"""`modular-rag tune` on the demo corpus: spaces, the recorded split, cost-model rejection, successive halving,
+the files it writes (best.yaml reproduces its val score through `eval`), and resuming after SIGINT and SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from modular_rag.config import load_config
+from modular_rag.costs import estimate
+from modular_rag.errors import ConfigError, DatasetError
+from modular_rag.tune import TuneSettings, load_space, tune
+from modular_rag.tune.data import prepare_data
+from modular_rag.tune.search import pareto_front, rungs
+from modular_rag.tune.space import default_space_path
+
+pytestmark = pytest.mark.integration
+
+SMALL_SPACE: dict[str, Any] = {
+    "objective": "ndcg@10",
+    "providers": {"sparse": {"k1": {"float": [0.6, 1.8], "step": 0.6}}},
+    "patterns": {
+        "linear": {
+            "operators": {
+                "rewrite": "none",
+                "retrieve": {"choice": [{"name": "bm25", "params": {"k": 20}},
+                                        {"name": "hybrid", "params": {"k": 20, "pool": {"int": [10, 30], "step": 10},
+                                                                      "fusion": {"choice": ["rrf", "convex"]}}}]},
+                "context": "none",
+                "generate": "none",
+            }
+        }
+    },
+}  # fmt: skip
+
+
+@pytest.fixture
+def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """One evaluation cache for the module's runs (the demo corpus is indexed once)."""
+    folder = tmp_path_factory.getbasetemp() / "tune-home"
+    monkeypatch.setenv("MODULAR_RAG_HOME", str(folder))
+    return folder
+
+
+def _states(db: Path) -> dict[int, tuple[str, float | None]]:
+    """Trial number -> (state, value), read from the study file the way another process would."""
+    with sqlite3.connect(db) as con:
+        rows = con.execute("select t.number, t.state, v.value from trials t left join trial_values v "
+                           "on v.trial_id = t.trial_id").fetchall()  # fmt: skip
+    return {int(n): (str(s), v) for n, s, v in rows}
+
+
+# ------------------------------------------------------------------------------------------------------ spaces
+@pytest.mark.unit
+def test_a_malformed_distribution_names_its_path() -> None:
+    bad = {"patterns": {"linear": {"operators": {"retrieve": {"name": "hybrid", "params": {"pool": {"int": [9]}}}}}}}
+    with pytest.raises(ConfigError) as err:
+        load_space(bad)
+    assert "linear.operators.retrieve.params.pool" in str(err.value) and "[low, high]" in str(err.value)
+    with pytest.raises(ConfigError, match="unknown pattern"):
+        load_space({"patterns": {"lineal": {}}})
+    with pytest.raises(ConfigError, match="objectives"):
+        load_space({"objective": "accuracy", "patterns": {"linear": {}}})
+
+
+@pytest.mark.unit
+def test_parameters_exist_only_under_the_alternative_drawn() -> None:
+    space = load_space(SMALL_SPACE)
+    bm25 = space.draw(optuna.trial.FixedTrial({"linear.operators.retrieve": "bm25", "providers.sparse.k1": 1.2}))
+    assert bm25.config["operators"]["retrieve"] == {"name": "bm25", "params": {"k": 20}}
+    assert set(bm25.params) == {"linear.operators.retrieve", "providers.sparse.k1"}
+    hybrid = space.draw(optuna.trial.FixedTrial({
+        "linear.operators.retrieve": "hybrid", "linear.operators.retrieve=hybrid.params.pool": 20,
+        "linear.operators.retrieve=hybrid.params.fusion": "convex", "providers.sparse.k1": 0.6}))  # fmt: skip
+    assert hybrid.config["operators"]["retrieve"]["params"] == {"k": 20, "pool": 20, "fusion": "convex"}
+    assert hybrid.config["providers"]["sparse"] == {"k1": 0.6}
+    assert bm25.key() != hybrid.key()
+
+
+@pytest.mark.parametrize("objective", ["ndcg@10", "all@5", "f1"])
+def test_every_candidate_of_the_default_spaces_is_a_valid_config_with_a_cost(objective: str) -> None:
+    space = load_space(None, objective=objective)
+    assert space.objective == objective and default_space_path(objective).exists()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    patterns = set()
+    for _ in range(40):
+        candidate = space.draw(study.ask())
+        config = load_config(candidate.config)
+        assert estimate(config).llm_calls.lo >= 0
+        patterns.add(config.pattern)
+    assert patterns == set(space.patterns)
+
+
+# ------------------------------------------------------------------------------------------------------- split
+def test_the_split_is_seeded_disjoint_recorded_and_reused(tmp_path: Path) -> None:
+    data = prepare_data("demo", tmp_path, seed=3)
+    fit, val, report = ({q.id for q in d.queries} for d in (data.fit, data.val, data.report))  # type: ignore[union-attr]
+    assert fit and val and report and not (fit & val or fit & report or val & report)
+    assert len(fit | val | report) == 24
+    record = json.loads((tmp_path / "data" / "split.json").read_text())
+    assert record["seed"] == 3 and set(record["val"]) == val and record["report_split"] == "held out"
+    again = prepare_data("demo", tmp_path, seed=3)
+    assert [q.id for q in again.val.queries] == [q.id for q in data.val.queries]
+    with pytest.raises(DatasetError, match="other settings"):
+        prepare_data("demo", tmp_path, seed=4)
+
+
+def test_a_dataset_with_a_train_split_tunes_on_it_and_reports_on_dev(tmp_path: Path) -> None:
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    docs = [{"_id": f"d{i}", "title": f"T{i}", "text": f"document {i} about topic {i % 3}"} for i in range(12)]
+    (beir / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    for prefix, ids in (("train_", range(0, 10)), ("", range(10, 14))):
+        (beir / f"{prefix}queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": f"topic {i % 3}"})
+                                                             + "\n" for i in ids))  # fmt: skip
+        (beir / f"{prefix}qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+            f"q{i}\td{i % 12}\t1\n" for i in ids))  # fmt: skip
+    data = prepare_data(str(beir), tmp_path / "run")
+    assert {q.id for q in data.fit.queries} | {q.id for q in data.val.queries} == {f"q{i}" for i in range(10)}
+    assert data.report is not None and {q.id for q in data.report.queries} == {f"q{i}" for i in range(10, 14)}
+
+
+@pytest.mark.unit
+def test_rungs_grow_by_the_reduction_factor_and_end_at_every_question() -> None:
+    assert rungs(162, min_questions=20) == [20, 60, 162]
+    assert rungs(900, min_questions=20) == [100, 300, 900]
+    assert rungs(12, min_questions=20) == [12]
+    assert rungs(4, min_questions=2, reduction=2) == [2, 4]
+
+
+# ------------------------------------------------------------------------------------------------------ search
+def test_tune_writes_a_best_config_that_eval_reproduces(home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    settings = TuneSettings(budget_s=300, max_trials=10, min_questions=2, confirm=3)
+    result = tune("demo", out, settings, space=load_space(SMALL_SPACE))
+    assert result.finished and result.best is not None
+    assert sum(r.state == "complete" for r in result.rows) >= 3
+    best = load_config(out / "best.yaml")
+    assert best.name == "tune-best" and best.indexing.chunker.name == "recursive"
+    assert best.operators["retrieve"].name == result.best.config["operators"]["retrieve"]["name"]
+    # chosen by fit+val among the best few by val
+    assert result.best.confirmed is not None
+    # the same config scored again on the val questions gives the recorded value
+    from modular_rag.eval.runner import dataset_providers, evaluate_flow
+
+    env = dataset_providers(result.data.val, best.providers, chunker=best.indexing.chunker, progress=False)
+    assert evaluate_flow(best, result.data.val, env).summary()["ndcg@10"] == pytest.approx(result.best.value)
+    # every front file is a runnable config, and nothing on the front is beaten on quality and cost
+    front = sorted((out / "pareto").glob("*.yaml"))
+    assert front and all(load_config(p).pattern == "linear" for p in front)
+    assert [r.number for r in pareto_front(result.rows)] == [r.number for r in result.front]
+    table = (out / "trials.txt").read_text()
+    assert "val ndcg@10" in table and "decision" in table and str(result.best.number) in table
+    assert (out / "pareto.png").stat().st_size > 0
+    assert "report split" in (out / "report.txt").read_text()
+    data = json.loads((out / "tune.json").read_text())
+    assert data["best"] == result.best.number and len(data["trials"]) == len(result.rows)
+
+
+def test_the_cost_model_rejects_what_the_llm_budget_cannot_afford_before_it_runs(home: Path, tmp_path: Path) -> None:
+    space = {
+        "patterns": {"linear": {"operators": {
+            "rewrite": {"choice": ["none", "rewrite", "step_back"]}, "retrieve": {"name": "bm25", "params": {"k": 5}},
+            "context": {"name": "evidence_first", "params": {"max_chunks": 2}},
+            "generate": {"name": "cited_answer", "params": {"mode": "extractive"}},
+        }}},
+    }  # fmt: skip
+    result = tune("demo", tmp_path / "run", TuneSettings(budget_s=300, objective="f1", max_llm_calls=0,
+                  max_trials=6, min_questions=2, report=False), space=load_space(space))  # fmt: skip
+    rejected = [r for r in result.rows if "cost model" in r.verdict]
+    assert rejected, [r.verdict for r in result.rows]
+    # the query rewriters always call the model: ruled out without a single question asked
+    assert {r.config["operators"]["rewrite"] for r in rejected} == {"rewrite", "step_back"}
+    assert all(r.questions == 0 and r.llm_calls is None for r in rejected)
+    assert result.best is not None and result.best.llm_calls == 0
+    assert result.best.config["operators"]["rewrite"] == "none"
+
+
+def test_successive_halving_stops_trailing_candidates_on_a_subset(home: Path, tmp_path: Path) -> None:
+    space = {"patterns": {"linear": {"operators": {
+        "rewrite": "none", "context": "none", "generate": "none",
+        "retrieve": {"name": "dense", "params": {"k": {"int": [1, 10]}}}}}}}  # fmt: skip
+    result = tune("demo", tmp_path / "run", TuneSettings(budget_s=300, max_trials=24, min_questions=2,
+                  reduction=2, val_fraction=0.5, report=False, confirm=0), space=load_space(space))  # fmt: skip
+    pruned = [r for r in result.rows if r.verdict.startswith("pruned at")]
+    full = len(result.data.val.queries)
+    assert pruned and all(0 < r.questions < full for r in pruned)
+    assert all(r.questions == full for r in result.rows if r.verdict == "complete")
+
+
+def test_a_folder_of_documents_with_a_questions_file_is_a_dataset(home: Path, tmp_path: Path) -> None:
+    from modular_rag import demo_corpus_path
+
+    client = tmp_path / "client"
+    shutil.copytree(demo_corpus_path(), client / "corpus")
+    questions = client / "asked.jsonl"
+    rows = [json.loads(line) for line in (demo_corpus_path().parent / "questions.jsonl").read_text().splitlines()]
+    questions.write_text("".join(json.dumps({k: r[k] for k in ("id", "text", "relevant")}) + "\n" for r in rows))
+    result = tune(str(client), tmp_path / "run", TuneSettings(budget_s=300, max_trials=3, min_questions=2),
+                  space=load_space(SMALL_SPACE), questions=str(questions))  # fmt: skip
+    assert result.best is not None and result.best.value is not None and result.best.value > 0.5
+
+
+# ------------------------------------------------------------------------------------------------------ resume
+def _tune_cmd(out: Path, trials: int) -> list[str]:
+    space = out.parent / "space.yaml"
+    space.write_text(yaml.safe_dump(SMALL_SPACE))
+    return [sys.executable, "-m", "modular_rag.cli", "tune", "--dataset", "demo", "--out", str(out), "--space",
+            str(space), "--budget", "10m", "--trials", str(trials), "--min-questions", "2", "--quiet"]  # fmt: skip
+
+
+def _wait_for(db: Path, complete: int, proc: subprocess.Popen[str], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if db.exists():
+            try:
+                if sum(s == "COMPLETE" for s, _ in _states(db).values()) >= complete:
+                    return
+            except sqlite3.OperationalError:  # the tables are being created
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {complete} trials finished in {timeout}s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_an_interrupted_tune_continues_the_same_study_and_keeps_every_finished_trial(
+    home: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "MODULAR_RAG_HOME": str(home)}
+    proc = subprocess.Popen(_tune_cmd(out, 12), env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(out / "study.db", 3, proc)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, stderr
+        assert "interrupted" in stdout and "interrupted" in (out / "trials.txt").read_text()
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    before = _states(out / "study.db")
+    finished = {n: v for n, (s, v) in before.items() if s == "COMPLETE"}
+    assert len(finished) >= 3
+    again = subprocess.run(_tune_cmd(out, 12), env=env, text=True, capture_output=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    after = _states(out / "study.db")
+    assert all(after[n] == ("COMPLETE", v) for n, v in finished.items())  # nothing finished is lost or redone
+    assert sum(s in ("COMPLETE", "PRUNED") for s, _ in after.values()) >= 12
+    assert not any(s == "RUNNING" for s, _ in after.values())
+    study = optuna.load_study(study_name="tune", storage=f"sqlite:///{out / 'study.db'}")
+    for number in (n for n, (s, _) in before.items() if s == "RUNNING"):  # cut short by the kill: run again
+        cut = study.trials[number]
+        assert cut.state.name == "FAIL"
+        if cut.params:
+            assert any(t.user_attrs.get("rerun_of") == number and t.params == cut.params for t in study.trials)
+    assert load_config(out / "best.yaml").name == "tune-best"
+
+
+def test_a_study_is_resumed_only_with_the_settings_it_was_made_with(home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    tune("demo", out, TuneSettings(budget_s=60, max_trials=2, min_questions=2, report=False),
+         space=load_space(SMALL_SPACE))  # fmt: skip
+    with pytest.raises(ConfigError, match="other settings"):
+        tune("demo", out, TuneSettings(budget_s=60, max_trials=2, min_questions=2, objective="recall@10"),
+             space=load_space(SMALL_SPACE))  # fmt: skip
