@@ -678,30 +678,47 @@ class ChatClient:
 
     def _invoke(self, runnable: Any, messages: list[tuple[str, str]]) -> Any:
         """Call the model; retry malformed or empty responses (which the HTTP client does not retry) with
-        exponential backoff, up to ``retries`` more times; raise :class:`ProviderError` when it keeps failing."""
-        delay = self.backoff_s
-        revived = False
-        attempt = 0
-        while True:
-            try:
-                return runnable.invoke(messages)
-            except Exception as exc:
-                record(llm_calls=1, prompt_tokens=sum(estimate_tokens(t) for _, t in messages))  # sent, if unanswered
-                if not revived and self.revive is not None and _connection_failed(exc):
-                    revived = True
-                    reason = self.revive()
-                    if reason is not None:
-                        from modular_rag.trace import note
+        exponential backoff (tenacity), up to ``retries`` more times while the step's deadline allows; a failed
+        connection to a local server revives it once and retries at once (not counted). Raise
+        :class:`ProviderError` when it keeps failing."""
+        from tenacity import RetryCallState, Retrying
 
-                        note(f"llama-server restarted: {reason}")
-                        continue
-                deadline = current_deadline()
-                if attempt < self.retries and _retryable(exc) and (deadline is None or not deadline.over):
-                    attempt += 1
-                    time.sleep(delay)
-                    delay *= 2
-                    continue
-                raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
+        revived = False
+        free = 0  # attempts that followed a revival: no backoff, not counted against `retries`
+        revive_now = False
+
+        def retry(state: RetryCallState) -> bool:
+            nonlocal revived, free, revive_now
+            assert state.outcome is not None
+            exc = state.outcome.exception()
+            if exc is None:
+                return False
+            record(llm_calls=1, prompt_tokens=sum(estimate_tokens(t) for _, t in messages))  # sent, if unanswered
+            if not revived and self.revive is not None and _connection_failed(exc):
+                revived = True
+                reason = self.revive()
+                if reason is not None:
+                    from modular_rag.trace import note
+
+                    note(f"llama-server restarted: {reason}")
+                    free += 1
+                    revive_now = True
+                    return True
+            deadline = current_deadline()
+            spent = state.attempt_number - free
+            return spent <= self.retries and _retryable(exc) and (deadline is None or not deadline.over)
+
+        def wait(state: RetryCallState) -> float:
+            nonlocal revive_now
+            if revive_now:
+                revive_now = False
+                return 0.0
+            return float(self.backoff_s * 2 ** (state.attempt_number - free - 1))
+
+        try:
+            return Retrying(retry=retry, wait=wait, reraise=True, sleep=time.sleep)(runnable.invoke, messages)
+        except Exception as exc:
+            raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
 
     def _bounded_model(self) -> Any:
         """The chat model without client-side retries, for calls under a deadline (an OpenAI client retries a

@@ -9,18 +9,36 @@ Building is cheap and loads nothing: the embedder, the index and the local llama
 query. The templates keep their index under ``.modular_rag/demo`` relative to the server's working directory.
 To serve your own configs, set ``MODULAR_RAG_FLOWS`` to a folder holding ``<pattern>.yaml`` files; a pattern
 without a file there is built from its template.
+
+One more graph, ``flow``, is a graph factory: each run builds (once, then from a cache) the config its assistant
+names in its context, ``{"flow": "<name>"}``: ``<name>.yaml`` in ``MODULAR_RAG_FLOWS`` (default ``configs/`` in
+the server's working directory), or a pattern's template. An assistant per client, each with its own config,
+and a config edited or added on disk is picked up at the next run, without restarting the server.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+from typing_extensions import TypedDict
 
 from modular_rag import template_path
 from modular_rag.builder import build_flow
 
+if TYPE_CHECKING:  # LangGraph Server resolves the name itself when it reads flow's signature
+    from langgraph_sdk.runtime import ServerRuntime
+
 __all__ = [
     "PATTERNS",
+    "FlowContext",
+    "flow_names",
+    "flow_path",
+    "flow",
     "config_path",
     "linear",
     "conditional",
@@ -51,3 +69,58 @@ branching = build_flow(config_path("branching"), threads=True)
 iterative = build_flow(config_path("iterative"), threads=True)
 recursive = build_flow(config_path("recursive"), threads=True)
 adaptive = build_flow(config_path("adaptive"), threads=True)
+
+
+class FlowContext(TypedDict, total=False):
+    """The context of a ``flow`` assistant (LangGraph Studio shows it as the assistant's form)."""
+
+    flow: str
+    """The config to run: a ``<name>.yaml`` of the flows folder, or a pattern name (its template)."""
+
+
+def _flows_folder() -> Path:
+    return Path(os.environ.get("MODULAR_RAG_FLOWS") or "configs")
+
+
+def flow_names() -> list[str]:
+    """The configs a ``flow`` assistant may name: the flows folder's YAML files, then the pattern templates."""
+    folder = _flows_folder()
+    own = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    return own + [p for p in PATTERNS if p not in own]
+
+
+def flow_path(name: str) -> Path:
+    """The file a config name stands for.
+
+    Raises:
+        ConfigError: If no config has that name (the message lists the names).
+    """
+    own = _flows_folder() / f"{name}.yaml"
+    if "/" not in name and own.is_file():
+        return own
+    if name in PATTERNS:
+        return template_path(name)
+    from modular_rag.errors import ConfigError
+
+    raise ConfigError("context.flow", f"no config named {name!r}; configs: {', '.join(flow_names())}")
+
+
+_BUILT: dict[Path, tuple[int, Any]] = {}
+_BUILD_LOCK = threading.Lock()
+
+
+def flow(config: RunnableConfig, runtime: ServerRuntime) -> CompiledStateGraph:
+    """LangGraph Server graph factory: the graph of the config the run's context (or ``configurable``) names
+    under ``flow`` (default ``linear``), on threads; rebuilt when its file changes."""
+    context = getattr(runtime, "context", None) or {}
+    name = (context.get("flow") if isinstance(context, dict) else getattr(context, "flow", None)) or (
+        (config.get("configurable") or {}).get("flow") or "linear")  # fmt: skip
+    path = flow_path(str(name)).resolve()
+    stamp = path.stat().st_mtime_ns
+    with _BUILD_LOCK:
+        built = _BUILT.get(path)
+        if built is None or built[0] != stamp:
+            graph = build_flow(path, threads=True)
+            graph.context_schema = FlowContext  # type: ignore[assignment]
+            _BUILT[path] = built = (stamp, graph)
+    return built[1]

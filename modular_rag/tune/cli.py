@@ -30,6 +30,9 @@ def add_parser(sub: Any) -> None:
                    help="first fine-tune the embedder on the fit questions (modular-rag finetune) and search with it")
     p.add_argument("--finetune-epochs", type=int, default=3, help="fine-tune stage: epochs (default 3)")
     p.add_argument("--finetune-lr", type=float, default=3e-5, help="fine-tune stage: learning rate (default 3e-5)")
+    p.add_argument("--router", action="store_true",
+                   help="after the search, train the learned router over the Pareto front's flows on the fit "
+                        "questions; the routed flow competes as one more trial")  # fmt: skip
     p.add_argument("--compare", nargs="+", default=[], help="configs scored with the best on the report split")
     p.add_argument("--no-report", action="store_true", help="do not score the best on the report split")
     p.add_argument("--trials", type=int, help="stop after this many trials (besides the budget)")
@@ -62,7 +65,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         budget_s=parse_budget(args.budget), objective=objective, max_llm_calls=args.max_llm_calls,
         max_latency_ms=args.max_latency_ms, seed=args.seed, val_fraction=args.val_fraction,
         report_fraction=args.report_fraction, min_questions=args.min_questions, pruner=args.pruner,
-        max_trials=args.trials, confirm=args.confirm, finetune=finetune, report=not args.no_report,
+        max_trials=args.trials, confirm=args.confirm, finetune=finetune, router=args.router,
+        report=not args.no_report,
         concurrency=args.concurrency,
     )  # fmt: skip
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))

@@ -339,6 +339,7 @@ def tune(
         rows = _rows(study)
         if finished:
             runner.confirm(rows)
+            runner.router_stage(_rows(study))
             rows = _rows(study)
         result = runner.result(rows, finished)
         from modular_rag.tune.output import write_outputs
@@ -586,6 +587,54 @@ class _Search:
             self.study.set_user_attr("confirmed", confirmed)
             row.confirmed = round(both, 6)
             self.say(f"confirm #{row.number}: val {row.value:.4f}, fit {fit_value:.4f}, both {both:.4f}")
+
+    def router_stage(self, rows: list[TrialRow]) -> None:
+        """Train the learned router over the Pareto front's flows (cheapest to best, at most four, one index) on
+        the fit questions, and score the routed flow on val as one more trial, so it competes for best.yaml."""
+        if not self.settings.router or any(r.summary.startswith("learned router") for r in rows):
+            return
+        import optuna
+
+        from modular_rag.config import OperatorSpec, load_config
+        from modular_rag.eval.router import train_router
+        from modular_rag.eval.runner import evaluate_flow
+
+        ranked = _ranked(rows)
+        if not ranked:
+            return
+        chunker = ranked[0].chunker
+        routes = [r for r in pareto_front(rows) if r.chunker == chunker][:4]
+        if len(routes) < 2:  # a front of one: route between the best and the cheapest flow
+            cheapest = min((r for r in ranked if r.chunker == chunker and r is not ranked[0]),
+                           key=lambda r: (r.llm_calls or 0.0, r.retrievals or 0.0, r.ms or 0.0), default=None)
+            routes = [ranked[0], cheapest] if cheapest is not None else []
+        if len(routes) < 2:
+            self.say("router stage skipped: one distinct flow finished")
+            return
+        quality = self.settings.objective if self.settings.objective in ("all@5", "recall@5", "f1", "em",
+                                                                         "contains") else "recall@5"  # fmt: skip
+        configs = {f"trial{r.number}": load_config({**r.config, "name": f"trial{r.number}"}) for r in routes}
+        self.say(f"router stage: training over {', '.join(configs)} on the fit questions ({quality})")
+        training = train_router(self.data.fit, configs, self.out / "router", quality=quality, seed=self.settings.seed,
+                                log=self.say)  # fmt: skip
+        import yaml
+
+        routed_map = yaml.safe_load(training.config_file.read_text(encoding="utf-8"))
+        routed = load_config(routed_map)
+        env = self.envs.get(routed.providers, OperatorSpec.model_validate(chunker))
+        summary = evaluate_flow(routed, self.data.val, env, concurrency=self.settings.concurrency).summary()
+        value = float(summary.get(self.settings.objective, 0.0))
+        attrs = {"config": routed_map, "chunker": chunker, "pattern": routed.pattern,
+                 "summary": f"learned router over {', '.join(configs)}", "key": "router", "questions":
+                 len(self.data.val.queries), "llm_calls": round(summary["llm_calls"], 4), "retrievals":
+                 round(summary["retrievals"], 4), "ms": round(summary["ms"], 2)}  # fmt: skip
+        s = self.settings
+        attrs["feasible"] = (s.max_llm_calls is None or summary["llm_calls"] <= s.max_llm_calls) and (
+            s.max_latency_ms is None or summary["ms"] <= s.max_latency_ms)  # fmt: skip
+        attrs["verdict"] = "complete" if attrs["feasible"] else "over budget (measured)"
+        self.study.add_trial(optuna.trial.create_trial(value=value, user_attrs=attrs))
+        self.say(f"router stage: routed flow val {self.settings.objective} {value:.4f}, "
+                 f"{summary['llm_calls']:.2f} LLM calls/q, {summary['retrievals']:.2f} retrievals/q")  # fmt: skip
 
     def result(self, rows: list[TrialRow], finished: bool) -> TuneResult:
         ranked = _ranked(rows)

@@ -41,10 +41,12 @@ def load_graph(spec: str, base: Path) -> Any:
 def test_langgraph_json_exposes_every_pattern_as_a_compiled_graph() -> None:
     config = json.loads((REPO / "langgraph.json").read_text())
     assert config["dependencies"] == ["."]
-    assert sorted(config["graphs"]) == sorted(PATTERNS)
+    assert sorted(config["graphs"]) == sorted([*PATTERNS, "flow"])  # flow: the factory of configs by name
     from modular_rag.builder import build_flow
 
     for name, spec in config["graphs"].items():
+        if name == "flow":
+            continue
         graph = load_graph(spec if isinstance(spec, str) else spec["path"], REPO)
         assert isinstance(graph, CompiledStateGraph), name
         expected = build_flow(template_path(name), threads=True)  # the same template, built directly, on threads
@@ -123,7 +125,15 @@ def test_langgraph_dev_answers_over_http(demo_dir: Path, demo_env: Providers, tm
     with background(cmd, f"{url}/ok", log=tmp_path / "langgraph-dev.log", cwd=REPO, env=env):
         client = get_sync_client(url=url, timeout=300)
         graphs = {a["graph_id"] for a in client.assistants.search(limit=20)}
-        assert graphs == set(PATTERNS)
+        assert graphs == {*PATTERNS, "flow"}
+        # an assistant per client config, picked by name; a config added while the server runs is served too
+        retrieval_only = {**config, "name": "client-b", "operators": {"retrieve": {"name": "bm25", "params": {"k": 3}},
+                                                                      "context": "none", "generate": "none"}}
+        (flows / "client-b.yaml").write_text(yaml.safe_dump(retrieval_only))
+        assistant = client.assistants.create("flow", context={"flow": "client-b"}, name="client-b")
+        got = client.runs.wait(None, assistant["assistant_id"], input={"query": QUESTION})
+        assert [e["node"] for e in got["ledger"]] == ["retrieve"] and not got.get("answer")
+        assert any(c["metadata"].get("doc_id") == "display-error-e07" for c in got["candidates"])
         thread = client.threads.create()
         out = client.runs.wait(thread["thread_id"], "linear", input={"query": QUESTION})
         assert out["answer"]["text"].strip() and not out["answer"]["refused"]
@@ -145,3 +155,30 @@ def test_every_graph_asks_studio_for_a_question_not_its_internal_state() -> None
         flow = build_flow(template_path(name), threads=True)
         assert set(flow.get_input_jsonschema()["properties"]) == {"query", "filter", "messages"}, name
         assert {"answer", "evidence", "messages", "trace", "ledger"} <= set(flow.get_output_jsonschema()["properties"])
+
+
+@pytest.mark.unit
+def test_the_flow_graph_builds_the_config_its_assistant_names_and_follows_edits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    from types import SimpleNamespace
+
+    from modular_rag import server
+    from modular_rag.errors import ConfigError
+
+    monkeypatch.setenv("MODULAR_RAG_FLOWS", str(tmp_path))
+    own = tmp_path / "client-a.yaml"
+    base = {"pattern": "linear", "providers": {"vectorstore": {"in_memory": True}}, "operators": {"generate": "none"}}
+    own.write_text(yaml.safe_dump({**base, "name": "client-a-v1"}))
+    assert server.flow_names()[0] == "client-a" and "iterative" in server.flow_names()
+    graph = server.flow({}, SimpleNamespace(context={"flow": "client-a"}))  # type: ignore[arg-type]
+    assert graph.name == "client-a-v1"
+    assert graph.get_context_jsonschema()["properties"] == {"flow": {"title": "Flow", "type": "string"}}
+    assert server.flow({"configurable": {"flow": "client-a"}}, None) is graph  # type: ignore[arg-type]  # cached
+    own.write_text(yaml.safe_dump({**base, "name": "client-a-v2"}))  # edited on disk: the next run has it
+    os.utime(own, ns=(own.stat().st_atime_ns, own.stat().st_mtime_ns + 1_000_000))
+    assert server.flow({}, SimpleNamespace(context={"flow": "client-a"})).name == "client-a-v2"  # type: ignore[arg-type]
+    assert server.flow({}, None).name == yaml.safe_load(template_path("linear").read_text())["name"]  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="client-a"):
+        server.flow({}, SimpleNamespace(context={"flow": "client-z"}))  # type: ignore[arg-type]

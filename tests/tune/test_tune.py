@@ -275,3 +275,21 @@ def test_a_study_is_resumed_only_with_the_settings_it_was_made_with(home: Path, 
     with pytest.raises(ConfigError, match="other settings"):
         tune("demo", out, TuneSettings(budget_s=60, max_trials=2, min_questions=2, objective="recall@10"),
              space=load_space(SMALL_SPACE))  # fmt: skip
+
+
+def test_the_router_stage_routes_between_front_flows_and_competes_as_a_trial(home: Path, tmp_path: Path) -> None:
+    space = {"objective": "recall@5", "patterns": {"linear": {"operators": {
+        "rewrite": "none", "context": "none", "generate": "none",
+        "retrieve": {"choice": [{"name": "bm25", "params": {"k": 5}}, {"name": "dense", "params": {"k": 5}},
+                                {"name": "hybrid", "params": {"k": 10, "pool": 10}}]}}}}}  # fmt: skip
+    out = tmp_path / "run"
+    result = tune("demo", out, TuneSettings(budget_s=300, objective="recall@5", max_trials=6, min_questions=2,
+                  router=True, report=False, val_fraction=0.4), space=load_space(space))  # fmt: skip
+    routed = [r for r in result.rows if r.summary.startswith("learned router")]
+    assert len(routed) == 1 and routed[0].value is not None and routed[0].questions == len(result.data.val.queries)
+    config = load_config(routed[0].config)
+    assert config.pattern == "conditional" and (out / "router" / "router.json").exists()
+    # resuming does not train a second router
+    again = tune("demo", out, TuneSettings(budget_s=300, objective="recall@5", max_trials=6, min_questions=2,
+                 router=True, report=False, val_fraction=0.4), space=load_space(space))  # fmt: skip
+    assert sum(r.summary.startswith("learned router") for r in again.rows) == 1
