@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from modular_rag.eval.recommend import PATTERN_RUNS, pattern_config
+
 __all__ = ["RETRIEVAL_PRESETS", "retrieval_preset", "PATTERN_RUNS", "pattern_config", "main"]
 
 DEPTH = 100
@@ -232,47 +234,6 @@ def _holdout(args: argparse.Namespace) -> int:
         judged = sum(len(v) for v in part.qrels.values())
         print(f"{part.split}: {len(part.queries)} queries, {judged} judgements -> {args.out}")
     return 0
-
-
-PATTERN_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
-    "linear": ("linear", {}),
-    "linear-checked": ("linear", {"operators": {"generate": {"name": "cited_answer", "params": {"mode": "checked"}}}}),
-    "linear-multihop": ("linear", {"operators": {"retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
-                                                 "rerank": {"name": "link_hop", "params": {"k": 10}}}}),
-    "conditional": ("conditional", {}),
-    "branching": ("branching", {}),
-    "branching-documents": ("branching", {"params": {"mode": "documents", "branches": 3},
-                                          "operators": {"expand": "none", "fuse": {"name": "replug"}}}),
-    "iterative": ("iterative", {}),
-    "recursive": ("recursive", {}),
-    "adaptive": ("adaptive", {}),
-    "adaptive-self-rag": ("adaptive", {"params": {"mode": "self_rag", "max_steps": 2},
-                                       "operators": {"draft": "none", "judge": {"name": "llm_judge"}}}),
-}
-"""The pattern runs of ``bench patterns``: each template; linear with the model answering (checked) and with the
-document-graph hop; the second mode of branching and adaptive."""
-
-
-def pattern_config(run: str) -> dict[str, Any]:
-    """A template with a run's overrides applied one level deep.
-
-    Raises:
-        ConfigError: If the run is unknown (the message lists the runs).
-    """
-    import yaml
-
-    from modular_rag import template_path
-    from modular_rag.errors import ConfigError
-
-    try:
-        pattern, overrides = PATTERN_RUNS[run]
-    except KeyError:
-        raise ConfigError("--runs", f"unknown run {run!r}; runs: {', '.join(PATTERN_RUNS)}") from None
-    config = yaml.safe_load(template_path(pattern).read_text(encoding="utf-8"))
-    for key, value in overrides.items():
-        config[key] = {**config.get(key, {}), **value}
-    config["name"] = run
-    return config
 
 
 def _patterns(args: argparse.Namespace) -> int:

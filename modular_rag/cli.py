@@ -319,42 +319,21 @@ def _cmd_train_router(args: argparse.Namespace) -> int:
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from modular_rag.bench import PATTERN_RUNS, pattern_config
-    from modular_rag.config import OperatorSpec, load_config
-    from modular_rag.costs import estimate
-    from modular_rag.eval.runner import dataset_providers, evaluate_flow
+    from modular_rag.eval.recommend import config_candidates, pattern_candidates, recommend
     from modular_rag.tables import format_table
 
     dataset = _load_dataset(args.dataset, args.split, args.limit)
-    if args.config:
-        candidates = [(load_config(p).name or Path(p).stem, load_config(p)) for p in args.config]
-    else:
-        candidates = [(run, load_config(pattern_config(run))) for run in PATTERN_RUNS]
-    rows, best = [], None
-    for name, config in candidates:
-        est = estimate(config)
-        if args.max_llm_calls is not None and est.llm_calls.lo > args.max_llm_calls:
-            rows.append([name, config.pattern, str(est.llm_calls), "-", "-", "-", "over budget by its cost model"])
-            continue
-        env = dataset_providers(dataset, config.providers, chunker=OperatorSpec(name=dataset.default_chunker),
-                                progress=not args.quiet, log=lambda line: print(line, file=sys.stderr))  # fmt: skip
-        summary = evaluate_flow(config, dataset, env, name=name, progress=not args.quiet).summary()
-        fits = (args.max_llm_calls is None or summary["llm_calls"] <= args.max_llm_calls) and (
-            args.max_latency_ms is None or summary["ms"] <= args.max_latency_ms)
-        verdict = "fits" if fits else "over budget (measured)"
-        rows.append([name, config.pattern, str(est.llm_calls), f"{summary['llm_calls']:.2f}", f"{summary['ms']:.0f}",
-                     f"{summary[args.quality]:.3f}", verdict])  # fmt: skip
-        if fits and (best is None or summary[args.quality] > best[1]):
-            best = (name, summary[args.quality])
+    candidates = config_candidates(args.config) if args.config else pattern_candidates()
+    result = recommend(dataset, candidates, quality=args.quality, max_llm_calls=args.max_llm_calls,
+                       max_latency_ms=args.max_latency_ms, progress=not args.quiet,
+                       log=lambda line: print(line, file=sys.stderr))  # fmt: skip
     print(f"{dataset.name} ({len(dataset.queries)} queries); budget: LLM calls/q <= {args.max_llm_calls}, "
           f"ms/q <= {args.max_latency_ms}; quality = {args.quality}")
-    print(format_table(["config", "pattern", "LLM/q model", "LLM/q measured", "ms/q", args.quality, "budget"], rows))
-    if best is None:
+    print(format_table(result.headers, result.rows()))
+    if result.best is None:
         print("recommendation: none of the configs fits the budget; raise it or add cheaper configs")
         return 1
-    print(f"recommendation: {best[0]} ({args.quality} {best[1]:.3f})")
+    print(f"recommendation: {result.best.name} ({args.quality} {result.best.quality:.3f})")
     return 0
 
 

@@ -1,0 +1,90 @@
+"""Performance benchmarks: framework overhead, indexing throughput, sparse retrieval at scale, concurrent batches,
+start-up. Each subcommand runs the things it compares side by side in one process (interleaved, alternating their
+order), so the ratios hold on a noisy shared machine, and prints a table with the ratio against its target.
+
+    .venv/bin/python -m benchmarks.perf overhead    [--dataset DIR] [--queries 300] [--retrieve hybrid,bm25]
+    .venv/bin/python -m benchmarks.perf indexing    [--dataset DIR] [--limit N]
+    .venv/bin/python -m benchmarks.perf sparse      [--dataset DIR] [--sizes 100000,1000000] [--queries 1019]
+    .venv/bin/python -m benchmarks.perf concurrency [--queries 64] [--concurrency 16] [--latency 1.0]
+                                                    [--slots 4] [--local-queries 16]
+    .venv/bin/python -m benchmarks.perf startup     [--runs 3]
+    .venv/bin/python -m benchmarks.perf add         [--size 100000] [--docs 10] [--rounds 2]
+
+Run from the repository's root. Add ``--save`` to write the command line and its output to
+``benchmarks/results/perf-<subcommand>.txt``. What each measures, and how, is in the docstring of its module
+(``benchmarks/perf/<subcommand>.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from . import add, concurrency, indexing, overhead, sparse, startup
+from .common import DEFAULT_DATASET, RESULTS, ROOT, Report
+
+__all__ = ["main"]
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Report], None]] = {
+    "overhead": overhead.run,
+    "indexing": indexing.run,
+    "sparse": sparse.run,
+    "concurrency": concurrency.run,
+    "startup": startup.run,
+    "add": add.run,
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.perf", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("overhead", help="graph vs the same operator functions called directly")
+    p.add_argument("--queries", type=int, default=300, help="SciFact queries (dev, then train); default 300")
+    p.add_argument("--retrieve", default="hybrid,bm25", help="retrieval operators to compare (comma-separated)")
+    p = sub.add_parser("indexing", help="index_paths vs raw encode() on the SciFact corpus")
+    p.add_argument("--limit", type=int, help="only the first N documents (default: all)")
+    p = sub.add_parser("sparse", help="BM25 latency at 100k / 1M chunks: sparse vs rank_bm25")
+    p.add_argument("--sizes", default="100000,1000000", help="corpus sizes in chunks (comma-separated)")
+    p.add_argument("--queries", type=int, help="SciFact queries (default: all of dev + train)")
+    p.add_argument("--slow-queries", type=int, default=20,
+                   help="queries rank_bm25 runs at sizes above 200k (5x this below); default 20")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
+    p = sub.add_parser("concurrency", help="serial vs batch/abatch/eval --concurrency against slow endpoints")
+    p.add_argument("--queries", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--latency", type=float, default=1.0, help="seconds per call of the stub endpoint")
+    p.add_argument("--slots", type=int, default=4, help="llama-server parallel slots (and concurrency)")
+    p.add_argument("--local-queries", type=int, default=16, help="queries against the local llama-server")
+    p = sub.add_parser("startup", help="modular-rag run on the demo: total and split")
+    p.add_argument("--runs", type=int, default=3)
+    p = sub.add_parser("add", help="adding a few documents to a large index: full BM25 rebuild vs incremental")
+    p.add_argument("--size", type=int, default=100_000, help="chunks in the index added to; default 100000")
+    p.add_argument("--docs", type=int, default=10, help="documents added per run; default 10")
+    p.add_argument("--rounds", type=int, default=2, help="rounds (each runs both ways); default 2")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus and the random vectors")
+    for p in sub.choices.values():
+        p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the SciFact folder (BEIR format)")
+        p.add_argument("--save", action="store_true", help="also write benchmarks/results/perf-<command>.txt")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one benchmark; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    out = Report()
+    COMMANDS[args.command](args, out)
+    if args.save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        file = RESULTS / f"perf-{args.command}.txt"
+        command = "$ .venv/bin/python -m benchmarks.perf " + " ".join(shlex.quote(a) for a in argv)
+        file.write_text(command + "\n" + "\n".join(out.lines) + "\n", encoding="utf-8")
+        print(f"wrote {file.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

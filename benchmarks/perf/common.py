@@ -1,0 +1,70 @@
+"""What the perf benchmarks share: paths, the report ``--save`` keeps, tables, the SciFact queries, the demo index."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the stub LLM lives with the test helpers
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "scifact"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+class Report:
+    """Collects what a subcommand prints, so ``--save`` can write it beside the command line."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, text: str = "") -> None:
+        print(text, flush=True)
+        self.lines.append(text)
+
+
+def cell(value: Any) -> str:
+    """A table cell: floats to 3 significant digits below 1, 2 decimals up to 1000, none (thousands separated)
+    from there; ints thousands separated; anything else as ``str``."""
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """:func:`modular_rag.tables.format_table` of the rows' :func:`cell` texts (left-aligned), no cell cut."""
+    from modular_rag.tables import format_table
+
+    return format_table(headers, [[cell(v) for v in row] for row in rows], max_width=sys.maxsize)
+
+
+def verdict(ok: bool) -> str:
+    return "meets target" if ok else "MISSES target"
+
+
+def scifact_queries(dataset: Path, limit: int | None) -> list[str]:
+    """The SciFact query texts, dev then train (when the folder has ``train_queries.jsonl``), the first ``limit``."""
+    from modular_rag.eval import load_beir
+
+    texts = [q.text for q in load_beir(dataset).queries]
+    if (dataset / "train_queries.jsonl").exists():
+        texts += [q.text for q in load_beir(dataset, split="train").queries]
+    return texts[:limit] if limit else texts
+
+
+def ensure_demo_index(path: str) -> None:
+    """Index the demo corpus into the Chroma store at ``path`` unless it holds chunks already."""
+    from modular_rag import demo_corpus_path
+    from modular_rag.config import ChromaConfig, ProvidersConfig
+    from modular_rag.providers import Providers
+    from operators.indexing import index_paths
+
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=path, collection="demo")))
+    if env.index.count() == 0:
+        index_paths([demo_corpus_path()], env, progress=False)
