@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from modular_rag.encoders import LocalEncoder, l2_normalise
 from modular_rag.errors import MissingDependencyError, ProviderError
-from modular_rag.providers import LocalEncoder, l2_normalise
 from modular_rag.trace import record
 
 __all__ = ["OnnxEncoder", "UnsupportedModel", "ModelLayout", "read_layout", "export_onnx", "onnx_cache_home"]
@@ -301,7 +301,7 @@ def _session(path: Path, threads: int | None) -> Any:
 
 class OnnxEncoder(LocalEncoder):
     """A sentence-transformers folder run by ONNX Runtime; the same L2-normalised vectors as
-    :class:`~modular_rag.providers.SentenceEncoder` (to within 1e-5).
+    :class:`~modular_rag.encoders.SentenceEncoder` (to within 1e-5).
 
     Args:
         path: Model folder (see :func:`read_layout` for what it may hold).
