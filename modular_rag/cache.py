@@ -8,6 +8,10 @@
   only if both queries name the same distinctive tokens (codes, numbers, names): "E07" never answers "E12".
 
 Both survive across runs (one file) and are safe to share between threads.
+
+A flow's ``answer_cache`` puts a :class:`SemanticCache` in front of the flow: :func:`flow_answer_cache` opens it for
+a flow's config, :func:`answer_cache_steps` gives the ``cache_lookup`` and ``cache_store`` steps that
+:class:`~modular_rag.builder.FlowBuilder` wires around the flow.
 """
 
 from __future__ import annotations
@@ -17,14 +21,28 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from modular_rag.errors import ConfigError
 from modular_rag.text import distinctive_tokens
 
-__all__ = ["KVCache", "SemanticCache", "content_key", "distinctive_tokens"]
+if TYPE_CHECKING:
+    from modular_rag.config import FlowConfig
+    from modular_rag.providers import Providers
+
+__all__ = [
+    "KVCache",
+    "SemanticCache",
+    "content_key",
+    "distinctive_tokens",
+    "answer_namespace",
+    "flow_answer_cache",
+    "answer_cache_steps",
+]
 
 
 def content_key(*parts: Any) -> str:
@@ -137,3 +155,58 @@ class SemanticCache(_Store):
             self._db.execute("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
                              (self._ns(scope), query, blob, json.dumps(value), time.time()))  # fmt: skip
             self._evict(self.max_entries)
+
+
+def answer_namespace(config: FlowConfig) -> str:
+    """The namespace a flow's cached answers are kept under: a hash of its config without ``answer_cache`` and
+    ``name``; a config holding Python objects is scoped to this process's objects."""
+    try:
+        data = config.to_dict()
+        namespace = content_key({k: v for k, v in data.items() if k not in ("answer_cache", "name")})
+    except ConfigError:  # a Python object in the config: scope the cache to this process's objects
+        namespace = f"objects:{id(config)}"
+    return namespace
+
+
+def flow_answer_cache(config: FlowConfig) -> SemanticCache:
+    """The :class:`SemanticCache` a flow's ``answer_cache`` settings name, in the flow's :func:`answer_namespace`."""
+    cfg = config.answer_cache
+    assert cfg is not None
+    namespace = answer_namespace(config)
+    return SemanticCache(cfg.path, threshold=cfg.threshold, max_entries=cfg.max_entries, namespace=namespace)
+
+
+def answer_cache_steps(
+    cache: SemanticCache, env: Providers
+) -> tuple[Callable[[Mapping[str, Any]], dict[str, Any]], Callable[[Mapping[str, Any]], dict[str, Any]]]:
+    """``(lookup, store)``: the answer cache's steps around a flow, queries embedded with ``env``'s encoder.
+
+    ``lookup`` answers from ``cache`` on a hit (``answer`` and ``evidence``, counted as a cache hit and noted in the
+    trace), else updates nothing; ``store`` caches the flow's answer unless it was refused. Both leave follow-up
+    questions (a run with conversation history) alone, and scope entries by the run's metadata filter.
+    """
+    from modular_rag.state import history  # here, so importing the caches stays light
+
+    def lookup(state: Mapping[str, Any]) -> dict[str, Any]:
+        from modular_rag.trace import note, record
+
+        if history(state):  # a follow-up means what its conversation makes it mean
+            return {}
+        query = str(state.get("query", ""))
+        found = cache.lookup(env.encoder.encode_query(query), query=query, scope=content_key(state.get("filter")))
+        if found is None:
+            return {}
+        value, query, similarity = found
+        record(cache_hits=1)
+        note(f"cached answer of {query!r} (cosine {similarity:.3f})")
+        return {"answer": value["answer"], "evidence": value.get("evidence", [])}
+
+    def store(state: Mapping[str, Any]) -> dict[str, Any]:
+        answer = state.get("answer")
+        if answer and not answer.get("refused") and not history(state):
+            query = str(state.get("query", ""))
+            cache.store(query, env.encoder.encode_query(query), {"answer": answer, "evidence": list(
+                state.get("evidence") or [])}, scope=content_key(state.get("filter")))  # fmt: skip
+        return {}
+
+    return lookup, store

@@ -1,0 +1,407 @@
+"""Step instrumentation: an operator (or a pattern's own function) as a traced, timed, deadline-bounded graph node.
+
+A :class:`_Step` is one operator with its step controls from the config: ``skip_when`` skips it for a run when a
+condition on the state holds (:func:`evaluate_condition`); ``timeout_s`` runs it under a
+:class:`~modular_rag.trace.Deadline` that model clients honour (:func:`_call`); ``on_error: skip`` records a failure
+in the trace and goes on (with the slot's fallback update, if any). Every run happens inside a cost meter and
+returns, besides the operator's own partial update, one :class:`~modular_rag.state.TraceEvent` and one
+:class:`~modular_rag.state.LedgerEntry`.
+
+* :func:`make_node` / :func:`internal_node` turn steps (or a pattern's bookkeeping function) into node functions;
+  :func:`run_chain` runs several steps in order on one state.
+* :class:`PooledNode` / :func:`_pooled` give node functions the kit's own thread pool (:data:`NODE_THREADS`
+  threads) for async runs.
+
+:class:`~modular_rag.builder.FlowBuilder` uses these to assemble the patterns' graphs; they are re-exported from
+:mod:`modular_rag.builder`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import importlib
+import inspect
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.errors import GraphBubbleUp
+
+from modular_rag import registry
+from modular_rag.config import Condition, OperatorSpec, validate_params
+from modular_rag.errors import ConfigError, OperatorError, OperatorTimeout
+from modular_rag.registry import Port
+from modular_rag.state import APPEND_KEYS, STATE_KEYS, LedgerEntry, RAGState, TraceEvent
+from modular_rag.trace import Deadline, Meter, metered, run_with_deadline
+
+if TYPE_CHECKING:
+    from modular_rag.providers import Providers
+
+__all__ = [
+    "GraphNode",
+    "make_node",
+    "PooledNode",
+    "NODE_THREADS",
+    "run_chain",
+    "internal_node",
+    "resolve_operator",
+    "evaluate_condition",
+    "summarise",
+    "PORT_READS",
+]
+
+PORT_READS: dict[Port, tuple[str, ...]] = {
+    Port.QUERY: ("query",),
+    Port.RETRIEVE: ("queries", "query"),
+    Port.RERANK: ("candidates",),
+    Port.CONTEXT: ("candidates",),
+    Port.GENERATE: ("evidence", "query"),
+    Port.VERIFY: ("answer", "evidence"),
+    Port.ROUTE: ("query",),
+    Port.JUDGE: ("answer", "step"),
+    Port.FUSE: ("branches",),
+    Port.LOAD: (),
+    Port.CHUNK: (),
+}
+"""The state keys each port reads (for trace summaries)."""
+
+_MISSING = object()
+
+
+def _lookup(state: Mapping[str, Any], key: str) -> Any:
+    value: Any = state
+    for part in key.split("."):
+        if isinstance(value, Mapping):
+            value = value.get(part, _MISSING)
+        else:
+            return _MISSING
+        if value is _MISSING:
+            return _MISSING
+    return value
+
+
+def evaluate_condition(condition: Condition, state: Mapping[str, Any]) -> bool:
+    """Whether a ``skip_when`` condition holds for ``state``. Missing keys count as empty / not equal."""
+    key = condition.key
+    use_len = key.startswith("len:")
+    value = _lookup(state, key[4:] if use_len else key)
+    if use_len:
+        value = len(value) if value is not _MISSING and hasattr(value, "__len__") else 0
+    op, target = condition.op, condition.value
+    if op == "empty":
+        return value is _MISSING or value is None or (hasattr(value, "__len__") and len(value) == 0)
+    if op == "nonempty":
+        return not (value is _MISSING or value is None or (hasattr(value, "__len__") and len(value) == 0))
+    if value is _MISSING:
+        return op == "ne"
+    try:
+        return {
+            "eq": lambda: value == target,
+            "ne": lambda: value != target,
+            "gt": lambda: value > target,
+            "ge": lambda: value >= target,
+            "lt": lambda: value < target,
+            "le": lambda: value <= target,
+            "in": lambda: value in target,
+            "contains": lambda: target in value,
+        }[op]()
+    except TypeError:
+        return False
+
+
+def summarise(update: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
+    """A short description of state values: ``candidates[10] answer('Paris is...')``."""
+    parts = []
+    for key in keys if keys is not None else update:
+        if key in ("trace", "ledger") or key not in update:
+            continue
+        value = update[key]
+        if isinstance(value, str):
+            text = value if len(value) <= 40 else value[:37] + "..."
+            parts.append(f"{key}({text!r})")
+        elif isinstance(value, Mapping) and "text" in value:
+            text = str(value["text"])
+            parts.append(f"{key}({(text if len(text) <= 40 else text[:37] + '...')!r})")
+        elif isinstance(value, Sequence):
+            parts.append(f"{key}[{len(value)}]")
+        else:
+            parts.append(f"{key}={value!r}"[:60])
+    return " ".join(parts)
+
+
+def resolve_operator(
+    spec: OperatorSpec, port: Port, env: Providers, *, path: str, allow_imports: bool = False
+) -> tuple[str, Callable[[Mapping[str, Any]], dict[str, Any]]]:
+    """Build the operator a spec names for a port: look it up, validate its params, call its factory.
+
+    Returns:
+        ``(operator name, operator callable)``.
+
+    Raises:
+        ConfigError: If the name is unknown, fits another port, its params are invalid, or an import path is
+            used without ``allow_imports``.
+    """
+    obj = spec.object
+    if obj is not None:
+        return spec.name, registry.adapt(obj, port, env, path=path)
+    if ":" in spec.name:
+        if not allow_imports:
+            raise ConfigError(f"{path}.name", f"{spec.name!r} is an import path; set allow_imports: true to allow it")
+        module_name, _, attr = spec.name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"{path}.name", f"cannot import {spec.name!r}: {exc}") from None
+        info = registry.info_of(factory)
+        if info is not None and info.port is not port:
+            raise ConfigError(f"{path}.name", f"{spec.name!r} fits port {info.port.value}, not {port.value}")
+        params: Any = validate_params(info.params, spec.params, f"{path}.params") if info else dict(spec.params)
+        return spec.name, factory(params, env)
+    try:
+        info = registry.get_operator(port, spec.name)
+    except registry.RegistryError as exc:
+        raise ConfigError(f"{path}.name", str(exc)) from None
+    params = validate_params(info.params, spec.params, f"{path}.params")
+    return info.name, info.factory(params, env)
+
+
+def _events(
+    slot: str, name: str, status: str, start: float, ms: float, summary: str, meter: Meter, error: str | None = None
+) -> tuple[TraceEvent, LedgerEntry]:
+    event = TraceEvent(node=slot, operator=name, status=status, start=start, ms=round(ms, 3), summary=summary)  # type: ignore[typeddict-item]
+    if error:
+        event["error"] = error
+    entry = LedgerEntry(
+        node=slot, operator=name, llm_calls=meter.llm_calls, prompt_tokens=meter.prompt_tokens,
+        completion_tokens=meter.completion_tokens, retrievals=meter.retrievals, embed_calls=meter.embed_calls,
+        cache_hits=meter.cache_hits, ms=round(ms, 3),
+    )  # fmt: skip
+    return event, entry
+
+
+TIMEOUT_GRACE_S = 2.0
+"""After a step times out, how long to wait for its model calls in flight to end (they end at the deadline, their
+HTTP timeout), so what they spent reaches the ledger. Other work of the step is not waited for."""
+
+
+_DEADLINE_SLACK_S = 0.05
+"""A failure this close to a step's deadline counts as the step timing out (see :func:`_call`)."""
+
+
+def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str, Any], timeout_s: float | None) -> Any:
+    """Call the operator; with a timeout, in a worker thread under a :class:`~modular_rag.trace.Deadline` that
+    model clients honour. On timeout the deadline is cancelled (no new model call starts) and the calls in flight
+    are given :data:`TIMEOUT_GRACE_S` to end, so their spending is in the step's meter when the step records it."""
+    if timeout_s is None:
+        return fn(state)
+    limit = Deadline(timeout_s)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="op-timeout")
+    future = pool.submit(run_with_deadline, contextvars.copy_context(), limit, fn, state)
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        limit.cancel()
+        limit.wait_idle(TIMEOUT_GRACE_S)  # model calls in flight end at the deadline; count what they spent
+        raise
+    except Exception as exc:
+        # a model call cut by its HTTP timeout (the time left) can fail a moment before the wait above gives up:
+        # that is the step timing out too, and is reported as such
+        if limit.remaining() <= _DEADLINE_SLACK_S:
+            limit.cancel()
+            limit.wait_idle(TIMEOUT_GRACE_S)
+            raise concurrent.futures.TimeoutError(f"timed out after {timeout_s}s") from exc
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Step:
+    """One operator in a node, with its step controls (from its spec) and the keys it reads (for the trace)."""
+
+    def __init__(
+        self,
+        slot: str,
+        name: str,
+        fn: Callable[[Mapping[str, Any]], dict[str, Any]],
+        spec: OperatorSpec,
+        reads: Sequence[str] = (),
+        fallback: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.slot, self.name, self.fn, self.spec, self.reads = slot, name, fn, spec, tuple(reads)
+        self.fallback = dict(fallback or {})
+
+    def _instead(self) -> tuple[dict[str, Any], str]:
+        """The update a skipped or failed step gives (the slot's fallback), and how the trace says it."""
+        if not self.fallback:
+            return {}, ""
+        return dict(self.fallback), "; falls back to " + ", ".join(f"{k}={v!r}" for k, v in self.fallback.items())
+
+    @classmethod
+    def configured(
+        cls, slot: str, spec: OperatorSpec, port: Port, env: Providers, path: str, allow_imports: bool,
+        fallback: Mapping[str, Any] | None = None,
+    ) -> _Step:  # fmt: skip
+        """Resolve a configured operator for a slot of the given port."""
+        name, fn = resolve_operator(spec, port, env, path=path, allow_imports=allow_imports)
+        return cls(slot, name, fn, spec, PORT_READS.get(port, ()), fallback)
+
+    def run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
+        started = time.time()
+        t0 = time.perf_counter()
+        if self.spec.skip_when is not None and evaluate_condition(self.spec.skip_when, state):
+            instead, said = self._instead()
+            event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held" + said, Meter())
+            return instead, event, entry
+        with metered() as meter:
+            try:
+                update = _call(self.fn, state, self.spec.timeout_s)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                ms = (time.perf_counter() - t0) * 1000
+                timed_out = isinstance(exc, concurrent.futures.TimeoutError)
+                message = f"timed out after {self.spec.timeout_s}s" if timed_out else f"{type(exc).__name__}: {exc}"
+                if timed_out and meter.llm_calls:
+                    calls = f"{meter.llm_calls} LLM call{'s' if meter.llm_calls != 1 else ''}"
+                    message += f" ({calls} spent, then cancelled)"
+                if self.spec.on_error == "skip":
+                    instead, said = self._instead()
+                    event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip" + said, meter,
+                                           message)  # fmt: skip
+                    return instead, event, entry
+                if timed_out:
+                    raise OperatorTimeout(self.slot, self.name, message) from exc
+                if isinstance(exc, OperatorError):
+                    raise
+                raise OperatorError(self.slot, self.name, message) from exc
+        ms = (time.perf_counter() - t0) * 1000
+        if not isinstance(update, Mapping):
+            raise OperatorError(self.slot, self.name, f"returned {type(update).__name__}, expected a dict update")
+        unknown = [key for key in update if key not in STATE_KEYS]
+        if unknown:
+            raise OperatorError(
+                self.slot, self.name, f"wrote unknown state keys {unknown}; state keys: {', '.join(sorted(STATE_KEYS))}"
+            )
+        summary = f"{summarise(state, self.reads)} -> {summarise(update)}".strip()
+        if meter.notes:
+            summary += " | " + "; ".join(meter.notes)
+        event, entry = _events(self.slot, self.name, "ok", started, ms, summary, meter)
+        return dict(update), event, entry
+
+
+def run_chain(steps: Sequence[_Step], state: Mapping[str, Any]) -> dict[str, Any]:
+    """Run operators in order on ``state``, each seeing the previous ones' updates; returns the merged update
+    with one trace event and one ledger entry per operator. Append keys accumulate; other keys: last write wins."""
+    merged: dict[str, Any] = {}
+    events: list[TraceEvent] = []
+    entries: list[LedgerEntry] = []
+    view: dict[str, Any] = dict(state)
+    for step in steps:
+        update, event, entry = step.run(view)
+        events.extend(update.get("trace", []))  # a step that runs operators itself returns their entries
+        entries.extend(update.get("ledger", []))
+        events.append(event)
+        entries.append(entry)
+        for key, value in update.items():
+            if key in ("trace", "ledger"):
+                continue
+            if key in APPEND_KEYS:
+                merged[key] = merged.get(key, []) + list(value)
+                view[key] = list(view.get(key, [])) + list(value)
+            else:
+                merged[key] = value
+                view[key] = value
+    merged["trace"] = events
+    merged["ledger"] = entries
+    return merged
+
+
+NODE_THREADS = 64
+"""Threads of the pool that runs node functions for async runs (``ainvoke``, ``abatch``): how many nodes may wait
+on a model at once, whatever ``max_concurrency`` asks for below it."""
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _node_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=NODE_THREADS, thread_name_prefix="modular-rag")
+        return _POOL
+
+
+class PooledNode(Runnable[Any, Any]):
+    """A synchronous node function as a runnable whose async run uses the kit's own thread pool.
+
+    LangGraph runs a plain function node of an async run (``ainvoke``, ``abatch``) in the event loop's default
+    executor, which has ``min(32, cores + 4)`` threads: on 2 cores, ``abatch(..., {"max_concurrency": 16})`` had at
+    most 6 nodes waiting on the model at once. Here async runs use a pool of :data:`NODE_THREADS` threads, so
+    ``max_concurrency`` is the bound. Sync runs call the function directly. A function with a ``config`` parameter
+    gets the node's ``RunnableConfig``.
+
+    Args:
+        name: The node name.
+        fn: ``fn(state) -> update`` or ``fn(state, config) -> update``.
+    """
+
+    def __init__(self, name: str, fn: Callable[..., Any]) -> None:
+        self.name = name
+        self.fn = fn
+        self._takes_config = "config" in inspect.signature(fn).parameters
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Run the function on the state (in the caller's thread)."""
+        if self._takes_config:
+            return self.fn(input, config=config or {})
+        return self.fn(input)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Run the function in the kit's thread pool, in a copy of the caller's context (its run config)."""
+        call = functools.partial(contextvars.copy_context().run, self.invoke, input, config)
+        return await asyncio.get_running_loop().run_in_executor(_node_pool(), call)
+
+
+def _pooled(name: str, fn: Callable[..., Any]) -> Any:
+    """``fn`` as a :class:`PooledNode`; runnables and coroutine functions are returned as they are."""
+    if isinstance(fn, Runnable) or inspect.iscoroutinefunction(fn) or not callable(fn):
+        return fn
+    return PooledNode(name, fn)
+
+
+class GraphNode(Protocol):
+    """A node function as LangGraph's ``add_node`` types it: the state (a named parameter) in, an update out."""
+
+    def __call__(self, state: RAGState) -> dict[str, Any]: ...
+
+
+def make_node(steps: Sequence[_Step]) -> GraphNode:
+    """A graph node that runs one operator, or a chain of same-port operators in order, with trace and ledger."""
+    if len(steps) == 1:
+        step = steps[0]
+
+        def node(state: RAGState) -> dict[str, Any]:
+            update, event, entry = step.run(state)
+            # a step that runs operators itself (a pattern's bookkeeping node) returns their entries first
+            update["trace"] = [*update.get("trace", ()), event]
+            update["ledger"] = [*update.get("ledger", ()), entry]
+            return update
+
+        return node
+
+    def chain_node(state: RAGState) -> dict[str, Any]:
+        return run_chain(steps, state)
+
+    return chain_node
+
+
+def internal_node(name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], operator: str = "pattern") -> GraphNode:
+    """Instrument a pattern's own function (a loop counter, a fan-out, a hop) like an operator node; the trace and
+    ledger name it ``operator``."""
+    return make_node([_Step(name, operator, fn, OperatorSpec(name=operator))])
