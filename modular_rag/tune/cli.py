@@ -40,9 +40,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--val-fraction", type=float, default=0.25, help="share of the tuning questions in val (0.25)")
     p.add_argument("--report-fraction", type=float, default=0.3,
                    help="share held out for the report when the dataset has no train/dev pair (0.3)")
-    p.add_argument("--min-questions", type=int, default=20, help="questions of the first rung (default 20)")
-    p.add_argument("--pruner", choices=["halving", "median", "none"], default="halving",
-                   help="stop trailing candidates early: successive halving (default), median, or none")
+    p.add_argument("--min-questions", type=int, default=30, help="questions of the first rung (default 30)")
+    p.add_argument("--pruner", choices=["paired", "halving", "median", "none"], default="paired",
+                   help="stop trailing candidates early: paired (behind the best trial on the same questions by more "
+                        "than 2 standard errors; default), Optuna's successive halving or median, or none")  # fmt: skip
     p.add_argument("--confirm", type=int, default=5,
                    help="rescore the best N on the fit questions and choose by fit+val (default 5; 0: by val)")
     p.add_argument("--concurrency", type=int, default=1, help="questions in flight per trial (default 1)")

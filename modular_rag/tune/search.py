@@ -1,14 +1,16 @@
 """``modular-rag tune``: search a space of flows for the best one on a client's data, within a budget.
 
 The optimiser is Optuna's TPE (multivariate, with the budget constraints as TPE constraints); each candidate is
-scored on growing prefixes of the validation questions (successive halving: 1/9, 1/3, all; at least
-``min_questions``), and Optuna's pruner stops the ones that trail at a rung. Before a candidate runs, the kit's
-cost model (:func:`modular_rag.costs.estimate`) rejects it when its fewest LLM calls exceed ``max_llm_calls``, when
-its predicted latency (cost model x per-call and per-retrieval times measured in this study) exceeds
-``max_latency_ms``, or when its first rung (and, for an index not built yet, the indexing) cannot fit the time
-left. Identical candidates run once. The study lives in ``OUT/study.db`` (SQLite): a rerun of the same command
-continues it, after an interrupt (Ctrl-C) or a kill; a trial that was running when the process died is run again.
-The time spent is stored with the study, so ``--budget`` is the total across runs.
+scored on growing prefixes of the validation questions (rungs of 1/9, 1/3 and all of them, at least
+``min_questions``), and a pruner stops the ones that trail at a rung: by default
+:class:`~modular_rag.tune.pruning.PairedPruner` (behind the best finished trial on the same questions by more than
+two standard errors of the paired differences), or Optuna's successive halving or median pruner. Before a
+candidate runs, the kit's cost model (:func:`modular_rag.costs.estimate`) rejects it when its fewest LLM calls
+exceed ``max_llm_calls``, when its predicted latency (cost model x per-call and per-retrieval times measured in
+this study) exceeds ``max_latency_ms``, or when its first rung (and, for an index not built yet, the indexing)
+cannot fit the time left. Identical candidates run once. The study lives in ``OUT/study.db`` (SQLite): a rerun of
+the same command continues it, after an interrupt (Ctrl-C) or a kill; a trial that was running when the process
+died is run again. The time spent is stored with the study, so ``--budget`` is the total across runs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from modular_rag.errors import ConfigError, ModularRagError
 from modular_rag.eval.datasets import BeirDataset
 from modular_rag.eval.runner import FlowResult
 from modular_rag.tune.data import TuneData, prepare_data, subset
+from modular_rag.tune.pruning import SCORES, PairedPruner, per_question
 from modular_rag.tune.space import Candidate, SearchSpace
 
 __all__ = ["TuneSettings", "TrialRow", "TuneResult", "tune", "rungs", "parse_budget", "pareto_front", "identity"]
@@ -85,9 +88,9 @@ class TuneSettings:
     seed: int = 0
     val_fraction: float = 0.25
     report_fraction: float = 0.3
-    min_questions: int = 20
+    min_questions: int = 30
     reduction: int = 3
-    pruner: Literal["halving", "median", "none"] = "halving"
+    pruner: Literal["paired", "halving", "median", "none"] = "paired"
     max_trials: int | None = None
     confirm: int = 5
     finetune: Mapping[str, Any] | None = None
@@ -257,6 +260,7 @@ def _open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: 
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True, n_startup_trials=8)
     pruner: Any = {
+        "paired": PairedPruner(),
         "halving": optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung,
                                                           reduction_factor=settings.reduction),
         "median": optuna.pruners.MedianPruner(n_startup_trials=5),
@@ -457,7 +461,7 @@ class _Search:
                     trial.set_user_attr("verdict", f"same as #{done.number} ({verdict})"[:200])
                     raise optuna.TrialPruned()
                 continue
-            for name in ("questions", "llm_calls", "retrievals", "ms", "feasible", "constraints", "metrics"):
+            for name in ("questions", "llm_calls", "retrievals", "ms", "feasible", "constraints", "metrics", SCORES):
                 if name in done.user_attrs:
                     trial.set_user_attr(name, done.user_attrs[name])
             trial.set_user_attr("duplicate_of", done.number)
@@ -485,6 +489,8 @@ class _Search:
             summary = result.summary()
             value = float(summary.get(self.settings.objective, 0.0))
             self._record(trial, summary, rung, value)
+            trial.set_user_attr(SCORES, [round(v, 5) for v in per_question(result.records, self.data.val.qrels,
+                                                                             self.settings.objective)])  # fmt: skip
             trial.report(value, rung)
             if rung < self.rungs[-1]:
                 if trial.should_prune():

@@ -1,4 +1,4 @@
-"""`modular-rag tune` on the demo corpus: spaces, the recorded split, cost-model rejection, successive halving,
+"""`modular-rag tune` on the demo corpus: spaces, the recorded split, cost-model rejection, pruning on subsets,
 the files it writes (best.yaml reproduces its val score through `eval`), and resuming after SIGINT and SIGKILL."""
 
 from __future__ import annotations
@@ -133,6 +133,29 @@ def test_a_dataset_with_a_train_split_tunes_on_it_and_reports_on_dev(tmp_path: P
 
 
 @pytest.mark.unit
+def test_the_paired_pruner_prunes_only_what_trails_beyond_noise_on_the_same_questions() -> None:
+    from modular_rag.tune.pruning import SCORES, PairedPruner
+
+    study = optuna.create_study(direction="maximize")
+    best = [1.0, 0.0] * 20  # 40 questions: the best finished trial answers every other one
+    study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={SCORES: best, "feasible": True}))
+    pruner = PairedPruner()
+
+    def running(scores: list[float]) -> Any:
+        trial = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, user_attrs={SCORES: scores})
+        return trial
+
+    # far behind on the same 30 questions: pruned
+    assert pruner.prune(study, running([0.0] * 30))
+    # a lucky-looking rung is no shield, an unlucky one no sentence: behind on 2 of 30 questions is noise
+    assert not pruner.prune(study, running(best[:28] + [0.0, 0.0]))
+    # ahead on other questions, level on average: not pruned
+    assert not pruner.prune(study, running([0.0, 1.0] * 15))
+    # nothing to compare with: not pruned
+    assert not PairedPruner().prune(optuna.create_study(direction="maximize"), running([0.0] * 30))
+
+
+@pytest.mark.unit
 def test_rungs_grow_by_the_reduction_factor_and_end_at_every_question() -> None:
     assert rungs(162, min_questions=20) == [20, 60, 162]
     assert rungs(900, min_questions=20) == [100, 300, 900]
@@ -188,12 +211,16 @@ def test_the_cost_model_rejects_what_the_llm_budget_cannot_afford_before_it_runs
     assert result.best.config["operators"]["rewrite"] == "none"
 
 
-def test_successive_halving_stops_trailing_candidates_on_a_subset(home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pruner", ["halving"])
+def test_the_pruner_stops_trailing_candidates_on_a_subset(home: Path, tmp_path: Path, pruner: Any) -> None:
     space = {"patterns": {"linear": {"operators": {
         "rewrite": "none", "context": "none", "generate": "none",
         "retrieve": {"name": "dense", "params": {"k": {"int": [1, 10]}}}}}}}  # fmt: skip
-    result = tune("demo", tmp_path / "run", TuneSettings(budget_s=300, max_trials=24, min_questions=2,
-                  reduction=2, val_fraction=0.5, report=False, confirm=0), space=load_space(space))  # fmt: skip
+    # recall@10 grows with k: small k trails at every rung
+    result = tune("demo", tmp_path / "run", TuneSettings(budget_s=300, max_trials=24, min_questions=2, pruner=pruner,
+                  objective="recall@10", reduction=2, val_fraction=0.9, report_fraction=0.0, report=False,
+                  confirm=0),
+                  space=load_space(space))  # fmt: skip
     pruned = [r for r in result.rows if r.verdict.startswith("pruned at")]
     full = len(result.data.val.queries)
     assert pruned and all(0 < r.questions < full for r in pruned)
