@@ -82,6 +82,28 @@ def plot_front(rows: Sequence[TrialRow], front: Sequence[TrialRow], path: Path, 
     return path
 
 
+def _command(dataset: str, out: Path, space: SearchSpace, settings: TuneSettings) -> str:
+    """The command line that reproduces the search (the settings that differ from the defaults)."""
+    from modular_rag.tune.search import TuneSettings
+
+    parts = [f"modular-rag tune --dataset {dataset} --out {out} --budget {settings.budget_s / 60:g}m",
+             f"--objective {settings.objective}"]  # fmt: skip
+    if not space.source.startswith("default"):
+        parts.append(f"--space {space.source}")
+    defaults = TuneSettings(budget_s=1)
+    flags = {"max_llm_calls": "--max-llm-calls", "max_latency_ms": "--max-latency-ms", "seed": "--seed",
+             "pruner": "--pruner", "min_questions": "--min-questions", "confirm": "--confirm"}  # fmt: skip
+    for field, flag in flags.items():
+        value = getattr(settings, field)
+        if value != getattr(defaults, field):
+            parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    if settings.finetune is not None:
+        parts.append("--finetune")
+    if settings.router:
+        parts.append("--router")
+    return " ".join(parts)
+
+
 def write_outputs(result: TuneResult, *, space: SearchSpace, settings: TuneSettings,
                   dataset: str) -> dict[str, Path]:  # fmt: skip
     """Write the run's files into ``result.out``; return them by kind."""
@@ -93,7 +115,7 @@ def write_outputs(result: TuneResult, *, space: SearchSpace, settings: TuneSetti
     n_val = len(result.data.val.queries)
     where = (f"{dataset} ({split.get('tuned_on')} questions: {len(split['fit'])} fit / {n_val} val, seed "
              f"{split['seed']})")  # fmt: skip
-    command = f"modular-rag tune --dataset {dataset} --out {out} --objective {settings.objective}"
+    command = _command(dataset, out, space, settings)
     if result.best is not None:
         b = result.best
         chosen = (f"val {settings.objective} {b.value:.4f} on {b.questions} questions"

@@ -35,6 +35,8 @@ from modular_rag.tune.space import Candidate, SearchSpace
 __all__ = ["TuneSettings", "TrialRow", "TuneResult", "tune", "rungs", "parse_budget", "pareto_front", "identity"]
 
 _STUDY = "tune"
+_BATCH = 10
+"""Questions evaluated between checks of a trial's time."""
 
 
 def _require_optuna() -> None:
@@ -97,6 +99,8 @@ class TuneSettings:
     router: bool = False
     report: bool = True
     concurrency: int = 1
+    max_trial_share: float = 0.25
+    """One trial may take at most this share of the budget (projected from its first questions)."""
 
     def recorded(self) -> dict[str, Any]:
         """What must match for a stored study to be resumed (the budget and the report may change)."""
@@ -234,6 +238,37 @@ def pareto_front(rows: Sequence[TrialRow]) -> list[TrialRow]:
     return sorted(front, key=lambda r: (-(r.value or 0.0), r.llm_calls or 0.0, r.ms or 0.0))
 
 
+class _Interrupt:
+    """Ctrl-C during a search: the first stops the trial at its next batch of questions (a safe point: never
+    inside a write to the study file), a second one stops at once."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.hit = False
+        self._old: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+        self.say("interrupted: stopping after the current batch of questions (Ctrl-C again to stop now)")
+
+    def __enter__(self) -> _Interrupt:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+
+
 class _Lock:
     """One ``tune`` per output folder at a time (released by the OS if the process dies)."""
 
@@ -278,9 +313,14 @@ def _open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: 
         changed = sorted(k for k in recorded if stored.get(k) != recorded[k])
         raise ConfigError("--out", f"{out} holds a study made with other settings ({', '.join(changed)}); rerun "
                           "with the same ones to continue it, or use another --out")  # fmt: skip
-    # a trial that was running when the process was killed: close it and run its candidate again
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    # a trial that was running when the process was killed, or stopped by Ctrl-C: close it, run its candidate again
+    rerun = {t.user_attrs.get("rerun_of") for t in study.get_trials(deepcopy=False)}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL)):
+        if t.state == optuna.trial.TrialState.FAIL and (t.user_attrs.get("verdict") != "interrupted" or
+                                                         t.number in rerun):  # fmt: skip
+            continue
+        if t.state == optuna.trial.TrialState.RUNNING:
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
         if t.params:
             study.enqueue_trial(t.params, user_attrs={"rerun_of": t.number}, skip_if_exists=False)
     return study
@@ -367,6 +407,7 @@ class _Search:
         self.started = time.monotonic()
         self.spent_before = float(study.user_attrs.get("spent_s", 0.0))
         self.base_providers: dict[str, Any] = {}
+        self.interrupt = _Interrupt(say)
 
     # ------------------------------------------------------------------------------------------------ budget
     def spent(self) -> float:
@@ -481,10 +522,24 @@ class _Search:
         parts: list[FlowResult] = []
         done_q = 0
         result: FlowResult | None = None
+        started = time.monotonic()
+        cap = self.settings.max_trial_share * self.settings.budget_s
         for rung in self.rungs:
-            part = subset(self.data.val, self.data.val.queries[done_q:rung])
-            parts.append(evaluate_flow(config, part, env, concurrency=self.settings.concurrency))
-            done_q = rung
+            while done_q < rung:  # in batches, so a candidate far slower than the budget allows is stopped early
+                if self.interrupt.hit:  # Ctrl-C: stop here, between questions, not inside a write to the study
+                    trial.set_user_attr("verdict", "interrupted")
+                    raise KeyboardInterrupt
+                upto = min(rung, done_q + _BATCH)
+                part = subset(self.data.val, self.data.val.queries[done_q:upto])
+                parts.append(evaluate_flow(config, part, env, concurrency=self.settings.concurrency))
+                done_q = upto
+                spent = time.monotonic() - started
+                if done_q < self.rungs[-1] and spent / done_q * rung > cap:
+                    self._record(trial, merge_results(parts).summary(), done_q,
+                                 float(merge_results(parts).summary().get(self.settings.objective, 0.0)))
+                    trial.set_user_attr("verdict", f"too slow: {spent:.1f}s for {done_q} questions; one trial may "
+                                                   f"take {cap:.1f}s of the budget")  # fmt: skip
+                    raise optuna.TrialPruned()
             result = merge_results(parts)
             summary = result.summary()
             value = float(summary.get(self.settings.objective, 0.0))
@@ -540,6 +595,8 @@ class _Search:
 
         def after(study: Any, trial: Any) -> None:
             self._save_spent()
+            if self.interrupt.hit:
+                study.stop()
             if bar is not None:
                 bar.n = min(int(self.spent()), bar.total)
                 best = _best_value(study)
@@ -553,9 +610,12 @@ class _Search:
                 study.stop()
 
         try:
-            if self._more(self.study):
-                self.study.optimize(self.objective, callbacks=[after], gc_after_trial=False,
-                                    catch=(ModularRagError,))  # fmt: skip
+            with self.interrupt:
+                if self._more(self.study):
+                    self.study.optimize(self.objective, callbacks=[after], gc_after_trial=False,
+                                        catch=(ModularRagError,))  # fmt: skip
+            if self.interrupt.hit:
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             self._save_spent()
             self.say(f"interrupted: {_counted(self.study)} trials are stored in {self.out / 'study.db'}; rerun the "

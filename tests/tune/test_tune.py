@@ -287,7 +287,7 @@ def test_an_interrupted_tune_continues_the_same_study_and_keeps_every_finished_t
     assert sum(s in ("COMPLETE", "PRUNED") for s, _ in after.values()) >= 12
     assert not any(s == "RUNNING" for s, _ in after.values())
     study = optuna.load_study(study_name="tune", storage=f"sqlite:///{out / 'study.db'}")
-    for number in (n for n, (s, _) in before.items() if s == "RUNNING"):  # cut short by the kill: run again
+    for number in (n for n, (s, _) in before.items() if s in ("RUNNING", "FAIL")):  # cut short: run again
         cut = study.trials[number]
         assert cut.state.name == "FAIL"
         if cut.params:
@@ -320,3 +320,13 @@ def test_the_router_stage_routes_between_front_flows_and_competes_as_a_trial(hom
     again = tune("demo", out, TuneSettings(budget_s=300, objective="recall@5", max_trials=6, min_questions=2,
                  router=True, report=False, val_fraction=0.4), space=load_space(space))  # fmt: skip
     assert sum(r.summary.startswith("learned router") for r in again.rows) == 1
+
+
+def test_a_candidate_far_slower_than_the_budget_allows_is_stopped_early(home: Path, tmp_path: Path) -> None:
+    # one trial may take 0.1 s of the budget: every candidate is stopped before it has asked all 22 val questions
+    result = tune("demo", tmp_path / "run", TuneSettings(budget_s=100, max_trial_share=0.001, max_trials=2,
+                  min_questions=2, val_fraction=0.9, report_fraction=0.0, report=False),
+                  space=load_space(SMALL_SPACE))  # fmt: skip
+    slow = [r for r in result.rows if r.verdict.startswith("too slow")]
+    assert slow and all(0 < r.questions < 22 for r in slow)
+    assert result.best is None
