@@ -29,30 +29,11 @@ __all__ = ["RETRIEVAL_PRESETS", "retrieval_preset", "PATTERN_RUNS", "pattern_con
 
 DEPTH = 100
 
-# chosen by `bench tune` on the `val` holdout of SciFact's training claims with the fine-tuned embedder
-# fit-e3-lr3 (benchmarks/results/scifact-tune-val-e3.txt); the earlier choice for fit-e1-k1 was convex, pool 100, b 0.6
-_TUNED = {"k": DEPTH, "pool": 200, "fusion": "weighted", "weights": [0.5, 0.5]}
-_TUNED_BM25 = {"k1": 0.9, "b": 0.4}
-
 RETRIEVAL_PRESETS: dict[str, dict[str, Any]] = {
     "bm25": {"operators": {"retrieve": {"name": "bm25", "params": {"k": DEPTH}}}},
     "dense": {"operators": {"retrieve": {"name": "dense", "params": {"k": DEPTH}}}},
     "hybrid": {"operators": {"retrieve": {"name": "hybrid", "params": {"k": DEPTH, "pool": DEPTH, "fusion": "rrf"}}}},
-    # settings chosen by `bench tune` on a holdout of SciFact's train split (benchmarks/README.md); never on dev
-    "hybrid-tuned": {
-        "providers": {"sparse": _TUNED_BM25},
-        "operators": {"retrieve": {"name": "hybrid", "params": _TUNED}},
-    },
-    "hybrid-tuned-mmr": {
-        "providers": {"sparse": _TUNED_BM25},
-        "operators": {"retrieve": {"name": "hybrid", "params": _TUNED},
-                      "rerank": {"name": "mmr", "params": {"k": DEPTH, "lambda_mult": 0.9, "relevance": "score"}}},
-    },
-    "hybrid-tuned-embedding": {
-        "providers": {"sparse": _TUNED_BM25},
-        "operators": {"retrieve": {"name": "hybrid", "params": _TUNED},
-                      "rerank": {"name": "embedding", "params": {"weight": 0.1}}},
-    },
+    # tuned settings are configs written by `modular-rag tune`: configs/scifact-best*.yaml
 }  # fmt: skip
 """Retrieval-only linear flows (context and generation off), by name: the operators, and BM25 settings in
 ``providers.sparse``. The embedder is the bundled MiniLM unless ``--embeddings`` names another."""
@@ -112,18 +93,21 @@ def _retrieval(args: argparse.Namespace) -> int:
     dataset = load_beir(args.dataset, split=args.split).limited(args.limit)
     configs = [load_config(retrieval_preset(p)) for p in args.presets.split(",") if p]
     configs += [load_config(path) for path in args.config or []]
-    chunker = OperatorSpec(name=args.chunker)
     embeddings = _embeddings(args.embeddings)
     rows = []
     results = []
     for cfg in configs:
+        # --chunker, else the config's own (configs/scifact-best.yaml indexes passages), else one chunk per row
+        own = "indexing" in cfg.model_fields_set and "chunker" in cfg.indexing.model_fields_set
+        chunker = OperatorSpec(name=args.chunker or "document") if args.chunker or not own else cfg.indexing.chunker
         env = _env_for(cfg, dataset, chunker, embeddings, args.quiet)
         res = run_retrieval(cfg, dataset, env, progress=not args.quiet)
         m = res.mean
         rows.append([res.name, m["ndcg@10"], m["mrr@10"], m["recall@10"], m["recall@100"], round(res.ms_per_query, 1)])
         results.append({"name": res.name, **m, "ms_per_query": res.ms_per_query})
     model = args.embeddings or "each config's (default: bundled all-MiniLM-L6-v2)"
-    print(f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, chunker={args.chunker}, "
+    where = args.chunker or "each config's (default: document)"
+    print(f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, chunker={where}, "
           f"embeddings={model})")  # fmt: skip
     print(format_table(["config", "nDCG@10", "MRR@10", "R@10", "R@100", "ms/q"], rows))
     if args.json:
@@ -336,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--split", default="dev", help="dev (queries.jsonl) or a prefix such as train")
     p.add_argument("--presets", default="bm25,dense,hybrid", help=f"comma-separated: {', '.join(RETRIEVAL_PRESETS)}")
     p.add_argument("--config", action="append", help="also run this flow config (repeatable)")
-    p.add_argument("--chunker", default="document", help="chunker for the corpus (default: document)")
+    p.add_argument("--chunker", help="chunker for the corpus (default: a config's indexing.chunker, else document)")
     p.add_argument("--embeddings", help="a sentence-transformers folder every config runs with (its own index)")
     p.add_argument("--limit", type=int, help="only the first N queries")
     p.add_argument("--json", help="also write the results to this JSON file")
@@ -380,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("datasets", help="one table over the shared datasets: retrieval and every pattern's answers")
     p.add_argument("--root", default="../shared/datasets", help="folder holding the BEIR folders")
     p.add_argument("--datasets", default="scifact,hotpotqa,nq_open_oracle,squad_expmrc", help="comma-separated folders")
-    p.add_argument("--presets", default="bm25,hybrid,hybrid-tuned", help="retrieval presets for sets without answers")
+    p.add_argument("--presets", default="bm25,hybrid", help="retrieval presets for sets without answers")
     p.add_argument("--runs", default="linear,conditional,branching,iterative,recursive,adaptive",
                    help=f"pattern runs for QA sets: {', '.join(PATTERN_RUNS)}")  # fmt: skip
     p.add_argument("--limit", type=int, default=20, help="questions per QA set, evenly spaced (default 20)")

@@ -534,7 +534,7 @@ class _Search:
                 parts.append(evaluate_flow(config, part, env, concurrency=self.settings.concurrency))
                 done_q = upto
                 spent = time.monotonic() - started
-                if done_q < self.rungs[-1] and spent / done_q * rung > cap:
+                if done_q < self.rungs[-1] and spent / done_q * self.rungs[-1] > cap:  # projected to all of val
                     self._record(trial, merge_results(parts).summary(), done_q,
                                  float(merge_results(parts).summary().get(self.settings.objective, 0.0)))
                     trial.set_user_attr("verdict", f"too slow: {spent:.1f}s for {done_q} questions; one trial may "
