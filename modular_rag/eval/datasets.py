@@ -164,9 +164,8 @@ def load_beir(root: str | os.PathLike[str], *, split: str = "dev") -> BeirDatase
     folder = Path(root)
     queries_file = _split_file(folder, split, "queries", ".jsonl")
     qrels_file = _split_file(folder, split, "qrels", ".tsv")
-    if not (folder / "corpus.jsonl").exists() and not (folder / "corpus").is_dir():
-        raise DatasetError(f"{folder} has neither corpus.jsonl nor a corpus/ folder of documents")
-    for needed in (queries_file, qrels_file):
+    has_corpus = (folder / "corpus.jsonl").exists() or (folder / "corpus").is_dir()
+    for needed in (*(() if has_corpus else (folder / "corpus.jsonl",)), queries_file, qrels_file):
         if not needed.exists():
             raise DatasetError(
                 f"{needed} is missing; a BEIR folder has corpus.jsonl, and for the {split or 'dev'} split "
