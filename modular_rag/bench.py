@@ -87,7 +87,7 @@ def _env_for(config: Any, dataset: Any, chunker: Any, embeddings: Any, quiet: bo
 def _retrieval(args: argparse.Namespace) -> int:
     from modular_rag.config import OperatorSpec, load_config
     from modular_rag.eval.datasets import load_beir
-    from modular_rag.eval.runner import run_retrieval
+    from modular_rag.eval.runner import config_chunker, run_retrieval
     from modular_rag.tables import format_table
 
     dataset = load_beir(args.dataset, split=args.split).limited(args.limit)
@@ -98,8 +98,7 @@ def _retrieval(args: argparse.Namespace) -> int:
     results = []
     for cfg in configs:
         # --chunker, else the config's own (configs/scifact-best.yaml indexes passages), else one chunk per row
-        own = "indexing" in cfg.model_fields_set and "chunker" in cfg.indexing.model_fields_set
-        chunker = OperatorSpec(name=args.chunker or "document") if args.chunker or not own else cfg.indexing.chunker
+        chunker = OperatorSpec(name=args.chunker) if args.chunker else config_chunker(cfg, "document")
         env = _env_for(cfg, dataset, chunker, embeddings, args.quiet)
         res = run_retrieval(cfg, dataset, env, progress=not args.quiet)
         m = res.mean

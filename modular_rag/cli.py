@@ -261,30 +261,19 @@ def _load_dataset(spec: str, split: str, limit: int | None) -> Any:
     return dataset.limited(limit, spread=spec == "demo")
 
 
-def _eval_chunker(name: str | None, config: Any, dataset: Any) -> Any:
-    """The chunker an evaluation indexes with: ``--chunker``, else the config's ``indexing.chunker`` when the
-    config sets one, else the dataset's default (``document`` for BEIR rows, ``recursive`` for folders)."""
-    from modular_rag.config import OperatorSpec
-
-    if name:
-        return OperatorSpec(name=name)
-    if "indexing" in config.model_fields_set and "chunker" in config.indexing.model_fields_set:
-        return config.indexing.chunker
-    return OperatorSpec(name=dataset.default_chunker)
-
-
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from modular_rag.config import load_config
+    from modular_rag.config import OperatorSpec, load_config
     from modular_rag.eval.report import format_results, write_report
-    from modular_rag.eval.runner import dataset_providers, evaluate_flow
+    from modular_rag.eval.runner import config_chunker, dataset_providers, evaluate_flow
 
     dataset = _load_dataset(args.dataset, args.split, args.limit)
     configs = [load_config(path) for path in args.config]  # all validated before anything loads
     results = []
     for path, config in zip(args.config, configs, strict=True):
-        chunker = _eval_chunker(args.chunker, config, dataset)
+        # --chunker, else the config's indexing.chunker when it sets one, else the dataset's default
+        chunker = OperatorSpec(name=args.chunker) if args.chunker else config_chunker(config, dataset.default_chunker)
         env = dataset_providers(dataset, config.providers, chunker=chunker, progress=not args.quiet,
                                 log=lambda line: print(line, file=sys.stderr))  # fmt: skip
         name = config.name or Path(path).stem

@@ -25,6 +25,7 @@ from modular_rag.providers import Providers
 __all__ = [
     "eval_home",
     "index_folder",
+    "config_chunker",
     "dataset_providers",
     "doc_ranking",
     "retrieved_docs",
@@ -58,6 +59,15 @@ def index_folder(
     it once the index is built)."""
     label = dataset.corpus_file.resolve().parent.name if dataset.corpus_file.exists() else dataset.name
     return (cache or eval_home()) / f"{label}-{_setting_key(dataset, providers, chunker)}"
+
+
+def config_chunker(config: FlowConfig, default: str) -> OperatorSpec:
+    """The chunker an evaluation indexes a config's corpus with: the config's ``indexing.chunker`` when the config
+    sets one (a ``tune`` result indexes passages, say), else ``default`` (the dataset's: ``document`` for BEIR rows,
+    ``recursive`` for folders of documents)."""
+    if "indexing" in config.model_fields_set and "chunker" in config.indexing.model_fields_set:
+        return config.indexing.chunker
+    return OperatorSpec(name=default)
 
 
 def dataset_providers(

@@ -711,16 +711,15 @@ class _Search:
 
     def report(self, best: TrialRow, compare: Sequence[tuple[str, Any]]) -> list[FlowResult]:
         """Score the best (and the configs to compare) once on the report split."""
-        from modular_rag.config import OperatorSpec, load_config
-        from modular_rag.eval.runner import dataset_providers, evaluate_flow
+        from modular_rag.config import load_config
+        from modular_rag.eval.runner import config_chunker, dataset_providers, evaluate_flow
 
         assert self.data.report is not None
         results = []
-        for name, cfg in [("best", {**best.config, "name": "best"}), *compare]:
+        best_config = {**best.config, "name": "best", "indexing": {"chunker": best.chunker}}  # as best.yaml has it
+        for name, cfg in [("best", best_config), *compare]:
             config = load_config(cfg)
-            chunker = OperatorSpec.model_validate(best.chunker) if name == "best" else (
-                config.indexing.chunker if "indexing" in config.model_fields_set else
-                OperatorSpec(name=self.data.report.default_chunker))  # fmt: skip
+            chunker = config_chunker(config, self.data.report.default_chunker)
             env = dataset_providers(self.data.report, config.providers, chunker=chunker, progress=False)
             results.append(evaluate_flow(config, self.data.report, env, name=name,
                                          concurrency=self.settings.concurrency))  # fmt: skip
