@@ -291,7 +291,9 @@ def test_an_interrupted_tune_continues_the_same_study_and_keeps_every_finished_t
         cut = study.trials[number]
         assert cut.state.name == "FAIL"
         if cut.params:
-            assert any(t.user_attrs.get("rerun_of") == number and t.params == cut.params for t in study.trials)
+            # the same candidate: every value it had drawn (a kill while it was being drawn leaves a prefix)
+            assert any(t.user_attrs.get("rerun_of") == number and cut.params.items() <= t.params.items()
+                       for t in study.trials)  # fmt: skip
     assert load_config(out / "best.yaml").name == "tune-best"
 
 
