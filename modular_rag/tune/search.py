@@ -29,7 +29,6 @@ from modular_rag.errors import ConfigError, ModularRagError
 from modular_rag.eval.datasets import BeirDataset
 from modular_rag.eval.runner import FlowResult
 from modular_rag.tune.data import TuneData, prepare_data, subset
-from modular_rag.tune.pruning import SCORES, PairedPruner, per_question
 from modular_rag.tune.space import Candidate, SearchSpace
 
 __all__ = ["TuneSettings", "TrialRow", "TuneResult", "tune", "rungs", "parse_budget", "pareto_front", "identity"]
@@ -291,6 +290,8 @@ def _open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: 
 
     import optuna
 
+    from modular_rag.tune.pruning import PairedPruner  # an Optuna pruner: imported with Optuna, not with this module
+
     with warnings.catch_warnings():  # `group` (conditional spaces) is marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True, n_startup_trials=8)
@@ -477,6 +478,7 @@ class _Search:
 
         from modular_rag.config import OperatorSpec, load_config
         from modular_rag.eval.runner import evaluate_flow
+        from modular_rag.tune.pruning import SCORES, per_question
 
         candidate: Candidate = self.space.draw(trial, default_chunker=self.data.val.default_chunker)
         config_map = candidate.config

@@ -332,3 +332,24 @@ def test_a_candidate_far_slower_than_the_budget_allows_is_stopped_early(home: Pa
     slow = [r for r in result.rows if r.verdict.startswith("too slow")]
     assert slow and all(0 < r.questions < 22 for r in slow)
     assert result.best is None
+
+
+@pytest.mark.unit
+def test_without_optuna_tune_says_which_extra_installs_it(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'optuna':\n"
+        "            raise ImportError('No module named optuna')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from modular_rag.errors import MissingDependencyError\n"
+        "from modular_rag.tune import TuneSettings, tune\n"
+        "try:\n"
+        f"    tune('demo', {str(tmp_path / 'run')!r}, TuneSettings(budget_s=1))\n"
+        "except MissingDependencyError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert 'pip install "modular-rag[eval]"' in out.stdout
