@@ -90,7 +90,8 @@ def config_candidates(paths: Iterable[str]) -> list[tuple[str, FlowConfig]]:
 
     from modular_rag.config import load_config
 
-    return [(load_config(p).name or Path(p).stem, load_config(p)) for p in paths]
+    configs = [(Path(p).stem, load_config(p)) for p in paths]
+    return [(config.name or stem, config) for stem, config in configs]
 
 
 @dataclass(frozen=True)

@@ -52,15 +52,13 @@ def add_parser(sub: Any) -> None:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from modular_rag.config import load_config
+    from modular_rag.eval.recommend import config_candidates
     from modular_rag.tune.search import TuneSettings, parse_budget, tune
     from modular_rag.tune.space import load_space
 
     space = load_space(args.space, objective=args.objective) if args.space or args.objective else load_space(None)
     objective = args.objective or space.objective
-    compare = [(load_config(p).name or Path(p).stem, load_config(p)) for p in args.compare]
+    compare = config_candidates(args.compare)
     finetune = {"epochs": args.finetune_epochs, "learning_rate": args.finetune_lr} if args.finetune else None
     settings = TuneSettings(
         budget_s=parse_budget(args.budget), objective=objective, max_llm_calls=args.max_llm_calls,
@@ -72,7 +70,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     )  # fmt: skip
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     result = tune(args.dataset, args.out, settings, space=space, questions=args.questions,
-                  compare=[(n, c.model_dump(exclude_unset=True)) for n, c in compare], progress=not args.quiet,
+                  compare=compare, progress=not args.quiet,
                   log=say)  # fmt: skip
     done = sum(r.state in ("complete", "pruned") for r in result.rows)
     print(f"{done} trials in {result.spent_s / 60:.1f} min ({'finished' if result.finished else 'interrupted'})")

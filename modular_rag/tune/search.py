@@ -537,15 +537,12 @@ class _Search:
                 done_q = upto
                 spent = time.monotonic() - started
                 if done_q < self.rungs[-1] and spent / done_q * self.rungs[-1] > cap:  # projected to all of val
-                    self._record(trial, merge_results(parts).summary(), done_q,
-                                 float(merge_results(parts).summary().get(self.settings.objective, 0.0)))
+                    self._record(trial, merge_results(parts).summary(), done_q)
                     trial.set_user_attr("verdict", f"too slow: {spent:.1f}s for {done_q} questions; one trial may "
                                                    f"take {cap:.1f}s of the budget")  # fmt: skip
                     raise optuna.TrialPruned()
             result = merge_results(parts)
-            summary = result.summary()
-            value = float(summary.get(self.settings.objective, 0.0))
-            self._record(trial, summary, rung, value)
+            value = self._record(trial, result.summary(), rung)
             trial.set_user_attr(SCORES, [round(v, 5) for v in per_question(result.records, self.data.val.qrels,
                                                                              self.settings.objective)])  # fmt: skip
             trial.report(value, rung)
@@ -561,10 +558,12 @@ class _Search:
         trial.set_constraint("llm_calls", llm_over)  # TPE then draws fewer candidates like the infeasible ones
         trial.set_constraint("ms", ms_over)
         trial.set_user_attr("verdict", "complete" if trial.user_attrs.get("feasible") else "over budget (measured)")
-        return float(result.summary().get(self.settings.objective, 0.0))
+        return value
 
-    def _record(self, trial: Any, summary: Mapping[str, float], questions: int, value: float) -> None:
+    def _record(self, trial: Any, summary: Mapping[str, float], questions: int) -> float:
+        """Store what the trial measured on its first ``questions``; return its objective value there."""
         s = self.settings
+        value = float(summary.get(s.objective, 0.0))
         constraints = [
             summary["llm_calls"] - s.max_llm_calls if s.max_llm_calls is not None else 0.0,
             summary["ms"] - s.max_latency_ms if s.max_latency_ms is not None else 0.0,
@@ -578,6 +577,7 @@ class _Search:
         trial.set_user_attr("feasible", all(c <= 0 for c in constraints))
         keep = ("ndcg@10", "mrr@10", "recall@5", "recall@10", "all@5", "em", "f1", "contains", "supported", "refused")
         trial.set_user_attr("metrics", {k: round(float(summary[k]), 4) for k in keep if k in summary})
+        return value
 
     # -------------------------------------------------------------------------------------------------- run
     def _more(self, study: Any) -> bool:
