@@ -12,10 +12,10 @@ The step instrumentation (traced, timed, deadline-bounded nodes and the node thr
 
 A pattern factory reads like this::
 
-    def build_linear(config, *, checkpointer=None, providers=None):
-        flow = FlowBuilder(config, "linear", providers=providers)
+    def build_linear(config, **options):
+        flow = FlowBuilder(config, "linear", **options)
         flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE])
-        return flow.compile(checkpointer=checkpointer, max_steps=5)
+        return flow.compile(max_steps=5)
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict, Unpack
 
 from modular_rag import registry
 from modular_rag.config import FlowConfig, OperatorSpec, load_config, validate_params
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FlowBuilder",
+    "BuildOptions",
     "build_flow",
     "BEGIN",
     "REPLY",
@@ -73,32 +75,53 @@ _SUBFLOW_KEYS = frozenset(
 )
 
 
+class BuildOptions(TypedDict, total=False):
+    """How a pattern factory (and :func:`build_flow`) builds a flow, besides its config."""
+
+    checkpointer: Any
+    """Any LangGraph checkpointer (for example ``SqliteSaver``): runs can be resumed and inspected."""
+    providers: Providers | None
+    """Reuse these providers (models, index) instead of building them from ``config.providers``."""
+    threads: bool | None
+    """Whether runs share state through threads (``thread_id``); default: when a checkpointer is given. See
+    :meth:`FlowBuilder.compile`."""
+    output_schema: type[Any] | None
+    """What a run returns: a ``TypedDict`` whose keys are :class:`~modular_rag.state.RAGState` keys, for example
+    :class:`~modular_rag.state.FlowOutput` (the answer with its citations, evidence, candidates, messages, trace and
+    ledger: what the LangGraph Server graphs return; on threads the rest stays in the checkpoint). Default: the
+    whole state."""
+
+
 class FlowBuilder:
     """Wiring shared by all patterns: holds the config, the providers and the graph under construction.
 
     Args:
         config: A config object, dict or YAML path.
         pattern: The pattern being built; the config's ``pattern`` must match it.
-        providers: Reuse these providers instead of building them from ``config.providers``.
+        **options: How to build and compile the flow (see :class:`BuildOptions`).
 
     Raises:
-        ConfigError: If the config is invalid or names another pattern.
+        ConfigError: If the config is invalid or names another pattern, or ``output_schema`` has a key the state
+            does not.
     """
 
     def __init__(
         self,
         config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
         pattern: str,
-        *,
-        providers: Providers | None = None,
+        **options: Unpack[BuildOptions],
     ) -> None:
         self.config = load_config(config)
         if self.config.pattern != pattern:
             raise ConfigError("pattern", f"this factory builds {pattern!r}, the config says {self.config.pattern!r}")
         self.info = registry.get_pattern(pattern)
         self.params: Any = validate_params(self.info.params, self.config.params, "params")
-        self.env = providers or Providers(self.config.providers)
-        self.graph: StateGraph = StateGraph(RAGState, input_schema=FlowInput)
+        self.env = options.get("providers") or Providers(self.config.providers)
+        self.checkpointer = options.get("checkpointer")
+        threads = options.get("threads")
+        self.threaded = self.checkpointer is not None if threads is None else threads
+        self.output_schema = _output_schema(options.get("output_schema"))
+        self.graph: StateGraph = _state_graph(self.output_schema)
 
     def steps(
         self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None,
@@ -245,33 +268,30 @@ class FlowBuilder:
         """A conditional edge with an explicit ``path_map`` (so drawings and checks know every edge)."""
         self.graph.add_conditional_edges(source, decide, path_map)  # type: ignore[arg-type]
 
-    def compile(self, *, checkpointer: Any = None, max_steps: int, threads: bool | None = None) -> CompiledStateGraph:
-        """Compile with an optional checkpointer; ``recursion_limit`` is derived from the pattern's bound.
+    def compile(self, *, max_steps: int) -> CompiledStateGraph:
+        """Compile with the build's checkpointer; ``recursion_limit`` is derived from the pattern's bound.
+
+        On threads (:attr:`BuildOptions.threads`) every new question first passes a ``begin`` step that clears what
+        an earlier question on the thread left and takes the question from a new human message (a resume with input
+        ``None`` does not pass it), and every run ends with a ``reply`` step that adds the turn to ``messages``. A
+        server that attaches its own checkpointer (LangGraph Server) asks for threads explicitly.
 
         Args:
-            checkpointer: Any LangGraph checkpointer (for example ``SqliteSaver``).
             max_steps: The most supersteps one run can take under the config's loop bounds.
-            threads: Whether runs share state through threads (``thread_id``): then every new question first
-                passes a ``begin`` step that clears what an earlier question on the thread left and takes the
-                question from a new human message (a resume with input ``None`` does not pass it), and every run
-                ends with a ``reply`` step that adds the turn to ``messages``. Default: when a checkpointer is
-                given; a server that attaches its own checkpointer (LangGraph Server) asks for it explicitly.
         """
         name = self.config.name or self.info.name
-        threaded = checkpointer is not None if threads is None else threads
         if self.config.answer_cache is not None:
             return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=max_steps + 4),
-                                           checkpointer, name, threaded)  # fmt: skip
-        compiled = _compile(self.graph, checkpointer, name, threaded)
-        return compiled.with_config(recursion_limit=max_steps + 4 + 2 * threaded, **self._run_labels(name))
+                                           name)  # fmt: skip
+        compiled = _compile(self.graph, self.checkpointer, name, self.threaded)
+        return compiled.with_config(recursion_limit=max_steps + 4 + 2 * self.threaded, **self._run_labels(name))
 
     def _run_labels(self, name: str) -> dict[str, Any]:
         """Tags and metadata every run of the flow carries (shown by LangSmith and other tracers)."""
         return {"tags": ["modular_rag", f"pattern:{self.info.name}"],
                 "metadata": {"modular_rag_pattern": self.info.name, "modular_rag_flow": name}}  # fmt: skip
 
-    def _with_answer_cache(self, inner: CompiledStateGraph, checkpointer: Any, name: str,
-                           threaded: bool) -> CompiledStateGraph:  # fmt: skip
+    def _with_answer_cache(self, inner: CompiledStateGraph, name: str) -> CompiledStateGraph:
         """Put a semantic answer cache in front of the compiled flow: a hit answers at once; a miss runs the flow
         and stores its answer."""
         from modular_rag.cache import answer_cache_steps, flow_answer_cache
@@ -288,7 +308,7 @@ class FlowBuilder:
         def hit(state: RAGState) -> Literal["hit", "miss"]:
             return "hit" if state.get("answer") else "miss"
 
-        outer = StateGraph(RAGState, input_schema=FlowInput)
+        outer = _state_graph(self.output_schema)
         outer.add_node("cache_lookup", _pooled("cache_lookup", internal_node("cache_lookup", lookup)))
         outer.add_node("flow", _pooled("flow", run_flow))
         outer.add_node("cache_store", _pooled("cache_store", internal_node("cache_store", store)))
@@ -296,7 +316,8 @@ class FlowBuilder:
         outer.add_conditional_edges("cache_lookup", hit, {"hit": END, "miss": "flow"})
         outer.add_edge("flow", "cache_store")
         outer.add_edge("cache_store", END)
-        return _compile(outer, checkpointer, name, threaded).with_config(recursion_limit=limit + 4 + 2 * threaded,
+        threaded = self.threaded
+        return _compile(outer, self.checkpointer, name, threaded).with_config(recursion_limit=limit + 4 + 2 * threaded,
                                                                          **self._run_labels(name))
 
 
@@ -331,6 +352,24 @@ def _reply(state: RAGState) -> dict[str, Any]:
     return {"messages": [*turn, AIMessage(answer["text"], additional_kwargs={"citations": citations})]}
 
 
+def _output_schema(schema: type[Any] | None) -> type[Any]:
+    """The output schema a build asked for, or the whole state (see :attr:`BuildOptions.output_schema`)."""
+    if schema is None:
+        return RAGState
+    keys = set(getattr(schema, "__annotations__", {}))
+    unknown = sorted(keys - set(RAGState.__annotations__))
+    if not keys or unknown:
+        raise ConfigError("output_schema", f"{getattr(schema, '__name__', schema)!r} must be a TypedDict of state keys"
+                          f"{'; unknown: ' + ', '.join(unknown) if unknown else ''}; state keys: "
+                          f"{', '.join(RAGState.__annotations__)}")  # fmt: skip
+    return schema
+
+
+def _state_graph(output_schema: type[Any]) -> StateGraph:
+    """An empty flow graph: it carries :class:`RAGState`, takes :class:`FlowInput` and returns ``output_schema``."""
+    return StateGraph(RAGState, input_schema=FlowInput, output_schema=output_schema)
+
+
 def _compile(graph: StateGraph, checkpointer: Any, name: str, threaded: bool) -> CompiledStateGraph:
     """Compile ``graph``; on threads, route START through :data:`BEGIN` and every way to END through
     :data:`REPLY` (their edges and branches move there)."""
@@ -354,19 +393,13 @@ def _compile(graph: StateGraph, checkpointer: Any, name: str, threaded: bool) ->
 
 def build_flow(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-    *,
-    checkpointer: Any = None,
-    providers: Providers | None = None,
-    threads: bool | None = None,
+    **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the graph of whatever pattern the config names.
 
     Args:
         config: A config object, dict or YAML path.
-        checkpointer: Optional LangGraph checkpointer.
-        providers: Optional shared providers.
-        threads: Whether runs share state through threads; default: when a checkpointer is given (see
-            :meth:`FlowBuilder.compile`).
+        **options: ``checkpointer``, ``providers``, ``threads``, ``output_schema``: see :class:`BuildOptions`.
 
     Returns:
         The compiled LangGraph ``StateGraph``; call ``.invoke({"query": ...})``.
@@ -375,6 +408,4 @@ def build_flow(
         ConfigError: If the config is invalid.
     """
     cfg = load_config(config)
-    info = registry.get_pattern(cfg.pattern)
-    return info.factory(cfg, checkpointer=checkpointer, providers=providers, threads=threads)
-
+    return registry.get_pattern(cfg.pattern).factory(cfg, **options)

@@ -29,6 +29,7 @@ from typing_extensions import TypedDict
 
 from modular_rag import template_path
 from modular_rag.builder import build_flow
+from modular_rag.state import FlowOutput
 
 if TYPE_CHECKING:  # LangGraph Server resolves the name itself when it reads flow's signature
     from langgraph_sdk.runtime import ServerRuntime
@@ -63,12 +64,13 @@ def config_path(pattern: str) -> Path:
 
 
 # the server attaches its own checkpointer and its threads are conversations: every new question starts clean
-linear = build_flow(config_path("linear"), threads=True)
-conditional = build_flow(config_path("conditional"), threads=True)
-branching = build_flow(config_path("branching"), threads=True)
-iterative = build_flow(config_path("iterative"), threads=True)
-recursive = build_flow(config_path("recursive"), threads=True)
-adaptive = build_flow(config_path("adaptive"), threads=True)
+# and a run returns the answer, its citations and its cost (FlowOutput); the working state stays in the checkpoint
+linear = build_flow(config_path("linear"), threads=True, output_schema=FlowOutput)
+conditional = build_flow(config_path("conditional"), threads=True, output_schema=FlowOutput)
+branching = build_flow(config_path("branching"), threads=True, output_schema=FlowOutput)
+iterative = build_flow(config_path("iterative"), threads=True, output_schema=FlowOutput)
+recursive = build_flow(config_path("recursive"), threads=True, output_schema=FlowOutput)
+adaptive = build_flow(config_path("adaptive"), threads=True, output_schema=FlowOutput)
 
 
 class FlowContext(TypedDict, total=False):
@@ -120,7 +122,7 @@ def flow(config: RunnableConfig, runtime: ServerRuntime) -> CompiledStateGraph:
     with _BUILD_LOCK:
         built = _BUILT.get(path)
         if built is None or built[0] != stamp:
-            graph = build_flow(path, threads=True)
+            graph = build_flow(path, threads=True, output_schema=FlowOutput)
             graph.context_schema = FlowContext  # type: ignore[assignment]
             _BUILT[path] = built = (stamp, graph)
     return built[1]

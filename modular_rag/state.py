@@ -37,6 +37,7 @@ __all__ = [
     "LedgerEntry",
     "RAGState",
     "FlowInput",
+    "FlowOutput",
     "STATE_KEYS",
     "APPEND_KEYS",
     "INPUT_KEYS",
@@ -208,6 +209,23 @@ class FlowInput(TypedDict, total=False):
     filter: dict[str, Any] | None
     messages: Annotated[list[AnyMessage], add_messages]
 
+
+class FlowOutput(TypedDict, total=False):
+    """What the LangGraph Server graphs return from a run (their output schema, which LangGraph Studio shows): the
+    question, the answer with its citations, the evidence they point into, the candidates (a retrieval-only flow's
+    result), the conversation, and the run's trace and cost ledger. ``build_flow(config, output_schema=FlowOutput)``
+    builds a flow that returns it; by default a flow returns its whole state.
+
+    The working state (queries, rounds, branches, tree, verdicts, drafts, ...) stays in the thread's checkpoint:
+    ``flow.get_state({"configurable": {"thread_id": ...}}).values``."""
+
+    query: str
+    answer: Answer
+    evidence: list[Evidence]
+    candidates: list[Hit]
+    messages: Annotated[list[AnyMessage], add_messages]
+    trace: Annotated[list[TraceEvent], operator.add]
+    ledger: Annotated[list[LedgerEntry], operator.add]
 
 class RAGState(TypedDict, total=False):
     """The state every pattern's graph carries. Operators return partial updates of it.

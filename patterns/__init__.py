@@ -1,4 +1,4 @@
-"""The prebuilt flow patterns, one file and one factory each: ``build_<pattern>(config, *, checkpointer=None)``.
+"""The prebuilt flow patterns, one file and one factory each: ``build_<pattern>(config, **options)``.
 
 Importing this package registers every pattern (the registry finds it through the ``modular_rag.plugins``
 entry point).

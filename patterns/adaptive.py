@@ -22,11 +22,11 @@ from typing import Any, Literal
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import Unpack
 
-from modular_rag.builder import FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder
 from modular_rag.config import FlowConfig, OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
-from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, RAGState, Round, step_of
 from operators.generation import REFUSAL, cite_pack, clean_completion, evidence_of, is_refusal
@@ -81,8 +81,7 @@ def masked_query(question: str, tokens: list[str], logprobs: list[float], below:
     return kept if len(kept.split()) >= 4 else f"{question} {kept}".strip()
 
 
-def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
-           threads: bool | None) -> CompiledStateGraph:
+def _flare(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
     defaults = _DEFAULTS["flare"]
     fetch = flow.runner([RETRIEVE, RERANK, CONTEXT], label="retrieve", defaults=defaults)
     draft = flow.runner([DRAFT], label=DRAFT)
@@ -169,11 +168,10 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
     flow.graph.add_edge(REQUERY, ACCEPT)
     flow.branch(ACCEPT, more, {"draft": DRAFT, "finish": FINISH})
     flow.graph.add_edge(FINISH, END)
-    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=2 + params.max_steps * 4)
+    return flow.compile(max_steps=2 + params.max_steps * 4)
 
 
-def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
-              threads: bool | None) -> CompiledStateGraph:
+def _self_rag(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
     defaults = _DEFAULTS["self_rag"]
 
     def advance(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -210,7 +208,7 @@ def _self_rag(flow: FlowBuilder, params: AdaptiveParams, checkpointer: Any,
         flow.graph.add_edge(START, body[0])
     flow.branch(last, again, {"again": REWRITE if rewrite else body[0], "done": END})
     per_round = len(body) + 2 + (last == JUDGE) + bool(rewrite)
-    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=1 + params.max_steps * per_round)
+    return flow.compile(max_steps=1 + params.max_steps * per_round)
 
 
 def cost(config: FlowConfig) -> Cost:
@@ -241,19 +239,14 @@ def cost(config: FlowConfig) -> Cost:
 @register_pattern("adaptive", slots=SLOTS, params=AdaptiveParams, cost=cost)
 def build_adaptive(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-    *,
-    checkpointer: Any = None,
-    providers: Providers | None = None,
-    threads: bool | None = None,
+    **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the adaptive flow (FLARE or Self-RAG style).
 
     Args:
         config: A flow config with ``pattern: adaptive``.
-        checkpointer: Optional LangGraph checkpointer.
-        providers: Optional providers to share.
-        threads: Whether runs share state through threads (default: with a checkpointer); see
-            :meth:`~modular_rag.builder.FlowBuilder.compile`.
+        **options: ``checkpointer``, ``providers``, ``threads``, ``output_schema``: see
+            :class:`~modular_rag.builder.BuildOptions`.
 
     Returns:
         The compiled graph. Cost: flare = 1 draft per sentence + 1 retrieval and 1 redraft per low-confidence
@@ -265,7 +258,7 @@ def build_adaptive(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'accept', 'draft', 'finish', 'judge', 'requery', 'start']
     """
-    flow = FlowBuilder(config, "adaptive", providers=providers)
+    flow = FlowBuilder(config, "adaptive", **options)
     params: AdaptiveParams = flow.params
     builder = _flare if params.mode == "flare" else _self_rag
-    return builder(flow, params, checkpointer, threads)
+    return builder(flow, params)

@@ -18,12 +18,12 @@ from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import Unpack
 
-from modular_rag.builder import FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder
 from modular_rag.config import FlowConfig, OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, retrievals, slot_cost, total
 from modular_rag.errors import ConfigError
-from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
 from modular_rag.state import Branch, Evidence, RAGState
 from operators.fusion import ReplugParams, replug_token_level
@@ -119,8 +119,7 @@ def cost(config: FlowConfig) -> Cost:
     return head + per_doc * n + slot_cost(config, FUSE, ctx, default=fuse_default)
 
 
-def _passages(flow: FlowBuilder, params: BranchingParams, checkpointer: Any,
-              threads: bool | None) -> CompiledStateGraph:  # fmt: skip
+def _passages(flow: FlowBuilder, params: BranchingParams) -> CompiledStateGraph:  # fmt: skip
     """mode: passages: retrieve once; one branch per first-hop passage follows it (its links, or a search with the
     question and the passage); the fusion ranks every passage by the pair it makes with a branch's passage."""
     search = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]") if params.hop_with == "evidence" else None
@@ -150,25 +149,20 @@ def _passages(flow: FlowBuilder, params: BranchingParams, checkpointer: Any,
     flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.graph.add_edge(BRANCH, FUSE)
     tail = flow.chain([CONTEXT, GENERATE], start=FUSE)
-    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(head) + 2 + len(tail))
+    return flow.compile(max_steps=len(head) + 2 + len(tail))
 
 
 @register_pattern("branching", slots=SLOTS, params=BranchingParams, cost=cost)
 def build_branching(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-    *,
-    checkpointer: Any = None,
-    providers: Providers | None = None,
-    threads: bool | None = None,
+    **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the branching flow (multi-query fan-out or per-document REPLUG fan-out, fused).
 
     Args:
         config: A flow config with ``pattern: branching``.
-        checkpointer: Optional LangGraph checkpointer.
-        providers: Optional providers to share.
-        threads: Whether runs share state through threads (default: with a checkpointer); see
-            :meth:`~modular_rag.builder.FlowBuilder.compile`.
+        **options: ``checkpointer``, ``providers``, ``threads``, ``output_schema``: see
+            :class:`~modular_rag.builder.BuildOptions`.
 
     Returns:
         The compiled graph. Cost: queries mode = expand calls + N retrievals (in parallel) + 1 generation; documents
@@ -180,7 +174,7 @@ def build_branching(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'branch', 'fuse', 'retrieve']
     """
-    flow = FlowBuilder(config, "branching", providers=providers)
+    flow = FlowBuilder(config, "branching", **options)
     params: BranchingParams = flow.params
     _check_fuse(flow, params.mode)
     if params.mode == "queries":
@@ -203,10 +197,10 @@ def build_branching(
         flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
         flow.graph.add_edge(BRANCH, FUSE)
         tail = flow.chain([RERANK, CONTEXT, GENERATE], start=FUSE)
-        return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(head) + 2 + len(tail))
+        return flow.compile(max_steps=len(head) + 2 + len(tail))
 
     if params.mode == "passages":
-        return _passages(flow, params, checkpointer, threads)
+        return _passages(flow, params)
 
     # the token-level ensemble is the answer: its branches only carry their document, nothing is generated there
     per_document = None if _token_level(flow) else flow.runner([GENERATE], label=BRANCH + "[{branch}]")
@@ -238,4 +232,4 @@ def build_branching(
     flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.graph.add_edge(BRANCH, FUSE)
     flow.graph.add_edge(FUSE, END)
-    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(head) + 2)
+    return flow.compile(max_steps=len(head) + 2)

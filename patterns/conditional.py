@@ -14,12 +14,12 @@ from typing import Any
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import Unpack
 
-from modular_rag.builder import FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder
 from modular_rag.config import FlowConfig, check_flow, format_validation_error
 from modular_rag.costs import Cost, Span, context_for, estimate, slot_cost
 from modular_rag.errors import ConfigError
-from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.state import RAGState
 
@@ -92,19 +92,14 @@ def cost(config: FlowConfig) -> Cost:
 @register_pattern("conditional", slots=SLOTS, params=ConditionalParams, check=_check, cost=cost)
 def build_conditional(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-    *,
-    checkpointer: Any = None,
-    providers: Providers | None = None,
-    threads: bool | None = None,
+    **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the conditional flow: route -> one of the route sub-flows -> end.
 
     Args:
         config: A flow config with ``pattern: conditional`` and ``params.routes``.
-        checkpointer: Optional LangGraph checkpointer.
-        providers: Optional providers to share.
-        threads: Whether runs share state through threads (default: with a checkpointer); see
-            :meth:`~modular_rag.builder.FlowBuilder.compile`.
+        **options: ``checkpointer``, ``providers``, ``threads``, ``output_schema``: see
+            :class:`~modular_rag.builder.BuildOptions`.
 
     Returns:
         The compiled graph. Cost: the router's (0 LLM calls for keyword/embedding, 1 for llm) plus the chosen
@@ -118,7 +113,7 @@ def build_conditional(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'exact', 'open', 'route']
     """
-    flow = FlowBuilder(config, "conditional", providers=providers)
+    flow = FlowBuilder(config, "conditional", **options)
     params: ConditionalParams = flow.params
     flow.add(ROUTE, inject={
         "routes": {n: r.model_dump(include={"description", "keywords", "examples"}) for n, r in params.routes.items()},
@@ -135,4 +130,4 @@ def build_conditional(
 
     flow.branch(ROUTE, by_route, {name: name for name in params.routes})
     # each route runs as one node with its own bound
-    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=2)
+    return flow.compile(max_steps=2)

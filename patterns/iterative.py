@@ -26,8 +26,9 @@ from typing import Any, Literal
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import Unpack
 
-from modular_rag.builder import FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder
 from modular_rag.config import FlowConfig
 from modular_rag.costs import Cost, Span, active, context_for, llm, retrievals, total
 from modular_rag.providers import Providers
@@ -137,19 +138,14 @@ def cost(config: FlowConfig) -> Cost:
 @register_pattern("iterative", slots=SLOTS, params=IterativeParams, cost=cost)
 def build_iterative(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-    *,
-    checkpointer: Any = None,
-    providers: Providers | None = None,
-    threads: bool | None = None,
+    **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the iterative flow: (retrieve -> rerank -> context -> generate -> advance -> judge) x up to T rounds.
 
     Args:
         config: A flow config with ``pattern: iterative``.
-        checkpointer: Optional LangGraph checkpointer (a run can resume between rounds).
-        providers: Optional providers to share.
-        threads: Whether runs share state through threads (default: with a checkpointer); see
-            :meth:`~modular_rag.builder.FlowBuilder.compile`.
+        **options: ``checkpointer``, ``providers``, ``threads``, ``output_schema``: see
+            :class:`~modular_rag.builder.BuildOptions`.
 
     Returns:
         The compiled graph. Cost per query: up to ``rounds`` x (1 generation + retrievals), plus judge calls.
@@ -160,7 +156,7 @@ def build_iterative(
         >>> flow.config["recursion_limit"] > 2 * 6
         True
     """
-    flow = FlowBuilder(config, "iterative", providers=providers)
+    flow = FlowBuilder(config, "iterative", **options)
     params: IterativeParams = flow.params
     if params.query_with in HOP_MODES:
         search = flow.operator(RETRIEVE)
@@ -197,5 +193,5 @@ def build_iterative(
 
     flow.branch(last, again, {"again": body[0], "done": END})
     per_round = len(body) + 1 + (last == JUDGE)
-    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=params.rounds * per_round)
+    return flow.compile(max_steps=params.rounds * per_round)
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict
+from typing_extensions import Unpack
 
-from modular_rag.builder import FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder
 from modular_rag.config import FlowConfig
 from modular_rag.costs import Cost, context_for, total
-from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 
 __all__ = ["build_linear", "LinearParams", "SLOTS", "REWRITE", "RETRIEVE", "RERANK", "CONTEXT", "GENERATE", "VERIFY"]
@@ -50,17 +50,14 @@ def cost(config: FlowConfig) -> Cost:
 @register_pattern("linear", slots=SLOTS, params=LinearParams, cost=cost)
 def build_linear(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-    *,
-    checkpointer: Any = None,
-    providers: Providers | None = None,
-    threads: bool | None = None,
+    **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the linear flow: rewrite -> retrieve -> rerank -> context -> generate.
 
     Args:
         config: A flow config (object, dict or YAML path) with ``pattern: linear``.
-        checkpointer: Optional LangGraph checkpointer.
-        providers: Optional providers to share with other flows.
+        **options: ``checkpointer``, ``providers``, ``threads``, ``output_schema``: see
+            :class:`~modular_rag.builder.BuildOptions`.
 
     Returns:
         The compiled graph; one LLM call per active LLM slot, one retrieval per query.
@@ -72,6 +69,6 @@ def build_linear(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'context', 'retrieve']
     """
-    flow = FlowBuilder(config, "linear", providers=providers)
+    flow = FlowBuilder(config, "linear", **options)
     nodes = flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY])
-    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=len(nodes))
+    return flow.compile(max_steps=len(nodes))

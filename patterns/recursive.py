@@ -17,11 +17,11 @@ from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import Unpack
 
-from modular_rag.builder import FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder
 from modular_rag.config import FlowConfig
 from modular_rag.costs import Cost, CostContext, Span, context_for, retrievals, slot_cost, total
-from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.state import Hit, RAGState, TreeNode, step_of
 from operators.fusion import pack_of
@@ -84,8 +84,7 @@ def cost(config: FlowConfig) -> Cost:
             + slot_cost(config, FUSE, ctx))  # fmt: skip
 
 
-def _links(flow: FlowBuilder, params: RecursiveParams, checkpointer: Any,
-           threads: bool | None) -> CompiledStateGraph:  # fmt: skip
+def _links(flow: FlowBuilder, params: RecursiveParams) -> CompiledStateGraph:  # fmt: skip
     """expand: links: the root retrieves; a node's children are the chunks its best ``branching`` passages name (one
     link-table lookup per node, no LLM); ``fuse`` (``pairs``) ranks every passage of the tree by the pair it makes
     with the passage that led to it; context and generate then answer once from that ranking."""
@@ -148,26 +147,20 @@ def _links(flow: FlowBuilder, params: RecursiveParams, checkpointer: Any,
     flow.branch(last, grow, {"expand": EXPAND, "fuse": FUSE})
     tail = flow.chain([CONTEXT, GENERATE], start=FUSE)
     per_level = 2 + (last == PRUNE)
-    return flow.compile(checkpointer=checkpointer, threads=threads,
-                        max_steps=per_level * (params.max_depth + 1) + 1 + len(tail))  # fmt: skip
+    return flow.compile(max_steps=per_level * (params.max_depth + 1) + 1 + len(tail))  # fmt: skip
 
 
 @register_pattern("recursive", slots=SLOTS, params=RecursiveParams, cost=cost)
 def build_recursive(
     config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-    *,
-    checkpointer: Any = None,
-    providers: Providers | None = None,
-    threads: bool | None = None,
+    **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the recursive flow: expand -> node (parallel) -> prune, per level, then fuse.
 
     Args:
         config: A flow config with ``pattern: recursive``.
-        checkpointer: Optional LangGraph checkpointer.
-        providers: Optional providers to share.
-        threads: Whether runs share state through threads (default: with a checkpointer); see
-            :meth:`~modular_rag.builder.FlowBuilder.compile`.
+        **options: ``checkpointer``, ``providers``, ``threads``, ``output_schema``: see
+            :class:`~modular_rag.builder.BuildOptions`.
 
     Returns:
         The compiled graph. Cost: per node one retrieval set and one generation; per expanded node one clarify
@@ -179,10 +172,10 @@ def build_recursive(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'expand', 'fuse', 'node', 'prune']
     """
-    flow = FlowBuilder(config, "recursive", providers=providers)
+    flow = FlowBuilder(config, "recursive", **options)
     params: RecursiveParams = flow.params
     if params.expand == "links":
-        return _links(flow, params, checkpointer, threads)
+        return _links(flow, params)
     clarify = flow.runner([CLARIFY], label=EXPAND)
     answer_node = flow.runner([RETRIEVE, RERANK, CONTEXT, GENERATE], label=NODE + "[{branch}]")
 
@@ -245,4 +238,4 @@ def build_recursive(
     flow.branch(last, grow, {"expand": EXPAND, "fuse": FUSE})
     flow.graph.add_edge(FUSE, END)
     per_level = 2 + (last == PRUNE)
-    return flow.compile(checkpointer=checkpointer, threads=threads, max_steps=per_level * (params.max_depth + 1) + 1)
+    return flow.compile(max_steps=per_level * (params.max_depth + 1) + 1)

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 import yaml
 from langgraph.graph.state import CompiledStateGraph
+from typing_extensions import TypedDict
 
 from modular_rag import template_path
 from modular_rag.providers import Providers
+from modular_rag.state import FlowOutput
 from tests.ecosystem.conftest import REPO, background, executable, free_port
 
 PATTERNS = ("linear", "conditional", "branching", "iterative", "recursive", "adaptive")
@@ -148,13 +150,46 @@ def test_langgraph_dev_answers_over_http(demo_dir: Path, demo_env: Providers, tm
 
 
 @pytest.mark.unit
-def test_every_graph_asks_studio_for_a_question_not_its_internal_state() -> None:
-    from modular_rag.builder import build_flow
+def test_every_graph_asks_studio_for_a_question_and_returns_the_answer_not_its_internal_state() -> None:
+    from modular_rag import server
 
     for name in PATTERNS:
-        flow = build_flow(template_path(name), threads=True)
+        flow = getattr(server, name)
         assert set(flow.get_input_jsonschema()["properties"]) == {"query", "filter", "messages"}, name
-        assert {"answer", "evidence", "messages", "trace", "ledger"} <= set(flow.get_output_jsonschema()["properties"])
+        assert set(flow.get_output_jsonschema()["properties"]) == set(FlowOutput.__annotations__), name
+
+
+@pytest.mark.unit
+def test_a_run_on_a_thread_returns_the_answer_and_keeps_its_working_state_in_the_checkpoint(demo_dir: Path) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from modular_rag.builder import build_flow
+    from modular_rag.config import load_config
+    from tests.conftest import fake_llm
+    from tests.patterns.conftest import template
+
+    config = load_config(template("iterative", demo_dir, params={"rounds": 2}))
+    config.providers.llm = fake_llm("Error E07 means the motor overheated [1].")
+    flow = build_flow(config, checkpointer=InMemorySaver(), output_schema=FlowOutput)
+    thread = {"configurable": {"thread_id": "t"}}
+    out = flow.invoke({"query": QUESTION}, thread)
+    assert set(out) <= set(FlowOutput.__annotations__) and out["answer"]["text"] and out["ledger"]
+    assert "rounds" not in out and len(flow.get_state(thread).values["rounds"]) == 2
+    # by default a flow returns its whole state, which evaluation reads
+    assert len(build_flow(config).invoke({"query": QUESTION})["rounds"]) == 2
+
+
+@pytest.mark.unit
+def test_an_output_schema_names_state_keys() -> None:
+    from modular_rag.builder import build_flow
+    from modular_rag.errors import ConfigError
+
+    class Wrong(TypedDict):
+        answer: str
+        score: float
+
+    with pytest.raises(ConfigError, match="unknown: score; state keys: query"):
+        build_flow(template_path("linear"), output_schema=Wrong)
 
 
 @pytest.mark.unit
@@ -175,6 +210,7 @@ def test_the_flow_graph_builds_the_config_its_assistant_names_and_follows_edits(
     graph = server.flow({}, SimpleNamespace(context={"flow": "client-a"}))  # type: ignore[arg-type]
     assert graph.name == "client-a-v1"
     assert graph.get_context_jsonschema()["properties"] == {"flow": {"title": "Flow", "type": "string"}}
+    assert set(graph.get_output_jsonschema()["properties"]) == set(FlowOutput.__annotations__)
     assert server.flow({"configurable": {"flow": "client-a"}}, None) is graph  # type: ignore[arg-type]  # cached
     own.write_text(yaml.safe_dump({**base, "name": "client-a-v2"}))  # edited on disk: the next run has it
     os.utime(own, ns=(own.stat().st_atime_ns, own.stat().st_mtime_ns + 1_000_000))
