@@ -17,7 +17,8 @@ from typing import Any
 
 from modular_rag.errors import DatasetError
 
-__all__ = ["Query", "BeirDataset", "load_beir", "load_demo", "load_documents", "holdout_split", "mixed_dataset"]
+__all__ = ["Query", "BeirDataset", "load_beir", "load_demo", "load_documents", "holdout_split", "mixed_dataset",
+           "write_split"]
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,9 @@ def load_beir(root: str | os.PathLike[str], *, split: str = "dev") -> BeirDatase
     return BeirDataset(folder, split, queries, qrels)
 
 
-def _write_split(out: Path, split: str, queries: list[Query], qrels: dict[str, dict[str, int]]) -> None:
+def write_split(out: Path, split: str, queries: list[Query], qrels: dict[str, dict[str, int]]) -> None:
+    """Write ``queries`` and their qrels as split ``split`` of the BEIR folder ``out`` (``queries``/``qrels`` files
+    named as :func:`load_beir` reads them)."""
     with open(_split_file(out, split, "queries", ".jsonl"), "w", encoding="utf-8") as fh:
         for q in queries:
             row: dict[str, Any] = {"_id": q.id, "text": q.text, **q.extra}
@@ -256,8 +259,8 @@ def holdout_split(
     link.symlink_to(dataset.corpus_file.resolve())
     held = max(1, min(len(dataset.queries) - 1, round(len(dataset.queries) * fraction)))
     chosen = set(random.Random(seed).sample(sorted(q.id for q in dataset.queries), held))
-    _write_split(folder, names[0], [q for q in dataset.queries if q.id not in chosen], dataset.qrels)
-    _write_split(folder, names[1], [q for q in dataset.queries if q.id in chosen], dataset.qrels)
+    write_split(folder, names[0], [q for q in dataset.queries if q.id not in chosen], dataset.qrels)
+    write_split(folder, names[1], [q for q in dataset.queries if q.id in chosen], dataset.qrels)
     return load_beir(folder, split=names[0]), load_beir(folder, split=names[1])
 
 
@@ -298,6 +301,6 @@ def mixed_dataset(
             tagged = Query(q.id, q.text, q.answers, {**q.extra, "source": part.name})
             (train if i < cut else dev).append(tagged)
             qrels[q.id] = dict(part.qrels.get(q.id, {}))
-    _write_split(folder, "train", train, qrels)
-    _write_split(folder, "dev", dev, qrels)
+    write_split(folder, "train", train, qrels)
+    write_split(folder, "dev", dev, qrels)
     return load_beir(folder, split="train"), load_beir(folder, split="dev")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from modular_rag.errors import DatasetError
-from modular_rag.eval.datasets import BeirDataset, Query, _write_split, load_beir, load_demo, load_documents
+from modular_rag.eval.datasets import BeirDataset, Query, load_beir, load_demo, load_documents, write_split
 
 __all__ = ["TuneData", "prepare_data", "read_source", "subset"]
 
@@ -107,10 +107,10 @@ def prepare_data(
         val, fit = pool[:n_val], pool[n_val:]
         folder.mkdir(parents=True, exist_ok=True)
         _link_corpus(tune_on, folder)
-        _write_split(folder, "fit", fit, tune_on.qrels)
-        _write_split(folder, "val", val, tune_on.qrels)  # in the seeded order: rung prefixes are random subsets
+        write_split(folder, "fit", fit, tune_on.qrels)
+        write_split(folder, "val", val, tune_on.qrels)  # in the seeded order: rung prefixes are random subsets
         if held:
-            _write_split(folder, "report", held, tune_on.qrels)
+            write_split(folder, "report", held, tune_on.qrels)
         record = {
             **wanted, "tuned_on": tune_on.split, "report_split": "held out" if held else ("dev" if report else None),
             "fit": [q.id for q in fit], "val": [q.id for q in val], "report": [q.id for q in held],

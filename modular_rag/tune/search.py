@@ -15,134 +15,44 @@ died is run again. The time spent is stored with the study, so ``--budget`` is t
 
 from __future__ import annotations
 
-import fcntl
 import json
-import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from modular_rag.errors import ConfigError, ModularRagError
+from modular_rag.errors import ModularRagError
 from modular_rag.eval.datasets import BeirDataset
 from modular_rag.eval.runner import FlowResult
 from modular_rag.tune.data import TuneData, prepare_data, subset
+from modular_rag.tune.records import (
+    TrialRow,
+    TuneResult,
+    TuneSettings,
+    identity,
+    pareto_front,
+    parse_budget,
+    ranked,
+    rungs,
+)
 from modular_rag.tune.space import Candidate, SearchSpace
+from modular_rag.tune.study import (
+    Interrupt,
+    OutLock,
+    best_value,
+    counted,
+    measured_rates,
+    open_study,
+    require_optuna,
+    stale,
+    trial_rows,
+)
 
+# TuneSettings, TrialRow, TuneResult and the row functions live in tune.records; re-exported here
 __all__ = ["TuneSettings", "TrialRow", "TuneResult", "tune", "rungs", "parse_budget", "pareto_front", "identity"]
 
-_STUDY = "tune"
 _BATCH = 10
 """Questions evaluated between checks of a trial's time."""
-
-
-def _require_optuna() -> None:
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
-        from modular_rag.errors import MissingDependencyError
-
-        raise MissingDependencyError('modular-rag tune needs Optuna: pip install "modular-rag[eval]"') from None
-
-
-def parse_budget(text: str | float) -> float:
-    """Seconds from ``90s``, ``45m``, ``1.5h`` or a bare number of seconds.
-
-    Raises:
-        ConfigError: If the text is none of these or not positive.
-    """
-    if isinstance(text, int | float):
-        seconds = float(text)
-    else:
-        raw = text.strip().lower()
-        scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(raw[-1:])
-        try:
-            seconds = float(raw[:-1]) * scale if scale else float(raw)
-        except ValueError:
-            raise ConfigError("--budget", f"{text!r} is not a duration; use 90s, 45m, 1.5h or seconds") from None
-    if not seconds > 0:
-        raise ConfigError("--budget", f"the budget must be positive (got {text!r})")
-    return seconds
-
-
-def rungs(n: int, *, min_questions: int = 20, reduction: int = 3) -> list[int]:
-    """The question counts a candidate is scored at: ``r, r * reduction, ...`` below ``n``, then ``n``, where
-    ``r = max(min_questions, n / reduction**2)`` (the successive-halving pruner checks at exactly these)."""
-    first = min(n, max(min_questions, math.ceil(n / reduction**2)))
-    out = []
-    while first < n:
-        out.append(first)
-        first *= reduction
-    return [*out, n]
-
-
-@dataclass(frozen=True)
-class TuneSettings:
-    """How a tuning run searches. Budgets of ``None`` are not enforced."""
-
-    budget_s: float
-    objective: str = "ndcg@10"
-    max_llm_calls: float | None = None
-    max_latency_ms: float | None = None
-    seed: int = 0
-    val_fraction: float = 0.25
-    report_fraction: float = 0.3
-    min_questions: int = 30
-    reduction: int = 3
-    pruner: Literal["paired", "halving", "median", "none"] = "paired"
-    max_trials: int | None = None
-    confirm: int = 5
-    finetune: Mapping[str, Any] | None = None
-    router: bool = False
-    report: bool = True
-    concurrency: int = 1
-    max_trial_share: float = 0.25
-    """One trial may take at most this share of the budget (projected from its first questions)."""
-
-    def recorded(self) -> dict[str, Any]:
-        """What must match for a stored study to be resumed (the budget and the report may change)."""
-        return {"objective": self.objective, "max_llm_calls": self.max_llm_calls,
-                "max_latency_ms": self.max_latency_ms, "seed": self.seed, "min_questions": self.min_questions,
-                "reduction": self.reduction, "pruner": self.pruner,
-                "finetune": dict(self.finetune) if self.finetune is not None else None}  # fmt: skip
-
-
-@dataclass
-class TrialRow:
-    """One trial as the report shows it."""
-
-    number: int
-    state: str
-    verdict: str
-    pattern: str
-    summary: str
-    value: float | None
-    questions: int
-    llm_calls: float | None
-    retrievals: float | None
-    ms: float | None
-    feasible: bool
-    config: dict[str, Any]
-    chunker: dict[str, Any]
-    confirmed: float | None = None
-
-
-@dataclass
-class TuneResult:
-    """What a tuning run found and wrote."""
-
-    out: Path
-    objective: str
-    rows: list[TrialRow]
-    best: TrialRow | None
-    front: list[TrialRow]
-    spent_s: float
-    finished: bool
-    data: TuneData
-    files: dict[str, Path] = field(default_factory=dict)
-    report: list[FlowResult] = field(default_factory=list)
 
 
 class _Envs:
@@ -183,150 +93,6 @@ def merge_results(parts: Sequence[FlowResult]) -> FlowResult:
     return FlowResult(parts[0].name, parts[0].pattern, records, retrieval, sum(p.seconds for p in parts))
 
 
-def _rates(study: Any) -> tuple[float | None, float | None]:
-    """Per-retrieval and per-LLM-call milliseconds measured by this study's finished trials (medians)."""
-    retr, llm = [], []
-    for t in study.get_trials(deepcopy=False):
-        a = t.user_attrs
-        if a.get("ms") is None or a.get("duplicate_of") is not None:
-            continue
-        if not a.get("llm_calls") and a.get("retrievals"):
-            retr.append(a["ms"] / a["retrievals"])
-    r = statistics.median(retr) if retr else None
-    for t in study.get_trials(deepcopy=False):
-        a = t.user_attrs
-        if a.get("ms") is not None and a.get("llm_calls") and a.get("duplicate_of") is None:
-            llm.append(max(1.0, a["ms"] - (r or 0.0) * (a.get("retrievals") or 0.0)) / a["llm_calls"])
-    return r, (statistics.median(llm) if llm else None)
-
-
-def _rows(study: Any) -> list[TrialRow]:
-    """Every trial of the study as a row (with its fit+val score when it was confirmed)."""
-    confirmed = study.user_attrs.get("confirmed", {})
-    rows = [_row(t) for t in study.get_trials(deepcopy=False)]
-    for r in rows:
-        r.confirmed = (confirmed.get(str(r.number)) or {}).get("both")
-    return rows
-
-
-def _row(t: Any) -> TrialRow:
-    a = t.user_attrs
-    value = t.value if t.state.name == "COMPLETE" else a.get("last_value")
-    return TrialRow(
-        t.number, t.state.name.lower(), a.get("verdict", t.state.name.lower()), str(a.get("pattern", "")),
-        str(a.get("summary", "")), value, int(a.get("questions", 0)), a.get("llm_calls"), a.get("retrievals"),
-        a.get("ms"), bool(a.get("feasible", False)), dict(a.get("config") or {}), dict(a.get("chunker") or {}),
-    )  # fmt: skip
-
-
-def pareto_front(rows: Sequence[TrialRow]) -> list[TrialRow]:
-    """The feasible complete trials no other one beats on quality without costing more LLM calls and time
-    (ties on quality and cost keep the earliest), by quality."""
-    done = [r for r in rows if r.state == "complete" and r.feasible and r.value is not None and r.ms is not None]
-    unique: dict[str, TrialRow] = {}
-    for r in done:
-        unique.setdefault(identity(r), r)
-    pool = list(unique.values())
-
-    def beats(a: TrialRow, b: TrialRow) -> bool:
-        qa, qb = a.value or 0.0, b.value or 0.0
-        la, lb, ma, mb = a.llm_calls or 0.0, b.llm_calls or 0.0, a.ms or 0.0, b.ms or 0.0
-        return qa >= qb and la <= lb and ma <= mb and (qa > qb or la < lb or ma < mb)
-
-    front = [r for r in pool if not any(beats(o, r) for o in pool if o is not r)]
-    return sorted(front, key=lambda r: (-(r.value or 0.0), r.llm_calls or 0.0, r.ms or 0.0))
-
-
-class _Interrupt:
-    """Ctrl-C during a search: the first stops the trial at its next batch of questions (a safe point: never
-    inside a write to the study file), a second one stops at once."""
-
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
-        self.hit = False
-        self._old: Any = None
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.hit:
-            raise KeyboardInterrupt
-        self.hit = True
-        self.say("interrupted: stopping after the current batch of questions (Ctrl-C again to stop now)")
-
-    def __enter__(self) -> _Interrupt:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        import signal
-
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-            self._old = None
-
-
-class _Lock:
-    """One ``tune`` per output folder at a time (released by the OS if the process dies)."""
-
-    def __init__(self, path: Path) -> None:
-        self.fh = open(path, "w")  # noqa: SIM115 - held for the run
-        try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fh.close()
-            raise ModularRagError(f"another modular-rag tune is running on {path.parent}; wait for it or use "
-                                  "another --out") from None  # fmt: skip
-
-    def release(self) -> None:
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
-
-
-def _open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: str, first_rung: int) -> Any:
-    import warnings
-
-    import optuna
-
-    from modular_rag.tune.pruning import PairedPruner  # an Optuna pruner: imported with Optuna, not with this module
-
-    with warnings.catch_warnings():  # `group` (conditional spaces) is marked experimental
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True, n_startup_trials=8)
-    pruner: Any = {
-        "paired": PairedPruner(),
-        "halving": optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung,
-                                                          reduction_factor=settings.reduction),
-        "median": optuna.pruners.MedianPruner(n_startup_trials=5),
-        "none": optuna.pruners.NopPruner(),
-    }[settings.pruner]
-    storage = optuna.storages.RDBStorage(f"sqlite:///{(out / 'study.db').resolve()}")
-    study = optuna.create_study(study_name=_STUDY, storage=storage, direction="maximize", sampler=sampler,
-                                pruner=pruner, load_if_exists=True)  # fmt: skip
-    recorded = {"space": space.fingerprint(), "dataset": dataset, **settings.recorded()}
-    stored = study.user_attrs.get("settings")
-    if stored is None:
-        study.set_user_attr("settings", recorded)
-        study.set_user_attr("spent_s", 0.0)
-    elif stored != recorded:
-        changed = sorted(k for k in recorded if stored.get(k) != recorded[k])
-        raise ConfigError("--out", f"{out} holds a study made with other settings ({', '.join(changed)}); rerun "
-                          "with the same ones to continue it, or use another --out")  # fmt: skip
-    # a trial that was running when the process was killed, or stopped by Ctrl-C: close it, run its candidate again
-    rerun = {t.user_attrs.get("rerun_of") for t in study.get_trials(deepcopy=False)}
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL)):
-        if t.state == optuna.trial.TrialState.FAIL and (t.user_attrs.get("verdict") != "interrupted" or
-                                                         t.number in rerun):  # fmt: skip
-            continue
-        if t.state == optuna.trial.TrialState.RUNNING:
-            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-        if t.params:
-            study.enqueue_trial(t.params, user_attrs={"rerun_of": t.number}, skip_if_exists=False)
-    return study
-
-
 def tune(
     dataset: str,
     out: str | Path,
@@ -359,7 +125,7 @@ def tune(
         ConfigError: If the space or a setting is invalid, or ``out`` holds a study made with other settings.
         DatasetError: If the dataset cannot be read or split.
     """
-    _require_optuna()
+    require_optuna()
     import optuna
 
     from modular_rag.tune.space import load_space
@@ -368,24 +134,24 @@ def tune(
     space = space or load_space(None, objective=settings.objective)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    lock = _Lock(folder / ".lock")
+    lock = OutLock(folder / ".lock")
     try:
         data = prepare_data(dataset, folder, seed=settings.seed, val_fraction=settings.val_fraction,
                             report_fraction=settings.report_fraction, questions=questions)  # fmt: skip
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         first = rungs(len(data.val.queries), min_questions=settings.min_questions, reduction=settings.reduction)[0]
-        study = _open_study(folder, space, settings, dataset, first)
+        study = open_study(folder, space, settings, dataset, first)
         say(f"{dataset}: {len(data.fit.queries)} fit / {len(data.val.queries)} val questions"
             f"{f' / {len(data.report.queries)} report' if data.report else ''} ({data.folder / 'split.json'}); "
             f"space {space.source}, ~{space.size():.3g} candidates; study {folder / 'study.db'} "
             f"({len(study.trials)} trials stored)")  # fmt: skip
         runner = _Search(study, space, settings, data, folder, say)
         finished = runner.run(progress=progress)
-        rows = _rows(study)
+        rows = trial_rows(study)
         if finished:
             runner.confirm(rows)
-            runner.router_stage(_rows(study))
-            rows = _rows(study)
+            runner.router_stage(trial_rows(study))
+            rows = trial_rows(study)
         result = runner.result(rows, finished)
         from modular_rag.tune.output import write_outputs
 
@@ -408,7 +174,7 @@ class _Search:
         self.started = time.monotonic()
         self.spent_before = float(study.user_attrs.get("spent_s", 0.0))
         self.base_providers: dict[str, Any] = {}
-        self.interrupt = _Interrupt(say)
+        self.interrupt = Interrupt(say)
 
     # ------------------------------------------------------------------------------------------------ budget
     def spent(self) -> float:
@@ -446,7 +212,7 @@ class _Search:
         s = self.settings
         if s.max_llm_calls is not None and est.llm_calls.lo > s.max_llm_calls:
             return f"cost model: at least {est.llm_calls.lo:g} LLM calls/q > {s.max_llm_calls:g}"
-        retr_ms, llm_ms = _rates(self.study)
+        retr_ms, llm_ms = measured_rates(self.study)
         floor = est.retrievals.lo * (retr_ms or 0.0) + est.llm_calls.lo * (llm_ms or 0.0)
         if s.max_latency_ms is not None and floor > s.max_latency_ms:
             return f"cost model: at least {floor:.0f} ms/q (measured rates) > {s.max_latency_ms:g}"
@@ -582,7 +348,7 @@ class _Search:
     # -------------------------------------------------------------------------------------------------- run
     def _more(self, study: Any) -> bool:
         """Whether budget and trial count allow another trial."""
-        return self.left() > 0 and (self.settings.max_trials is None or _counted(study) < self.settings.max_trials)
+        return self.left() > 0 and (self.settings.max_trials is None or counted(study) < self.settings.max_trials)
 
     def run(self, *, progress: bool) -> bool:
         """Run trials until the budget, ``max_trials`` or an interrupt; return whether it ended by itself."""
@@ -601,13 +367,13 @@ class _Search:
                 study.stop()
             if bar is not None:
                 bar.n = min(int(self.spent()), bar.total)
-                best = _best_value(study)
+                best = best_value(study)
                 bar.set_postfix_str(f"trials {len(study.trials)}, best {best:.4f}" if best is not None else
                                     f"trials {len(study.trials)}")  # fmt: skip
                 bar.refresh()
             if not self._more(study):
                 study.stop()
-            elif _stale(study):
+            elif stale(study):
                 self.say("the space looks spent: the last 30 candidates were repeats or ruled out before running")
                 study.stop()
 
@@ -620,7 +386,7 @@ class _Search:
                 raise KeyboardInterrupt
         except KeyboardInterrupt:
             self._save_spent()
-            self.say(f"interrupted: {_counted(self.study)} trials are stored in {self.out / 'study.db'}; rerun the "
+            self.say(f"interrupted: {counted(self.study)} trials are stored in {self.out / 'study.db'}; rerun the "
                      "same command to continue")  # fmt: skip
             return False
         finally:
@@ -641,7 +407,7 @@ class _Search:
         from modular_rag.config import OperatorSpec, load_config
         from modular_rag.eval.runner import evaluate_flow
 
-        for row in _ranked(rows)[: self.settings.confirm]:
+        for row in ranked(rows)[: self.settings.confirm]:
             if row.confirmed is not None:
                 continue
             config = load_config(row.config)
@@ -667,15 +433,15 @@ class _Search:
         from modular_rag.eval.router import train_router
         from modular_rag.eval.runner import evaluate_flow
 
-        ranked = _ranked(rows)
-        if not ranked:
+        order = ranked(rows)
+        if not order:
             return
-        chunker = ranked[0].chunker
+        chunker = order[0].chunker
         routes = [r for r in pareto_front(rows) if r.chunker == chunker][:4]
         if len(routes) < 2:  # a front of one: route between the best and the cheapest flow
-            cheapest = min((r for r in ranked if r.chunker == chunker and r is not ranked[0]),
+            cheapest = min((r for r in order if r.chunker == chunker and r is not order[0]),
                            key=lambda r: (r.llm_calls or 0.0, r.retrievals or 0.0, r.ms or 0.0), default=None)
-            routes = [ranked[0], cheapest] if cheapest is not None else []
+            routes = [order[0], cheapest] if cheapest is not None else []
         if len(routes) < 2:
             self.say("router stage skipped: one distinct flow finished")
             return
@@ -705,9 +471,9 @@ class _Search:
                  f"{summary['llm_calls']:.2f} LLM calls/q, {summary['retrievals']:.2f} retrievals/q")  # fmt: skip
 
     def result(self, rows: list[TrialRow], finished: bool) -> TuneResult:
-        ranked = _ranked(rows)
-        confirmed = [r for r in ranked if r.confirmed is not None]
-        best = max(confirmed, key=lambda r: r.confirmed or 0.0) if confirmed else (ranked[0] if ranked else None)
+        order = ranked(rows)
+        confirmed = [r for r in order if r.confirmed is not None]
+        best = max(confirmed, key=lambda r: r.confirmed or 0.0) if confirmed else (order[0] if order else None)
         return TuneResult(self.out, self.settings.objective, rows, best, pareto_front(rows), self.spent(), finished,
                           self.data)  # fmt: skip
 
@@ -730,41 +496,3 @@ class _Search:
         return results
 
 
-def identity(row: TrialRow) -> str:
-    """What a trial ran, without its name (duplicates of one candidate share it)."""
-    return json.dumps([{k: v for k, v in row.config.items() if k != "name"}, row.chunker], sort_keys=True)
-
-
-def _ranked(rows: Sequence[TrialRow]) -> list[TrialRow]:
-    """Feasible complete trials by val quality, then cheaper first; one row per distinct candidate."""
-    seen: set[str] = set()
-    out = []
-    for r in sorted(rows, key=lambda r: (-(r.value or 0.0), r.llm_calls or 0.0, r.ms or 0.0, r.number)):
-        blob = identity(r)
-        if r.state == "complete" and r.feasible and r.value is not None and blob not in seen:
-            seen.add(blob)
-            out.append(r)
-    return out
-
-
-def _best_value(study: Any) -> float | None:
-    values = [t.value for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"
-              and t.user_attrs.get("feasible") and t.value is not None]  # fmt: skip
-    return max(values) if values else None
-
-
-def _ran(t: Any) -> bool:
-    """Whether a finished trial asked questions itself (not rejected before running, not a repeat)."""
-    return t.state.name in ("COMPLETE", "PRUNED") and bool(t.user_attrs.get("questions")) and (
-        t.user_attrs.get("duplicate_of") is None)
-
-
-def _counted(study: Any) -> int:
-    """Trials that ran questions (what ``max_trials`` counts; rejections and repeats cost nothing)."""
-    return sum(_ran(t) for t in study.get_trials(deepcopy=False))
-
-
-def _stale(study: Any, window: int = 30) -> bool:
-    """Whether the last ``window`` candidates were all rejected before running or repeats: the space is spent."""
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED")]
-    return len(trials) >= window and not any(_ran(t) for t in trials[-window:])

@@ -23,7 +23,7 @@ from modular_rag.costs import estimate
 from modular_rag.errors import ConfigError, DatasetError
 from modular_rag.tune import TuneSettings, load_space, tune
 from modular_rag.tune.data import prepare_data
-from modular_rag.tune.search import pareto_front, rungs
+from modular_rag.tune.records import pareto_front, rungs
 from modular_rag.tune.space import default_space_path
 
 pytestmark = pytest.mark.integration

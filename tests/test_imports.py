@@ -1,0 +1,89 @@
+"""The import graph of ``modular_rag/`` has no cycles, counting imports inside functions too (a deferred import
+hides a cycle from Python, not from a reader). Imports under ``if TYPE_CHECKING:`` are for type checkers and do not
+count."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.unit
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports anywhere in its code, outside ``TYPE_CHECKING`` blocks."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(node) for block in ast.walk(tree)
+                   if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+                   for stmt in block.body for node in ast.walk(stmt)}  # fmt: skip
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules]
+            # `from pkg import module` imports the module; `from pkg import name` imports the package
+            found.update(submodules if len(submodules) == len(node.names) else [base, *submodules])
+    return {m for m in found if m in modules and m != name}
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """The cycles (strongly connected components of two or more modules) of a package's import graph."""
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+    graph = {name: _imports(path, name, set(files)) for name, path in files.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_baseplate_has_no_import_cycles() -> None:
+    assert import_cycles(ROOT / "modular_rag") == []
+
+
+def test_a_deferred_import_that_closes_a_circle_is_a_cycle(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg import b\n")
+    (package / "b.py").write_text("def f():\n    from pkg.a import g\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
+    (package / "d.py").write_text("from . import c\n")
+    assert import_cycles(package) == [["pkg.a", "pkg.b"]]
