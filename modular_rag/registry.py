@@ -6,14 +6,15 @@ operator. Each operator also declares the **port** it fits: the stage contract i
 accepts only operators of its port, so a misplaced operator is refused with the list of slots it fits.
 
 Operators are registered with the :func:`operator` decorator on a *factory*: a function that takes the
-operator's validated parameters and the flow's :class:`~modular_rag.providers.Providers`, binds the heavy
-things (models, indexes), and returns the operator itself, a plain ``op(state) -> dict``::
+operator's validated parameters (a model derived from :class:`OperatorParams`) and the flow's
+:class:`~modular_rag.providers.Providers`, binds the heavy things (models, indexes), and returns the operator
+itself, a plain ``op(state) -> dict``::
 
-    class TopK(BaseModel):
+    class TopK(OperatorParams):
         k: int = Field(10, gt=0, description="hits to return")
 
     @operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE)
-    def bm25(params: TopK, env: Providers) -> Operator:
+    def bm25(params: TopK, providers: Providers) -> Operator:
         '''BM25 over the sparse index.'''
         def run(state: RAGState) -> dict:
             ...
@@ -52,6 +53,7 @@ __all__ = [
     "Operator",
     "OperatorFactory",
     "OperatorInfo",
+    "OperatorParams",
     "NoParams",
     "PatternInfo",
     "SlotSpec",
@@ -138,13 +140,18 @@ class OperatorFactory(Protocol):
 
     __qualname__: str
 
-    def __call__(self, params: Any, env: Providers, /) -> Any: ...
+    def __call__(self, params: Any, providers: Providers, /) -> Any: ...
 
 
-class NoParams(BaseModel):
-    """Parameters of an operator that takes none."""
+class OperatorParams(BaseModel):
+    """Base of every operator's params model: unknown keys are refused, so a typo in a config names the field it
+    did not expect instead of being silently ignored."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class NoParams(OperatorParams):
+    """Parameters of an operator that takes none."""
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from typing_extensions import TypedDict
 
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm, retrievals
 from modular_rag.providers import Providers
-from modular_rag.registry import Operator, Port, operator
+from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit
 from modular_rag.text import token_f1
 from modular_rag.trace import note
@@ -147,15 +147,11 @@ def fuse(
 # ------------------------------------------------------------------------------------------------ fusion operators
 
 
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 def _branches(state: Mapping[str, Any]) -> list[Branch]:
     return sorted(state.get("branches") or [], key=lambda b: b["branch"])
 
 
-class RRFParams(_P):
+class RRFParams(OperatorParams):
     k: int = Field(10, gt=0, le=1000, description="hits kept after fusion")
     rrf_k: int = Field(60, gt=0, description="rank constant")
     weights: list[float] | None = Field(None, description="per-branch weights in branch order (default equal)")
@@ -167,7 +163,7 @@ def _list_fusion_cost(params: Any, ctx: CostContext) -> Cost:
 
 
 @operator("orchestration", "fusion", "rrf", port=Port.FUSE, tags=("candidates",), cost=_list_fusion_cost)
-def rrf_fusion(params: RRFParams, env: Providers) -> Operator:
+def rrf_fusion(params: RRFParams, providers: Providers) -> Operator:
     """Reciprocal rank fusion of the branches' ranked candidates (optionally weighted per branch)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -177,7 +173,7 @@ def rrf_fusion(params: RRFParams, env: Providers) -> Operator:
     return run
 
 
-class WeightedParams(_P):
+class WeightedParams(OperatorParams):
     k: int = Field(10, gt=0, le=1000, description="hits kept after fusion")
     weights: list[float] = Field([1.0, 0.95, 0.9], description="per-branch weights in branch order (extra branches "
                                                                "get the last)")  # fmt: skip
@@ -185,7 +181,7 @@ class WeightedParams(_P):
 
 
 @operator("orchestration", "fusion", "weighted", port=Port.FUSE, tags=("candidates",), cost=_list_fusion_cost)
-def weighted_fusion(params: WeightedParams, env: Providers) -> Operator:
+def weighted_fusion(params: WeightedParams, providers: Providers) -> Operator:
     """Weighted sum of per-branch normalised scores (e.g. 1.0 / 0.95 / 0.90 for the first three rewrites)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -203,7 +199,7 @@ def replug_weights(similarities: Sequence[float], temperature: float) -> np.ndar
     return x / x.sum() if len(x) else x
 
 
-class ReplugParams(_P):
+class ReplugParams(OperatorParams):
     level: Literal["auto", "token", "answer"] = Field(
         "auto", description="token: mix next-token distributions (needs prefill + logprobs); answer: weighted vote; "
                             "auto: token when the model allows it"
@@ -245,7 +241,7 @@ def _vote(branches: list[Branch], weights: np.ndarray) -> tuple[str, list[int]]:
     return rep, members
 
 
-def _decode(env: Providers, prompts: list[str], weights: np.ndarray, params: ReplugParams) -> str:
+def _decode(providers: Providers, prompts: list[str], weights: np.ndarray, params: ReplugParams) -> str:
     """Eq. 23: p(y_t | q, D) = sum_d lambda_d p(y_t | d, q, y_<t); greedy over the mixture, one step at a time."""
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
@@ -254,7 +250,7 @@ def _decode(env: Providers, prompts: list[str], weights: np.ndarray, params: Rep
     with ThreadPoolExecutor(max_workers=max(1, len(prompts)), thread_name_prefix="replug") as pool:
         for _ in range(params.max_tokens):
             futures = [
-                pool.submit(contextvars.copy_context().run, env.llm.next_token, p, prefix, system=SYSTEM,
+                pool.submit(contextvars.copy_context().run, providers.llm.next_token, p, prefix, system=SYSTEM,
                             top_logprobs=params.top_logprobs)
                 for p in prompts
             ]  # fmt: skip
@@ -275,7 +271,7 @@ def _replug_cost(params: ReplugParams, ctx: CostContext) -> Cost:
 
 
 @operator("orchestration", "fusion", "replug", port=Port.FUSE, needs_llm=True, tags=("answer",), cost=_replug_cost)
-def replug(params: ReplugParams, env: Providers) -> Operator:
+def replug(params: ReplugParams, providers: Providers) -> Operator:
     """REPLUG ensemble of per-document branches, weighted by lambda = softmax(s(d, q) / temperature) with s the
     query-document embedding cosine, whatever the retriever (Eq. 23-24): mixes next-token distributions when the
     model gives them, else a weighted vote over the per-document answers. Each document keeps its reference number
@@ -288,13 +284,13 @@ def replug(params: ReplugParams, env: Providers) -> Operator:
         if not branches:
             return {"answer": Answer(text=REFUSAL, citations=[], refused=True)}
         docs = [b["candidates"][0] for b in branches]
-        similarities = chunk_vectors(env, docs) @ env.encoder.encode_query(str(state.get("query", "")))
+        similarities = chunk_vectors(providers, docs) @ providers.encoder.encode_query(str(state.get("query", "")))
         weights = replug_weights(similarities.tolist(), params.temperature)
         evidence = [Evidence(ref=i + 1, chunk_id=d["chunk_id"], text=d["text"], score=float(w),
                              metadata=dict(d["metadata"])) for i, (d, w) in enumerate(zip(docs, weights, strict=True))]
-        if replug_token_level(params, env.llm.prefill, env.llm.logprobs):
+        if replug_token_level(params, providers.llm.prefill, providers.llm.logprobs):
             prompts = [document_prompt(ev, str(state.get("query", ""))) for ev in evidence]
-            text = _decode(env, prompts, weights, params)
+            text = _decode(providers, prompts, weights, params)
             note(f"token-level ensemble over {len(prompts)} documents")
             return {"answer": make_answer(text, evidence), "evidence": evidence}
         text, members = _vote(branches, weights)
@@ -311,7 +307,7 @@ def replug(params: ReplugParams, env: Providers) -> Operator:
     return run
 
 
-class LLMFusionParams(_P):
+class LLMFusionParams(OperatorParams):
     max_tokens: int = Field(256, gt=0, le=4096)
     max_evidence: int = Field(8, gt=0, le=50, description="passages given to the model with the branch answers")
     style: Literal["short", "long_form"] = Field(
@@ -381,7 +377,7 @@ def fused_evidence(parts: Sequence[Partial], limit: int) -> list[Evidence]:
 
 @operator("orchestration", "fusion", "llm_fusion", port=Port.FUSE, needs_llm=True, tags=("answer",),
           cost=lambda params, ctx: llm((0, 1)))
-def llm_fusion(params: LLMFusionParams, env: Providers) -> Operator:
+def llm_fusion(params: LLMFusionParams, providers: Providers) -> Operator:
     """LLM fusion: one answer synthesised from the branch (or tree-node) answers and their passages, with citations;
     each partial answer's own ``[n]`` are renumbered to the passages as the fusion numbers them."""
 
@@ -394,13 +390,13 @@ def llm_fusion(params: LLMFusionParams, env: Providers) -> Operator:
         listing = "\n".join(f"- {p['question']} -> {renumber(p['answer'], p['local'], refs)}" for p in parts)
         prompt = FUSION_PROMPTS[params.style].format(passages=format_evidence(evidence), partials=listing,
                                                      query=state.get("query", ""))  # fmt: skip
-        completion = env.llm.complete(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
+        completion = providers.llm.complete(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
         return {"answer": make_answer(completion.text, evidence), "evidence": evidence}
 
     return run
 
 
-class PairsParams(_P):
+class PairsParams(OperatorParams):
     k: int = Field(10, gt=0, le=1000, description="hits kept")
     pool: int = Field(50, gt=0, le=1000, description="second passages considered by their own score (p2 of a pair)")
     pair_slots: int = Field(10, gt=0, le=1000, description="passages placed by their best pair before the rest")
@@ -414,7 +410,7 @@ def _pairs_cost(params: PairsParams, ctx: CostContext) -> Cost:
 
 
 @operator("orchestration", "fusion", "pairs", port=Port.FUSE, tags=("candidates",), cost=_pairs_cost)
-def pairs_fusion(params: PairsParams, env: Providers) -> Operator:
+def pairs_fusion(params: PairsParams, providers: Providers) -> Operator:
     """Multi-hop fusion of branches (or tree nodes) that each followed one first-hop passage: every passage ranked by
     the pair it makes with a branch's first passage (HopWeights), over the first retrieval's candidates, the hops'
     hits and the chunks the question names (one lookup)."""
@@ -431,11 +427,11 @@ def pairs_fusion(params: PairsParams, env: Providers) -> Operator:
             if node.get("source"):
                 second.setdefault(node["source"], []).extend(node.get("evidence") or [])
             else:
-                first += hits_by_id(env, node["chunk_ids"])
+                first += hits_by_id(providers, node["chunk_ids"])
         sources = {h["chunk_id"]: h for h in first}
         seeds += [sources[c] for c in second if c in sources and c not in {h["chunk_id"] for h in seeds}]
-        named = named_by_question(env, question) if params.question_titles else []
-        ranked = multihop_rank(env, question, first, named=named, second=second, pool=params.pool,
+        named = named_by_question(providers, question) if params.question_titles else []
+        ranked = multihop_rank(providers, question, first, named=named, second=second, pool=params.pool,
                                pair_slots=params.pair_slots, weights=params.weights, follow_links=False, k=params.k,
                                sources=[h["chunk_id"] for h in seeds])  # fmt: skip
         return {"candidates": ranked}

@@ -14,11 +14,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modular_rag.costs import ZERO, Cost, CostContext, llm
 from modular_rag.providers import Providers
-from modular_rag.registry import Operator, Port, operator
+from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import Answer, Citation, Evidence, Hit
 from modular_rag.text import Analyzer, split_sentences
 from operators.attribution import (
@@ -248,11 +248,7 @@ def parse_yes_no(text: str, top: tuple[tuple[str, float], ...] = ()) -> tuple[st
     return None, None
 
 
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CitedAnswerParams(_P):
+class CitedAnswerParams(OperatorParams):
     mode: Literal["llm", "extractive", "checked"] = Field(
         "llm", description="llm: the model answers; extractive: quote the best span or sentence of the evidence, no "
                            "LLM call; checked: the model answers, and an answer the attribution check does not fully "
@@ -307,7 +303,7 @@ def _answer_cost(params: CitedAnswerParams, ctx: CostContext) -> Cost:
     return llm((0 if may_skip else 1, 1))
 
 
-def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], env: Providers | None = None, *,
+def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], providers: Providers | None = None, *,
                  support_threshold: float = 0.6, semantic_threshold: float | None = 0.8) -> Answer:  # fmt: skip
     """The attribution check of an answer (:func:`~operators.attribution.check_claims`): each sentence against the
     entries it cites. Returns the answer with a verdict on every citation, citations added for uncited sentences an
@@ -316,7 +312,7 @@ def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], en
     if answer.get("refused"):
         return answer
     verdicts = check_claims(str(answer["text"]), question, evidence, lexical_threshold=support_threshold,
-                            semantic_threshold=semantic_threshold, providers=env)  # fmt: skip
+                            semantic_threshold=semantic_threshold, providers=providers)  # fmt: skip
     by_ref = {e["ref"]: e for e in evidence}
     citations = {c["ref"]: Citation(**c) for c in answer.get("citations") or [] if c["ref"] in by_ref}
     for v in verdicts:
@@ -379,7 +375,7 @@ def _verdict_note(answer: Answer) -> str:
 
 
 @operator("generation", "generator", "cited_answer", port=Port.GENERATE, needs_llm=True, cost=_answer_cost)
-def cited_answer(params: CitedAnswerParams, env: Providers) -> Operator:
+def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
     """Answer only from the evidence, citing it with numbered references ([1], [2]), each citation checked against
     the passage it names; refuse when the evidence is empty or answers nothing (min_relevance), and when no sentence
     of the answer is supported (or mark it). Modes: llm, extractive (no LLM call: quote the best span or sentence),
@@ -387,8 +383,8 @@ def cited_answer(params: CitedAnswerParams, env: Providers) -> Operator:
     from modular_rag.trace import note
 
     system = SYSTEM + (f" {params.instructions}" if params.instructions else "")
-    scorer = SentenceScorer(env, params.weights)
-    check = functools.partial(check_answer, env=env, support_threshold=params.support_threshold,
+    scorer = SentenceScorer(providers, params.weights)
+    check = functools.partial(check_answer, providers=providers, support_threshold=params.support_threshold,
                               semantic_threshold=params.semantic_threshold)  # fmt: skip
 
     def _best(scored: list[ScoredSentence], query: str, evidence: list[Evidence]) -> ScoredSentence:
@@ -424,10 +420,11 @@ def cited_answer(params: CitedAnswerParams, env: Providers) -> Operator:
             return {"answer": answer}
         if evidence:
             prompt = f"{format_evidence(evidence)}\n\nQuestion: {query}\nAnswer:"
-            completion = env.llm.complete(prompt, system=system, max_tokens=params.max_tokens, logprobs=params.logprobs)
+            completion = providers.llm.complete(prompt, system=system, max_tokens=params.max_tokens,
+                                                logprobs=params.logprobs)  # fmt: skip
         else:
             prompt = f"Question: {query}\nAnswer briefly.\nAnswer:"
-            completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
+            completion = providers.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
         answer = make_answer(completion.text, evidence, attribute_threshold=None)
         answer["source"] = "model"
         if completion.tokens:
@@ -452,7 +449,7 @@ def cited_answer(params: CitedAnswerParams, env: Providers) -> Operator:
     return run
 
 
-class DraftParams(_P):
+class DraftParams(OperatorParams):
     max_tokens: int = Field(48, gt=0, le=512, description="tokens generated for the tentative sentence")
 
 
@@ -477,7 +474,7 @@ def _first_sentence(tokens: Sequence[Any], text: str) -> tuple[str, list[str], l
 
 @operator("generation", "generator", "draft_sentence", port=Port.GENERATE, needs_llm=True,
           cost=lambda params, ctx: llm(1))
-def draft_sentence(params: DraftParams, env: Providers) -> Operator:
+def draft_sentence(params: DraftParams, providers: Providers) -> Operator:
     """FLARE's look-ahead: the next sentence of the answer, with its token log-probabilities, continuing the answer
     accepted so far (by prefill when the model allows it); ``done`` when the model ends the answer."""
 
@@ -485,15 +482,15 @@ def draft_sentence(params: DraftParams, env: Providers) -> Operator:
         evidence = evidence_of(state)
         so_far = (state.get("answer") or {}).get("text", "")
         passages = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
-        if env.llm.prefill and so_far:
+        if providers.llm.prefill and so_far:
             prompt: Any = [("human", DRAFT_PROMPT.format(passages=passages, query=state.get("query", ""), so_far="")),
                            ("ai", so_far + " ")]  # fmt: skip
         else:
             tail = f"\nAnswer so far: {so_far}\nContinue with the next sentence only." if so_far else ""
             prompt = DRAFT_PROMPT.format(passages=passages, query=state.get("query", ""), so_far=tail)
-        completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True)
+        completion = providers.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True)
         text = completion.text
-        if env.llm.prefill and so_far and text.startswith(so_far):
+        if providers.llm.prefill and so_far and text.startswith(so_far):
             text = text[len(so_far) :]
         tokens = completion.tokens or ()
         sentence, toks, lps, more = _first_sentence(tokens, text.lstrip())
@@ -504,7 +501,7 @@ def draft_sentence(params: DraftParams, env: Providers) -> Operator:
     return run
 
 
-class VerifyParams(_P):
+class VerifyParams(OperatorParams):
     support_threshold: float = Field(0.6, ge=0.0, le=1.0, description="share of a sentence's new content words the "
                                                                        "passage it cites must contain")  # fmt: skip
     semantic_threshold: float | None = Field(
@@ -512,14 +509,14 @@ class VerifyParams(_P):
     )
 
 
-def _checked(env: Providers, state: Mapping[str, Any], params: VerifyParams) -> Answer:
-    return check_answer(Answer(**state["answer"]), str(state.get("query", "")), evidence_of(state), env,  # type: ignore[typeddict-item]
+def _checked(providers: Providers, state: Mapping[str, Any], params: VerifyParams) -> Answer:
+    return check_answer(Answer(**state["answer"]), str(state.get("query", "")), evidence_of(state), providers,  # type: ignore[typeddict-item]
                         support_threshold=params.support_threshold,
                         semantic_threshold=params.semantic_threshold)  # fmt: skip
 
 
 @operator("generation", "verification", "verify", port=Port.VERIFY, cost=lambda params, ctx: ZERO)
-def verify(params: VerifyParams, env: Providers) -> Operator:
+def verify(params: VerifyParams, providers: Providers) -> Operator:
     """Answer verification by the attribution check: every sentence against the passages it cites (numbers, codes,
     names and content words; an embedding match as a fallback); verdicts on the citations, unsupported sentences
     in answer.unsupported, their share in answer.supported."""
@@ -528,7 +525,7 @@ def verify(params: VerifyParams, env: Providers) -> Operator:
         answer = dict(state.get("answer") or {})
         if not answer or answer.get("refused"):
             return {"answer": answer} if answer else {}
-        return {"answer": _checked(env, state, params)}
+        return {"answer": _checked(providers, state, params)}
 
     return run
 
@@ -540,7 +537,7 @@ class AbstainParams(VerifyParams):
 
 @operator("generation", "verification", "abstain", port=Port.VERIFY,
           cost=lambda params, ctx: llm((0, 1 if params.ask_model else 0)))
-def abstain(params: AbstainParams, env: Providers) -> Operator:
+def abstain(params: AbstainParams, providers: Providers) -> Operator:
     """Refusal when the evidence does not contain the answer: replaces an answer whose share of sentences the
     attribution check supports is below min_supported (or that the model says the passages do not contain) by a
     refusal."""
@@ -552,13 +549,13 @@ def abstain(params: AbstainParams, env: Providers) -> Operator:
         evidence = evidence_of(state)
         if not answer or answer.get("refused"):
             return {"answer": answer} if answer else {}
-        checked = _checked(env, state, params)
+        checked = _checked(providers, state, params)
         share, unsupported = checked.get("supported", 0.0), checked.get("unsupported", [])
         contains = True
         if params.ask_model and evidence:
             prompt = (f"{format_evidence(evidence)}\n{DATA_RULE}\n\nQuestion: {state.get('query', '')}\n"
                       "Do the passages contain the answer to the question? Reply with yes or no.")  # fmt: skip
-            completion = env.llm.complete(prompt, max_tokens=3, logprobs=True, top_logprobs=10)
+            completion = providers.llm.complete(prompt, max_tokens=3, logprobs=True, top_logprobs=10)
             first = next((t for t in completion.tokens or () if t.token.strip()), None)
             reply, _ = parse_yes_no(completion.text, first.top if first is not None else ())
             contains = reply != "no"

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from modular_rag.config import OperatorSpec, validate_params
 from modular_rag.errors import IndexingError, SourceNotFoundError
 from modular_rag.providers import Providers
-from modular_rag.registry import Port, get_operator, operator
+from modular_rag.registry import OperatorParams, Port, get_operator, operator
 from modular_rag.state import Chunk
 from modular_rag.text import split_sentences
 
@@ -55,14 +55,10 @@ def chunk_id(doc_id: str, text: str) -> str:
     return hashlib.sha256(f"{doc_id}\x00{text}".encode()).hexdigest()[:24]
 
 
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 # -------------------------------------------------------------------------------------------------------- loaders
 
 
-class LoaderParams(_P):
+class LoaderParams(OperatorParams):
     max_file_mb: float = Field(20.0, gt=0, description="files larger than this are skipped")
 
 
@@ -115,7 +111,7 @@ def _front_matter(text: str) -> tuple[dict[str, Any], str]:
 
 
 @operator("indexing", "loading", "text", port=Port.LOAD)
-def text_loader(params: LoaderParams, env: Providers) -> Loader:
+def text_loader(params: LoaderParams, providers: Providers) -> Loader:
     """Plain text: one document per file, titled by the file name."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
@@ -126,7 +122,7 @@ def text_loader(params: LoaderParams, env: Providers) -> Loader:
 
 
 @operator("indexing", "loading", "markdown", port=Port.LOAD)
-def markdown_loader(params: LoaderParams, env: Providers) -> Loader:
+def markdown_loader(params: LoaderParams, providers: Providers) -> Loader:
     """Markdown: optional YAML front matter becomes metadata (year, source, ...); title from it or the first heading."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
@@ -144,7 +140,7 @@ def markdown_loader(params: LoaderParams, env: Providers) -> Loader:
 
 
 @operator("indexing", "loading", "jsonl", port=Port.LOAD)
-def jsonl_loader(params: LoaderParams, env: Providers) -> Loader:
+def jsonl_loader(params: LoaderParams, providers: Providers) -> Loader:
     """JSON lines in BEIR corpus form: ``{"id" | "_id", "title", "text", ...}``; other scalar fields become metadata."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
@@ -214,7 +210,7 @@ def _tidy(text: str) -> str:
 
 
 @operator("indexing", "loading", "pdf", port=Port.LOAD)
-def pdf_loader(params: LoaderParams, env: Providers) -> Loader:
+def pdf_loader(params: LoaderParams, providers: Providers) -> Loader:
     """PDF (pypdf, the ``docs`` extra): one document per page with its 1-based ``page`` in metadata, so citations
     can say "p. 3"; titled by the PDF's title or the file name. Encrypted and image-only PDFs are skipped with the
     reason."""
@@ -245,7 +241,7 @@ _HTML_NOISE = ("script", "style", "noscript", "template", "nav", "header", "foot
 
 
 @operator("indexing", "loading", "html", port=Port.LOAD)
-def html_loader(params: LoaderParams, env: Providers) -> Loader:
+def html_loader(params: LoaderParams, providers: Providers) -> Loader:
     """HTML (BeautifulSoup, the ``docs`` extra): the main text only: ``<main>`` or ``<article>`` when the page has
     one, without scripts, styles, navigation, headers, footers, asides and forms; titled by ``<title>`` or the
     first ``<h1>``."""
@@ -272,7 +268,7 @@ _CORE = "docProps/core.xml"
 
 
 @operator("indexing", "loading", "docx", port=Port.LOAD)
-def docx_loader(params: LoaderParams, env: Providers) -> Loader:
+def docx_loader(params: LoaderParams, providers: Providers) -> Loader:
     """Word .docx (docx2txt, the ``docs`` extra): the document's text, titled by its core-properties title or the
     file name."""
 
@@ -319,7 +315,7 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
 
 
 def load_file(
-    path: Path, root: Path, env: Providers, *, max_file_mb: float = 20.0
+    path: Path, root: Path, providers: Providers, *, max_file_mb: float = 20.0
 ) -> tuple[list[Document], FileReport]:
     """Load one file with the loader for its suffix; never raises for a bad file (it is skipped with a reason)."""
     rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
@@ -332,7 +328,7 @@ def load_file(
         size_mb = path.stat().st_size / 1e6
         if size_mb > max_file_mb:
             raise _Skip(f"{size_mb:.1f} MB is larger than max_file_mb={max_file_mb:g}")
-        loader = get_operator(Port.LOAD, name).factory(LoaderParams(max_file_mb=max_file_mb), env)
+        loader = get_operator(Port.LOAD, name).factory(LoaderParams(max_file_mb=max_file_mb), providers)
         doc_id = rel.rsplit(".", 1)[0] if name != "jsonl" else rel
         docs, notes = loader(path, doc_id)
         for d in docs:
@@ -352,7 +348,7 @@ def load_file(
 Chunker = Callable[[Document], list[Chunk]]
 
 
-class SizeParams(_P):
+class SizeParams(OperatorParams):
     chunk_size: int = Field(1000, gt=20, le=100_000, description="characters per chunk")
     chunk_overlap: int = Field(150, ge=0, description="characters shared by neighbouring chunks")
     prepend_title: bool = Field(True, description="start each chunk with the document title")
@@ -399,7 +395,7 @@ def _make_chunks(doc: Document, pieces: Sequence[str], prepend_title: bool,
 
 
 @operator("indexing", "chunking", "fixed", port=Port.CHUNK)
-def fixed_chunker(params: SizeParams, env: Providers) -> Chunker:
+def fixed_chunker(params: SizeParams, providers: Providers) -> Chunker:
     """Fixed-size windows of ``chunk_size`` characters on word boundaries, overlapping by ``chunk_overlap``."""
     from langchain_text_splitters import CharacterTextSplitter
 
@@ -412,7 +408,7 @@ def fixed_chunker(params: SizeParams, env: Providers) -> Chunker:
 
 
 @operator("indexing", "chunking", "recursive", port=Port.CHUNK)
-def recursive_chunker(params: SizeParams, env: Providers) -> Chunker:
+def recursive_chunker(params: SizeParams, providers: Providers) -> Chunker:
     """Recursive splitting: paragraphs first, then lines, sentences, words, to fit ``chunk_size`` characters."""
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
@@ -427,13 +423,13 @@ def recursive_chunker(params: SizeParams, env: Providers) -> Chunker:
     return chunk
 
 
-class WindowParams(_P):
+class WindowParams(OperatorParams):
     window: int = Field(2, ge=0, le=20, description="sentences kept on each side in metadata 'window'")
     prepend_title: bool = Field(False, description="start each sentence chunk with the document title")
 
 
 @operator("indexing", "chunking", "sentence_window", port=Port.CHUNK)
-def sentence_window_chunker(params: WindowParams, env: Providers) -> Chunker:
+def sentence_window_chunker(params: WindowParams, providers: Providers) -> Chunker:
     """One chunk per sentence (precise matching); the surrounding sentences are kept in metadata ``window``, which
     the context builder gives the model instead of the bare sentence."""
 
@@ -448,12 +444,12 @@ def sentence_window_chunker(params: WindowParams, env: Providers) -> Chunker:
     return chunk
 
 
-class DocumentParams(_P):
+class DocumentParams(OperatorParams):
     prepend_title: bool = Field(True, description="start the chunk with the document title")
 
 
 @operator("indexing", "chunking", "document", port=Port.CHUNK)
-def document_chunker(params: DocumentParams, env: Providers) -> Chunker:
+def document_chunker(params: DocumentParams, providers: Providers) -> Chunker:
     """The whole document as one chunk (short documents such as abstracts or FAQ entries)."""
 
     def chunk(doc: Document) -> list[Chunk]:
@@ -509,7 +505,7 @@ class IndexSummary:
 
 def index_paths(
     paths: Sequence[str | Path],
-    env: Providers,
+    providers: Providers,
     *,
     chunker: OperatorSpec | Any | None = None,
     batch_size: int = 256,
@@ -521,7 +517,7 @@ def index_paths(
 
     Args:
         paths: Files and folders (.txt, .md, .jsonl; .pdf, .html, .docx with the ``docs`` extra).
-        env: The providers whose index receives the chunks.
+        providers: The providers whose index receives the chunks.
         chunker: The chunker spec (default: ``recursive``), or any LangChain text splitter.
         batch_size: Chunks embedded per batch.
         max_file_mb: Files larger than this are skipped with a reason.
@@ -538,19 +534,19 @@ def index_paths(
         ConfigError: If the chunker spec is invalid.
     """
     start = time.perf_counter()
-    chunk_fn = _chunker(chunker, env)
+    chunk_fn = _chunker(chunker, providers)
     reports: list[FileReport] = []
     docs: list[Document] = []
     for path, root in iter_files(paths):
-        loaded, report = load_file(path, root, env, max_file_mb=max_file_mb)
+        loaded, report = load_file(path, root, providers, max_file_mb=max_file_mb)
         reports.append(report)
         docs.extend(loaded)
-    return _index(docs, reports, chunk_fn, env, start, batch_size=batch_size, progress=progress, sync=sync)
+    return _index(docs, reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress, sync=sync)
 
 
 def index_documents(
     documents: Iterable[Any],
-    env: Providers,
+    providers: Providers,
     *,
     chunker: OperatorSpec | Any | None = None,
     batch_size: int = 256,
@@ -565,7 +561,7 @@ def index_documents(
 
     Args:
         documents: The documents, or a LangChain ``BaseLoader`` (its ``lazy_load()`` is read).
-        env: The providers whose index receives the chunks.
+        providers: The providers whose index receives the chunks.
         chunker: The chunker spec (default: ``recursive``), or any LangChain text splitter.
         batch_size: Chunks embedded per batch.
         progress: Show a progress bar on stderr.
@@ -579,12 +575,12 @@ def index_documents(
         ConfigError: If the chunker spec is invalid.
     """
     start = time.perf_counter()
-    chunk_fn = _chunker(chunker, env)
+    chunk_fn = _chunker(chunker, providers)
     items = documents.lazy_load() if hasattr(documents, "lazy_load") else documents
     docs = [_as_document(item, i) for i, item in enumerate(items)]
     per_path = Counter(str(d["metadata"].get("path", "")) for d in docs)
     reports = [FileReport(path=path, documents=count) for path, count in sorted(per_path.items())]
-    return _index(docs, reports, chunk_fn, env, start, batch_size=batch_size, progress=progress, sync=sync)
+    return _index(docs, reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress, sync=sync)
 
 
 def _as_document(item: Any, position: int) -> Document:
@@ -607,7 +603,7 @@ def _as_document(item: Any, position: int) -> Document:
                     metadata=meta)  # fmt: skip
 
 
-def _chunker(chunker: OperatorSpec | Any | None, env: Providers) -> Chunker:
+def _chunker(chunker: OperatorSpec | Any | None, providers: Providers) -> Chunker:
     """A registered chunker from its spec, or a LangChain text splitter wrapped as one."""
     if chunker is not None and not isinstance(chunker, OperatorSpec):
         if not callable(getattr(chunker, "split_text", None)):
@@ -616,12 +612,12 @@ def _chunker(chunker: OperatorSpec | Any | None, env: Providers) -> Chunker:
         return lambda doc: _make_chunks(doc, chunker.split_text(doc["text"]), prepend_title=True)
     spec = chunker or OperatorSpec(name="recursive")
     info = get_operator(Port.CHUNK, spec.name)
-    fn: Chunker = info.factory(validate_params(info.params, spec.params, "indexing.chunker.params"), env)
+    fn: Chunker = info.factory(validate_params(info.params, spec.params, "indexing.chunker.params"), providers)
     return fn
 
 
 def _index(
-    docs: list[Document], reports: list[FileReport], chunk_fn: Chunker, env: Providers, start: float, *,
+    docs: list[Document], reports: list[FileReport], chunk_fn: Chunker, providers: Providers, start: float, *,
     batch_size: int, progress: bool, sync: bool,
 ) -> IndexSummary:  # fmt: skip
     """Chunk the loaded documents and add them to the index (the shared end of both indexing entry points)."""
@@ -632,9 +628,9 @@ def _index(
         from tqdm import tqdm
 
         bar = tqdm(total=len(chunks), desc="indexing", unit="chunk", leave=False)
-    before = _stored_by_path(env) if sync else {}
+    before = _stored_by_path(providers) if sync else {}
     try:
-        added = env.index.add(chunks, batch_size=batch_size, progress=bar.update if bar else None, prune=sync)
+        added = providers.index.add(chunks, batch_size=batch_size, progress=bar.update if bar else None, prune=sync)
     finally:
         if bar is not None:
             bar.close()
@@ -643,7 +639,7 @@ def _index(
     return IndexSummary(
         files_read=read, files_indexed=read - skipped, files_skipped=skipped, documents=len(docs),
         chunks=added.chunks, added=added.added, existing=added.existing, seconds=time.perf_counter() - start,
-        files=reports, index_chunks=env.index.count(), stages={"load and chunk": loaded, **added.stages},
+        files=reports, index_chunks=providers.index.count(), stages={"load and chunk": loaded, **added.stages},
         removed=added.removed, synced=synced,
     )  # fmt: skip
 
@@ -651,11 +647,11 @@ def _index(
 _STATUSES = ("added", "replaced", "unchanged", "removed")
 
 
-def _stored_by_path(env: Providers) -> dict[str, set[str]]:
+def _stored_by_path(providers: Providers) -> dict[str, set[str]]:
     """The stored chunk ids by their file (metadata ``path``), before a sync."""
-    if env.index.count() == 0:
+    if providers.index.count() == 0:
         return {}
-    sparse = env.index.sparse
+    sparse = providers.index.sparse
     out: dict[str, set[str]] = {}
     for cid, meta in zip(sparse.ids, sparse.metadatas, strict=True):
         out.setdefault(str(meta.get("path", "")), set()).add(cid)

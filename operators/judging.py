@@ -18,12 +18,12 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from modular_rag.costs import ZERO, llm
 from modular_rag.errors import JudgeError
 from modular_rag.providers import Providers
-from modular_rag.registry import Operator, Port, operator
+from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import Verdict, step_of
 from modular_rag.text import token_f1
 from modular_rag.trace import totals
@@ -50,17 +50,13 @@ def stop_now(state: Mapping[str, Any]) -> bool:
     )
 
 
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TokenConfidenceParams(_P):
+class TokenConfidenceParams(OperatorParams):
     tau: float = Field(0.4, gt=0.0, lt=1.0, description="minimum token probability to accept without retrieval")
     target: Literal["draft", "answer"] = Field("draft", description="judge the tentative draft or the answer")
 
 
 @operator("orchestration", "scheduling", "token_confidence", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
-def token_confidence(params: TokenConfidenceParams, env: Providers) -> Operator:
+def token_confidence(params: TokenConfidenceParams, providers: Providers) -> Operator:
     """FLARE's gate: continue (retrieve) when any generated token's probability is below tau, else stop."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,7 +87,7 @@ CRITERIA: dict[str, tuple[str, Literal["yes", "no"]]] = {
 """Built-in yes/no questions and the answer that means ``continue``."""
 
 
-class LLMJudgeParams(_P):
+class LLMJudgeParams(OperatorParams):
     criterion: Literal["supported", "complete", "useful", "needs_retrieval", "custom"] = Field(
         "supported", description="which yes/no question to ask"
     )
@@ -108,7 +104,7 @@ def _answer_text(state: Mapping[str, Any]) -> str:
     return str((state.get("answer") or {}).get("text") or (state.get("draft") or {}).get("text") or "")
 
 
-def ask_yes_no(env: Providers, state: Mapping[str, Any], ask: str, *, passages: bool,
+def ask_yes_no(providers: Providers, state: Mapping[str, Any], ask: str, *, passages: bool,
                max_tokens: int = 4) -> tuple[str | None, float | None]:  # fmt: skip
     """Ask the model a yes/no question about the state's question and answer (with the evidence as delimited data
     when ``passages``): ``(yes | no | None, P(yes) from the first token's alternatives, or None)``."""
@@ -117,7 +113,7 @@ def ask_yes_no(env: Providers, state: Mapping[str, Any], ask: str, *, passages: 
     answer = _answer_text(state)
     prompt = JUDGE_PROMPT.format(context=context, query=state.get("query", ""),
                                  answer=f"Answer: {answer}" if answer else "", ask=ask)  # fmt: skip
-    completion = env.llm.complete(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
+    completion = providers.llm.complete(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
     first = next((t for t in completion.tokens or () if t.token.strip()), None)
     return parse_yes_no(completion.text, first.top if first is not None else ())
 
@@ -128,7 +124,7 @@ def _judge_cost(params: LLMJudgeParams, ctx: Any) -> Any:
 
 
 @operator("orchestration", "scheduling", "llm_judge", port=Port.JUDGE, needs_llm=True, cost=_judge_cost)
-def llm_judge(params: LLMJudgeParams, env: Providers) -> Operator:
+def llm_judge(params: LLMJudgeParams, providers: Providers) -> Operator:
     """A prompted yes/no judge (supported / complete / useful / needs retrieval, or a custom question), read from the
     reply's first-token probabilities when available, else from its text; unclear replies follow on_unclear.
     ``supported`` with no passages is not asked: it stops (accepts) with reason ``supported:no_passages``."""
@@ -143,7 +139,7 @@ def llm_judge(params: LLMJudgeParams, env: Providers) -> Operator:
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         if params.criterion == "supported" and not evidence_of(state):
             return verdict("llm_judge", "stop", "supported:no_passages", state)
-        reply, p_yes = ask_yes_no(env, state, ask, passages=params.criterion != "needs_retrieval",
+        reply, p_yes = ask_yes_no(providers, state, ask, passages=params.criterion != "needs_retrieval",
                                   max_tokens=params.max_tokens)  # fmt: skip
         if reply is None:
             return verdict("llm_judge", params.on_unclear, "unclear", state)
@@ -153,7 +149,7 @@ def llm_judge(params: LLMJudgeParams, env: Providers) -> Operator:
     return run
 
 
-class ReflectionParams(_P):
+class ReflectionParams(OperatorParams):
     supported: bool = Field(True, description="ask whether the answer is supported by the passages (IsSup); "
                                               "skipped when there are none")  # fmt: skip
     useful: bool = Field(True, description="ask whether the answer is useful for the question (IsUse)")
@@ -173,7 +169,7 @@ def _reflection_cost(params: ReflectionParams, ctx: Any) -> Any:
 
 
 @operator("orchestration", "scheduling", "reflection", port=Port.JUDGE, needs_llm=True, cost=_reflection_cost)
-def reflection(params: ReflectionParams, env: Providers) -> Operator:
+def reflection(params: ReflectionParams, providers: Providers) -> Operator:
     """Self-RAG-style reflection, prompted: is the answer supported by the passages (IsSup, asked only when there
     are passages) and useful for the question (IsUse)? One verdict: continue (retrieve again) when either says no,
     stop (accept) when every question asked says yes."""
@@ -183,12 +179,13 @@ def reflection(params: ReflectionParams, env: Providers) -> Operator:
         parts: list[str] = []
         if params.supported:
             if evidence_of(state):
-                reply, p = ask_yes_no(env, state, CRITERIA["supported"][0], passages=True, max_tokens=params.max_tokens)
+                reply, p = ask_yes_no(providers, state, CRITERIA["supported"][0], passages=True,
+                                      max_tokens=params.max_tokens)  # fmt: skip
                 asked.append(("supported", reply, p))
             else:
                 parts.append("supported:no_passages")
         if params.useful:
-            reply, p = ask_yes_no(env, state, CRITERIA["useful"][0], passages=False, max_tokens=params.max_tokens)
+            reply, p = ask_yes_no(providers, state, CRITERIA["useful"][0], passages=False, max_tokens=params.max_tokens)
             asked.append(("useful", reply, p))
         parts += [f"{name}:{reply or 'unclear'}" for name, reply, _ in asked]
         decisions = [params.on_unclear if reply is None else ("continue" if reply == "no" else "stop")
@@ -200,14 +197,14 @@ def reflection(params: ReflectionParams, env: Providers) -> Operator:
     return run
 
 
-class BudgetParams(_P):
+class BudgetParams(OperatorParams):
     max_steps: int | None = Field(None, gt=0, le=1000, description="stop at this loop step")
     max_llm_calls: int | None = Field(None, gt=0, description="stop when the run has made this many LLM calls")
     max_tokens: int | None = Field(None, gt=0, description="stop when prompt + completion tokens reach this")
 
 
 @operator("orchestration", "scheduling", "budget", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
-def budget(params: BudgetParams, env: Providers) -> Operator:
+def budget(params: BudgetParams, providers: Providers) -> Operator:
     """Stop when the loop step, the run's LLM calls or its tokens (from the ledger) reach a budget; else continue."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -225,13 +222,13 @@ def budget(params: BudgetParams, env: Providers) -> Operator:
     return run
 
 
-class NoProgressParams(_P):
+class NoProgressParams(OperatorParams):
     threshold: float = Field(0.9, gt=0.0, le=1.0, description="token F1 between the last two answers that counts "
                                                                 "as unchanged")  # fmt: skip
 
 
 @operator("orchestration", "scheduling", "no_progress", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
-def no_progress(params: NoProgressParams, env: Providers) -> Operator:
+def no_progress(params: NoProgressParams, providers: Providers) -> Operator:
     """Stop when the answer stopped changing: token F1 of the last two rounds' answers >= threshold."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,7 +243,7 @@ def no_progress(params: NoProgressParams, env: Providers) -> Operator:
     return run
 
 
-class PruneParams(_P):
+class PruneParams(OperatorParams):
     min_relevance: float = Field(0.25, ge=-1.0, le=1.0, description="drop a node whose question's cosine with the "
                                                                      "root question is below this")  # fmt: skip
     max_similarity: float = Field(0.95, ge=0.0, le=1.0, description="drop a node whose question is this close to an "
@@ -255,7 +252,7 @@ class PruneParams(_P):
 
 
 @operator("orchestration", "scheduling", "prune", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
-def prune(params: PruneParams, env: Providers) -> Operator:
+def prune(params: PruneParams, providers: Providers) -> Operator:
     """Tree pruning judge: for each node of the newest level, ``stop`` (drop) when its question is irrelevant to the
     root question, duplicates an earlier node's, or its answer is a refusal; else ``continue`` (keep)."""
 
@@ -266,8 +263,8 @@ def prune(params: PruneParams, env: Providers) -> Operator:
         earlier = [n for n in tree if n["depth"] < level]
         if not newest:
             return {"verdicts": []}
-        root = env.encoder.encode_query(str(state.get("query", "")))
-        vectors = env.encoder.encode([n["question"] for n in earlier + newest])
+        root = providers.encoder.encode_query(str(state.get("query", "")))
+        vectors = providers.encoder.encode([n["question"] for n in earlier + newest])
         out: list[Verdict] = []
         kept: list[int] = list(range(len(earlier)))
         for i, node in enumerate(newest, start=len(earlier)):
@@ -290,7 +287,7 @@ def prune(params: PruneParams, env: Providers) -> Operator:
     return run
 
 
-class SelfVerifyParams(_P):
+class SelfVerifyParams(OperatorParams):
     on_unclear: Literal["stop", "continue"] = Field(
         "continue", description="decision when the reply is neither yes nor no (continue = keep the node)"
     )
@@ -306,7 +303,7 @@ SELF_VERIFY_PROMPT = (
 
 @operator("orchestration", "scheduling", "self_verify", port=Port.JUDGE, needs_llm=True,
           cost=lambda params, ctx: llm((0, 1)))
-def self_verify(params: SelfVerifyParams, env: Providers) -> Operator:
+def self_verify(params: SelfVerifyParams, providers: Providers) -> Operator:
     """Tree of Clarifications' pruning by self-verification: each node of the newest level below the root is kept
     (``continue``) when the model says its interpretation is a reasonable reading of the question with an answer its
     own passages support, else dropped (``stop``). One call per node (its cost is per node); unanswered nodes and
@@ -330,7 +327,7 @@ def self_verify(params: SelfVerifyParams, env: Providers) -> Operator:
             passages = f"{format_evidence(pack)}\n{DATA_RULE}\n\n" if pack else ""
             prompt = SELF_VERIFY_PROMPT.format(passages=passages, root=state.get("query", ""),
                                                question=node["question"], answer=node["answer"])  # fmt: skip
-            completion = env.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True, top_logprobs=10)
+            completion = providers.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True, top_logprobs=10)
             first = next((t for t in completion.tokens or () if t.token.strip()), None)
             reply, p_yes = parse_yes_no(completion.text, first.top if first is not None else ())
             decision: Literal["stop", "continue"] = (params.on_unclear if reply is None

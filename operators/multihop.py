@@ -16,13 +16,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.providers import Providers
+from modular_rag.registry import OperatorParams
 from modular_rag.state import Hit
 
 __all__ = ["HopWeights", "HopParams", "hits_by_id", "named_by_question", "linked_from", "multihop_rank", "hop"]
-
-
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class HopWeights(BaseModel):
@@ -44,43 +41,43 @@ class HopWeights(BaseModel):
     redundancy: float = Field(0.2, ge=0.0, le=10.0, description="penalty: the pair's passages say the same")
 
 
-def _hit_at(env: Providers, position: int) -> Hit:
-    index = env.index.sparse
+def _hit_at(providers: Providers, position: int) -> Hit:
+    index = providers.index.sparse
     return Hit(chunk_id=index.ids[position], text=index.texts[position], score=0.0, channel="link",
                metadata=dict(index.metadatas[position]))  # fmt: skip
 
 
-def hits_by_id(env: Providers, chunk_ids: Sequence[str]) -> list[Hit]:
+def hits_by_id(providers: Providers, chunk_ids: Sequence[str]) -> list[Hit]:
     """The index's chunks with these ids, as hits (ids the index does not have are skipped)."""
-    position = env.index.sparse._positions()
-    return [_hit_at(env, position[c]) for c in chunk_ids if c in position]
+    position = providers.index.sparse._positions()
+    return [_hit_at(providers, position[c]) for c in chunk_ids if c in position]
 
 
-def named_by_question(env: Providers, question: str) -> list[Hit]:
+def named_by_question(providers: Providers, question: str) -> list[Hit]:
     """The chunks whose title (or alias) the question names: one lookup in the link table (one retrieval)."""
     from modular_rag.trace import record
 
     record(retrievals=1)
-    return [_hit_at(env, p) for p in sorted(env.index.links.named_in(question))]
+    return [_hit_at(providers, p) for p in sorted(providers.index.links.named_in(question))]
 
 
-def linked_from(env: Providers, sources: Sequence[Hit]) -> dict[str, list[Hit]]:
+def linked_from(providers: Providers, sources: Sequence[Hit]) -> dict[str, list[Hit]]:
     """For each source chunk, the chunks whose titles its text mentions (the document graph): one lookup in the
     link table for all of them (one retrieval)."""
     from modular_rag.trace import record
 
     record(retrievals=1)
-    position = env.index.sparse._positions()
-    links = env.index.links
-    return {h["chunk_id"]: [_hit_at(env, p) for p in sorted(links.outlinks[position[h["chunk_id"]]])]
+    position = providers.index.sparse._positions()
+    links = providers.index.links
+    return {h["chunk_id"]: [_hit_at(providers, p) for p in sorted(links.outlinks[position[h["chunk_id"]]])]
             for h in sources if h["chunk_id"] in position}  # fmt: skip
 
 
-def _context_share(env: Providers, question: str, source: Hit, target: Hit) -> float:
+def _context_share(providers: Providers, question: str, source: Hit, target: Hit) -> float:
     """The share of the question's IDF weight found in the source's sentences that mention the target's title."""
     from modular_rag.text import split_sentences
 
-    index, links = env.index.sparse, env.index.links
+    index, links = providers.index.sparse, providers.index.links
     position = index._positions()
     p1, p2 = position.get(source["chunk_id"]), position.get(target["chunk_id"])
     if p1 is None or p2 is None:
@@ -96,7 +93,7 @@ def _context_share(env: Providers, question: str, source: Hit, target: Hit) -> f
 
 
 def multihop_rank(
-    env: Providers,
+    providers: Providers,
     question: str,
     candidates: Sequence[Hit],
     *,
@@ -113,7 +110,7 @@ def multihop_rank(
     """Rank passages for a multi-hop question by the pairs they make (see :class:`HopWeights`).
 
     Args:
-        env: The providers (stored vectors, BM25 rescoring, the link table).
+        providers: The providers (stored vectors, BM25 rescoring, the link table).
         question: The question.
         candidates: First-hop hits (for example the union of dense and BM25 top-50s).
         named: Chunks the question names (:func:`named_by_question`), added to the candidates.
@@ -143,19 +140,19 @@ def multihop_rank(
     def own(new: list[Hit]) -> dict[str, float]:
         if not new:
             return {}
-        q = env.encoder.encode_query(question)
-        cos = chunk_vectors(env, new) @ q
-        bm = env.index.sparse.score(question, [h["chunk_id"] for h in new])
+        q = providers.encoder.encode_query(question)
+        cos = chunk_vectors(providers, new) @ q
+        bm = providers.index.sparse.score(question, [h["chunk_id"] for h in new])
         return {h["chunk_id"]: float(w.dense * c + w.sparse * b / top_bm25 + w.named * (h["chunk_id"] in named_ids))
                 for h, c, b in zip(new, cos.tolist(), bm.tolist(), strict=True)}  # fmt: skip
 
     first = list(hits.values())
-    top_bm25 = max(float(env.index.sparse.score(question, [h["chunk_id"] for h in first]).max(initial=0.0)), 1e-9)
+    top_bm25 = max(float(providers.index.sparse.score(question, [h["chunk_id"] for h in first]).max(initial=0.0)), 1e-9)
     u = own(first)
     order = sorted(u, key=lambda c: (-u[c], c))
     p1s = [c for c in sources if c in u] if sources is not None else order[:beam]
     if second is None:
-        second = linked_from(env, [hits[c] for c in p1s]) if follow_links and p1s else {}
+        second = linked_from(providers, [hits[c] for c in p1s]) if follow_links and p1s else {}
     targets: dict[str, set[str]] = {}
     for source, found in second.items():
         for h in found:
@@ -167,16 +164,16 @@ def multihop_rank(
     if not p1s or len(p2s) < 2:
         return [Hit(**{**hits[c], "score": float(len(order) - i), "channel": "multihop"}) for i, c in
                 enumerate(order[:k] if k else order)]
-    vectors = chunk_vectors(env, [hits[c] for c in p2s])
+    vectors = chunk_vectors(providers, [hits[c] for c in p2s])
     at = {c: i for i, c in enumerate(p2s)}
-    v1 = np.vstack([vectors[at[c]] if c in at else chunk_vectors(env, [hits[c]])[0] for c in p1s])
+    v1 = np.vstack([vectors[at[c]] if c in at else chunk_vectors(providers, [hits[c]])[0] for c in p1s])
     pair = np.array([u[c] for c in p1s])[:, None] + np.array([u[c] for c in p2s])[None, :]
     pair -= w.redundancy * (v1 @ vectors.T)
     for i, c1 in enumerate(p1s):
         for c2 in targets.get(c1, ()):
             bonus = w.link
             if w.context:
-                bonus += w.context * _context_share(env, question, hits[c1], hits[c2])
+                bonus += w.context * _context_share(providers, question, hits[c1], hits[c2])
             pair[i, at[c2]] += bonus
         if c1 in at:
             pair[i, at[c1]] = -np.inf
@@ -195,7 +192,7 @@ def multihop_rank(
             for i, c in enumerate(ranked)]
 
 
-class HopParams(_P):
+class HopParams(OperatorParams):
     """How a multi-hop step ranks: see :func:`multihop_rank` and :class:`HopWeights`."""
 
     k: int = Field(10, gt=0, le=1000, description="hits kept")
@@ -206,14 +203,14 @@ class HopParams(_P):
     weights: HopWeights = Field(default_factory=HopWeights)
 
 
-def hop(env: Providers, question: str, first: Sequence[Hit], params: HopParams, *,
+def hop(providers: Providers, question: str, first: Sequence[Hit], params: HopParams, *,
         second: Mapping[str, Sequence[Hit]] | None = None) -> list[Hit]:  # fmt: skip
     """One multi-hop step after a first retrieval: the chunks the question names (``question_titles``, one lookup),
     then the second hop: ``second`` when given (hits found from a first-hop passage, for example by searching with
     the question and that passage), else the chunks the best first-hop passages link to (one lookup); everything
     ranked by pairs (:func:`multihop_rank`)."""
-    named = named_by_question(env, question) if params.question_titles else []
-    return multihop_rank(env, question, first, named=named, second=second, beam=params.beam, pool=params.pool,
+    named = named_by_question(providers, question) if params.question_titles else []
+    return multihop_rank(providers, question, first, named=named, second=second, beam=params.beam, pool=params.pool,
                          pair_slots=params.pair_slots, weights=params.weights, follow_links=second is None,
                          k=params.k)  # fmt: skip
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
 from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.providers import Providers
-from modular_rag.registry import NoParams, Operator, Port, operator
+from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Evidence, Hit
 from modular_rag.text import estimate_tokens
 from operators.attribution import ScoredSentence, SentenceScorer, SentenceWeights
@@ -28,20 +28,16 @@ from operators.fusion import normalise_scores
 __all__ = ["chunk_vectors", "rescored", "CrossEncoderScorer", "mmr_order", "compress_text", "ends_first", "relevance"]
 
 
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 def _query(state: Mapping[str, Any]) -> str:
     return str(state.get("query", ""))
 
 
-def chunk_vectors(env: Providers, hits: list[Hit]) -> np.ndarray:
+def chunk_vectors(providers: Providers, hits: list[Hit]) -> np.ndarray:
     """Embeddings of the hits' chunks: stored vectors from the dense store when it has them, else encoded now."""
-    getter = getattr(env.index.dense, "get_vectors", None)
+    getter = getattr(providers.index.dense, "get_vectors", None)
     stored = getter([h["chunk_id"] for h in hits]) if getter else {}
     missing = [i for i, h in enumerate(hits) if h["chunk_id"] not in stored]
-    fresh = env.encoder.encode([hits[i]["text"] for i in missing]) if missing else np.zeros((0, 0), np.float32)
+    fresh = providers.encoder.encode([hits[i]["text"] for i in missing]) if missing else np.zeros((0, 0), np.float32)
     rows = []
     j = 0
     for h in hits:
@@ -60,7 +56,7 @@ def rescored(hits: list[Hit], scores: np.ndarray | list[float], channel: str, to
     return out[:top_k] if top_k else out
 
 
-class RerankParams(_P):
+class RerankParams(OperatorParams):
     top_k: int | None = Field(None, gt=0, le=1000, description="keep the best top_k (all when unset)")
 
 
@@ -100,15 +96,15 @@ def _context_cost(params: Any, ctx: CostContext) -> Cost:
 
 
 @operator("post_retrieval", "rerank", "embedding", port=Port.RERANK, cost=_keep("top_k"))
-def embedding_rerank(params: EmbeddingRerankParams, env: Providers) -> Operator:
+def embedding_rerank(params: EmbeddingRerankParams, providers: Providers) -> Operator:
     """Re-score candidates by cosine similarity of query and chunk embeddings (blended with the prior rank)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         hits = list(state.get("candidates") or [])
         if not hits:
             return {"candidates": []}
-        q = env.encoder.encode_query(_query(state))
-        cos = chunk_vectors(env, hits) @ q
+        q = providers.encoder.encode_query(_query(state))
+        cos = chunk_vectors(providers, hits) @ q
         prior = 1.0 - np.arange(len(hits)) / max(len(hits), 1)  # 1 for the first hit, falling linearly
         scores = params.weight * cos + (1.0 - params.weight) * prior
         return {"candidates": rescored(hits, scores, "embedding", params.top_k)}
@@ -172,10 +168,11 @@ class CrossEncoderScorer:
 
 
 @operator("post_retrieval", "rerank", "cross_encoder", port=Port.RERANK, cost=_keep("top_k"))
-def cross_encoder(params: CrossEncoderParams, env: Providers) -> Operator:
+def cross_encoder(params: CrossEncoderParams, providers: Providers) -> Operator:
     """Cross-encoder rerank (sentence-transformers ``CrossEncoder``; the user supplies the model folder)."""
-    use_cache = env.config.cache is not None and env.config.cache.rerank
-    scorer = CrossEncoderScorer(params.model, max_length=params.max_length, cache=env.cache if use_cache else None)
+    use_cache = providers.config.cache is not None and providers.config.cache.rerank
+    cache = providers.cache if use_cache else None
+    scorer = CrossEncoderScorer(params.model, max_length=params.max_length, cache=cache)
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         hits = list(state.get("candidates") or [])
@@ -187,7 +184,7 @@ def cross_encoder(params: CrossEncoderParams, env: Providers) -> Operator:
     return run
 
 
-class BudgetParams(_P):
+class BudgetParams(OperatorParams):
     max_tokens: int = Field(900, gt=0, le=1_000_000, description="token budget of the evidence pack (estimated)")
     max_chunks: int = Field(5, gt=0, le=1000, description="at most this many chunks")
     use_window: bool = Field(True, description="give a sentence chunk's surrounding window instead of the sentence")
@@ -221,7 +218,7 @@ def _evidence(hits: list[Hit], params: BudgetParams) -> list[Evidence]:
 
 
 @operator("post_retrieval", "context", "budget", port=Port.CONTEXT, cost=_context_cost)
-def budget(params: BudgetParams, env: Providers) -> Operator:
+def budget(params: BudgetParams, providers: Providers) -> Operator:
     """Number the candidates into an evidence pack, best first, within a token budget."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -236,27 +233,29 @@ RELEVANCE_PROMPT = (
 )
 
 
-def relevance(env: Providers, query: str, text: str) -> tuple[str | None, float | None]:
+def relevance(providers: Providers, query: str, text: str) -> tuple[str | None, float | None]:
     """Ask the model whether a passage helps answer the query: ``(yes|no|None, P(yes) or None)``."""
     from operators.generation import parse_yes_no
 
     passage = " ".join(text.replace("</passage>", "").split())[:2000]
-    completion = env.llm.complete(RELEVANCE_PROMPT.format(text=passage, query=query), max_tokens=3, logprobs=True,
+    completion = providers.llm.complete(RELEVANCE_PROMPT.format(text=passage, query=query), max_tokens=3, logprobs=True,
                                   top_logprobs=10)  # fmt: skip
     first = next((t for t in completion.tokens or () if t.token.strip()), None)
     return parse_yes_no(completion.text, first.top if first is not None else ())
 
 
-def _judge_all(env: Providers, query: str, hits: list[Hit], concurrency: int) -> list[tuple[str | None, float | None]]:
+def _judge_all(
+    providers: Providers, query: str, hits: list[Hit], concurrency: int
+) -> list[tuple[str | None, float | None]]:
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="relevance") as pool:
-        futures = [pool.submit(contextvars.copy_context().run, relevance, env, query, h["text"]) for h in hits]
+        futures = [pool.submit(contextvars.copy_context().run, relevance, providers, query, h["text"]) for h in hits]
         return [f.result() for f in futures]
 
 
-class CritiqueParams(_P):
+class CritiqueParams(OperatorParams):
     max_candidates: int = Field(8, gt=0, le=100, description="judge the first N candidates (the rest are dropped)")
     keep_unclear: bool = Field(True, description="keep a chunk when the reply is neither yes nor no")
     min_keep: int = Field(1, ge=0, le=100, description="keep at least this many top candidates")
@@ -264,14 +263,14 @@ class CritiqueParams(_P):
 
 
 @operator("post_retrieval", "selection", "llm_critique", port=Port.RERANK, needs_llm=True, cost=_per_candidate)
-def llm_critique(params: CritiqueParams, env: Providers) -> Operator:
+def llm_critique(params: CritiqueParams, providers: Providers) -> Operator:
     """LLM-critique filter: one yes/no relevance call per candidate; drops the chunks the model judges irrelevant."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         from modular_rag.trace import note
 
         hits = list(state.get("candidates") or [])[: params.max_candidates]
-        verdicts = _judge_all(env, _query(state), hits, params.concurrency)
+        verdicts = _judge_all(providers, _query(state), hits, params.concurrency)
         kept = [h for h, (reply, _) in zip(hits, verdicts, strict=True)
                 if reply == "yes" or (reply is None and params.keep_unclear)]  # fmt: skip
         if len(kept) < params.min_keep:
@@ -288,14 +287,14 @@ class LLMRerankParams(RerankParams):
 
 
 @operator("post_retrieval", "rerank", "llm_pointwise", port=Port.RERANK, needs_llm=True, cost=_per_candidate)
-def llm_pointwise(params: LLMRerankParams, env: Providers) -> Operator:
+def llm_pointwise(params: LLMRerankParams, providers: Providers) -> Operator:
     """LLM pointwise relevance: score = P(yes) from the first token's log-probabilities where available (else 1/0
     from the reply); ties keep the prior order."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         hits = list(state.get("candidates") or [])
         head, tail = hits[: params.max_candidates], hits[params.max_candidates :]
-        verdicts = _judge_all(env, _query(state), head, params.concurrency)
+        verdicts = _judge_all(providers, _query(state), head, params.concurrency)
         scores = [p if p is not None else (1.0 if r == "yes" else 0.5 if r is None else 0.0) for r, p in verdicts]
         # stable sort keeps the retriever's order among equal scores; unscored tail keeps its order after
         ranked = rescored(head, np.asarray(scores) - 1e-9 * np.arange(len(head)), "llm_pointwise", None)
@@ -305,7 +304,7 @@ def llm_pointwise(params: LLMRerankParams, env: Providers) -> Operator:
     return run
 
 
-class MMRParams(_P):
+class MMRParams(OperatorParams):
     k: int = Field(5, gt=0, le=1000, description="hits selected")
     pool: int | None = Field(None, gt=0, le=5000, description="candidates considered (default: all)")
     lambda_mult: float = Field(0.7, ge=0.0, le=1.0, description="1 = relevance only, 0 = diversity only")
@@ -340,7 +339,7 @@ def mmr_order(
 
 
 @operator("post_retrieval", "rerank", "mmr", port=Port.RERANK, cost=_keep("k"))
-def mmr(params: MMRParams, env: Providers) -> Operator:
+def mmr(params: MMRParams, providers: Providers) -> Operator:
     """MMR diversity: from the first ``pool`` candidates pick ``k`` balancing relevance to the query against
     similarity to what is already picked (lambda)."""
 
@@ -351,7 +350,7 @@ def mmr(params: MMRParams, env: Providers) -> Operator:
         prior = None
         if params.relevance == "score":
             prior = normalise_scores(np.asarray([float(h.get("score", 0.0)) for h in hits]), "minmax")
-        order = mmr_order(env.encoder.encode_query(_query(state)), chunk_vectors(env, hits), params.k,
+        order = mmr_order(providers.encoder.encode_query(_query(state)), chunk_vectors(providers, hits), params.k,
                           params.lambda_mult, prior)  # fmt: skip
         n = len(order)
         return {"candidates": [Hit(**{**hits[i], "score": float(n - rank), "channel": "mmr"})  # type: ignore[typeddict-item]
@@ -360,7 +359,7 @@ def mmr(params: MMRParams, env: Providers) -> Operator:
     return run
 
 
-class DedupParams(_P):
+class DedupParams(OperatorParams):
     near_threshold: float | None = Field(
         0.95, ge=0.0, le=1.0, description="embedding cosine at which two chunks are near-duplicates (null: exact only)"
     )
@@ -372,7 +371,7 @@ def _norm_text(text: str) -> str:
 
 @operator("post_retrieval", "selection", "dedup", port=Port.RERANK,
           cost=lambda params, ctx: _drop_some(ctx))
-def dedup(params: DedupParams, env: Providers) -> Operator:
+def dedup(params: DedupParams, providers: Providers) -> Operator:
     """Deduplication: drop exact duplicates (same normalised text) and near-duplicates (embedding cosine at or
     above the threshold), keeping the better-ranked copy."""
 
@@ -389,7 +388,7 @@ def dedup(params: DedupParams, env: Providers) -> Operator:
                 exact.append(h)
         kept = exact
         if params.near_threshold is not None and len(exact) > 1:
-            vectors = chunk_vectors(env, exact)
+            vectors = chunk_vectors(providers, exact)
             keep_idx: list[int] = []
             for i in range(len(exact)):
                 if all(float(vectors[i] @ vectors[j]) < params.near_threshold for j in keep_idx):
@@ -402,12 +401,12 @@ def dedup(params: DedupParams, env: Providers) -> Operator:
     return run
 
 
-class CompressParams(_P):
+class CompressParams(OperatorParams):
     max_sentences: int = Field(3, gt=0, le=100, description="sentences kept per chunk (in their original order)")
     min_similarity: float | None = Field(None, ge=-1.0, le=1.0, description="also drop sentences below this cosine")
 
 
-def compress_text(env: Providers, query_vec: np.ndarray, text: str, max_sentences: int,
+def compress_text(providers: Providers, query_vec: np.ndarray, text: str, max_sentences: int,
                   min_similarity: float | None = None) -> str:  # fmt: skip
     """Extractive compression: the sentences most similar to the query, in their original order."""
     from modular_rag.text import split_sentences
@@ -415,7 +414,7 @@ def compress_text(env: Providers, query_vec: np.ndarray, text: str, max_sentence
     sentences = split_sentences(text)
     if len(sentences) <= max_sentences and min_similarity is None:
         return text
-    sims = env.encoder.encode(sentences) @ query_vec
+    sims = providers.encoder.encode(sentences) @ query_vec
     best = sorted(np.argsort(-sims)[:max_sentences].tolist())
     if min_similarity is not None:
         best = [i for i in best if sims[i] >= min_similarity] or best[:1]
@@ -423,13 +422,13 @@ def compress_text(env: Providers, query_vec: np.ndarray, text: str, max_sentence
 
 
 @operator("post_retrieval", "compression", "extractive", port=Port.RERANK, cost=lambda params, ctx: ZERO)
-def extractive(params: CompressParams, env: Providers) -> Operator:
+def extractive(params: CompressParams, providers: Providers) -> Operator:
     """Extractive compression: keep each chunk's sentences most similar to the query (embedding cosine)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        q = env.encoder.encode_query(_query(state))
+        q = providers.encoder.encode_query(_query(state))
         hits: list[Hit] = list(state.get("candidates") or [])
-        return {"candidates": [Hit(**{**h, "text": compress_text(env, q, h["text"], params.max_sentences,
+        return {"candidates": [Hit(**{**h, "text": compress_text(providers, q, h["text"], params.max_sentences,
                                                                    params.min_similarity)})
                                for h in hits]}  # fmt: skip
 
@@ -446,7 +445,7 @@ def ends_first(items: list[Any]) -> list[Any]:
 
 
 @operator("post_retrieval", "context", "lost_in_the_middle", port=Port.RERANK, cost=lambda params, ctx: ZERO)
-def lost_in_the_middle(params: NoParams, env: Providers) -> Operator:
+def lost_in_the_middle(params: NoParams, providers: Providers) -> Operator:
     """Lost-in-the-middle reorder: the strongest candidates at both ends, the weakest in the middle (put it after
     selection; the context builder keeps this order)."""
 
@@ -456,7 +455,7 @@ def lost_in_the_middle(params: NoParams, env: Providers) -> Operator:
     return run
 
 
-class EvidenceFirstParams(_P):
+class EvidenceFirstParams(OperatorParams):
     max_chunks: int = Field(5, gt=0, le=100, description="candidates whose sentences are read")
     sentences: int = Field(2, gt=0, le=50, description="sentences kept per chunk: its best, in their order")
     max_tokens: int = Field(400, gt=0, le=1_000_000, description="token budget of the evidence pack (estimated)")
@@ -464,11 +463,11 @@ class EvidenceFirstParams(_P):
 
 
 @operator("post_retrieval", "context", "evidence_first", port=Port.CONTEXT, cost=_context_cost)
-def evidence_first(params: EvidenceFirstParams, env: Providers) -> Operator:
+def evidence_first(params: EvidenceFirstParams, providers: Providers) -> Operator:
     """Evidence-first context: the sentences of the top chunks that answer the question (embedding and lexical match,
     question-type cues such as numbers, dates and names), short and best first: each chunk keeps its best sentences,
     and chunks are numbered by their best sentence's score (``metadata.relevance``)."""
-    scorer = SentenceScorer(env, params.weights)
+    scorer = SentenceScorer(providers, params.weights)
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         hits = list(state.get("candidates") or [])[: params.max_chunks]
@@ -499,16 +498,16 @@ class CompressBudgetParams(BudgetParams):
 
 
 @operator("post_retrieval", "context", "compress_budget", port=Port.CONTEXT, cost=_context_cost)
-def compress_budget(params: CompressBudgetParams, env: Providers) -> Operator:
+def compress_budget(params: CompressBudgetParams, providers: Providers) -> Operator:
     """Context building under a token budget: the top chunks whole, the rest compressed to their most
     query-relevant sentences, then numbered (optionally best-at-the-ends)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         hits = list(state.get("candidates") or [])
         if len(hits) > params.keep_whole:
-            q = env.encoder.encode_query(_query(state))
+            q = providers.encoder.encode_query(_query(state))
             hits = hits[: params.keep_whole] + [
-                Hit(**{**h, "text": compress_text(env, q, h["text"], params.max_sentences)})  # type: ignore[typeddict-item]
+                Hit(**{**h, "text": compress_text(providers, q, h["text"], params.max_sentences)})  # type: ignore[typeddict-item]
                 for h in hits[params.keep_whole : params.max_chunks]
             ]
         return {"evidence": _evidence(hits, params)}

@@ -12,21 +12,17 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from modular_rag.costs import Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
-from modular_rag.registry import Operator, Port, operator
+from modular_rag.registry import Operator, OperatorParams, Port, operator
 from operators.generation import clean_completion
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
 __all__ = ["first_line", "usable_rewrite", "question_lines", "validate_filter", "MULTI_QUERY_STYLES"]
-
-
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def first_line(text: str) -> str:
@@ -47,7 +43,7 @@ def usable_rewrite(rewrite: str, original: str, max_ratio: float = 4.0) -> bool:
     return not re.search(r"\b(sorry|as an ai|i cannot|i can't)\b", rewrite, re.IGNORECASE)
 
 
-class RewriteParams(_P):
+class RewriteParams(OperatorParams):
     keep_original: bool = Field(False, description="also search with the original query (RRF-merged); the paper "
                                                    "searches with the rewrite alone")  # fmt: skip
     max_tokens: int = Field(48, gt=0, le=1024)
@@ -65,13 +61,13 @@ def _rewrite_cost(params: RewriteParams, ctx: CostContext) -> Cost:
 
 
 @operator("pre_retrieval", "query_transformation", "rewrite", port=Port.QUERY, needs_llm=True, cost=_rewrite_cost)
-def rewrite(params: RewriteParams, env: Providers) -> Operator:
+def rewrite(params: RewriteParams, providers: Providers) -> Operator:
     """LLM query rewrite (Rewrite-Retrieve-Read, prompted rather than a trained rewriter): retrieve with a concise
     search query; falls back to the original if unusable."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
-        completion = env.llm.complete(REWRITE_PROMPT.format(query=query), max_tokens=params.max_tokens)
+        completion = providers.llm.complete(REWRITE_PROMPT.format(query=query), max_tokens=params.max_tokens)
         new = first_line(completion.text)
         if not usable_rewrite(new, query) or new.lower() == query.lower():
             return {"queries": [query]}
@@ -80,7 +76,7 @@ def rewrite(params: RewriteParams, env: Providers) -> Operator:
     return run
 
 
-class CondenseParams(_P):
+class CondenseParams(OperatorParams):
     max_turns: int = Field(3, ge=1, le=20, description="earlier turns (a question and its answer) the model sees")
     max_chars: int = Field(300, gt=0, description="each earlier message is cut to this many characters")
     max_tokens: int = Field(48, gt=0, le=1024)
@@ -108,7 +104,7 @@ def _condense_cost(params: CondenseParams, ctx: CostContext) -> Cost:
 
 
 @operator("pre_retrieval", "query_transformation", "condense", port=Port.QUERY, needs_llm=True, cost=_condense_cost)
-def condense(params: CondenseParams, env: Providers) -> Operator:
+def condense(params: CondenseParams, providers: Providers) -> Operator:
     """History-aware query condensing: a follow-up ("and the E12 one?") becomes a standalone question written from
     the last max_turns turns of ``messages`` (one LLM call), which retrieval searches with; a question with no
     earlier turns passes as it is (no call). A rewrite that is unusable, copies an earlier question or drops a code,
@@ -124,7 +120,7 @@ def condense(params: CondenseParams, env: Providers) -> Operator:
             return {"queries": [query]}
         window = earlier[-2 * params.max_turns :]
         prompt = CONDENSE_PROMPT.format(turns=_turns(window, params.max_chars), query=query)
-        text = env.llm.complete(prompt, max_tokens=params.max_tokens).text
+        text = providers.llm.complete(prompt, max_tokens=params.max_tokens).text
         new = first_line(re.sub(r"^\s*(user|assistant)\s*:\s*", "", text, flags=re.IGNORECASE))
         asked = [m.text for m in window if m.type == "human"]
         if not usable_rewrite(new, max([query, *asked], key=len)):
@@ -149,7 +145,7 @@ MULTI_QUERY_STYLES: dict[str, str] = {
 """The three multi-query rewriting styles."""
 
 
-class MultiQueryParams(_P):
+class MultiQueryParams(OperatorParams):
     styles: list[Literal["standalone", "synonyms", "aspects"]] = Field(
         ["standalone", "synonyms", "aspects"], min_length=1, description="one rewrite (one LLM call) per style"
     )
@@ -163,7 +159,7 @@ def _multi_query_cost(params: MultiQueryParams, ctx: CostContext) -> Cost:
 
 
 @operator("pre_retrieval", "query_expansion", "multi_query", port=Port.QUERY, needs_llm=True, cost=_multi_query_cost)
-def multi_query(params: MultiQueryParams, env: Providers) -> Operator:
+def multi_query(params: MultiQueryParams, providers: Providers) -> Operator:
     """Multi-query expansion: one rewrite per style (standalone, synonyms, related aspects); unusable or duplicate
     rewrites are dropped."""
 
@@ -173,7 +169,7 @@ def multi_query(params: MultiQueryParams, env: Providers) -> Operator:
         for style in params.styles:
             prompt = f"{MULTI_QUERY_STYLES[style]} Keep names, codes and numbers. Reply with the query only.\n\n" \
                      f"Question: {query}\nQuery:"  # fmt: skip
-            new = first_line(env.llm.complete(prompt, max_tokens=params.max_tokens).text)
+            new = first_line(providers.llm.complete(prompt, max_tokens=params.max_tokens).text)
             if usable_rewrite(new, query) and new.lower() not in {q.lower() for q in queries}:
                 queries.append(new)
         return {"queries": queries or [query]}
@@ -181,7 +177,7 @@ def multi_query(params: MultiQueryParams, env: Providers) -> Operator:
     return run
 
 
-class DecomposeParams(_P):
+class DecomposeParams(OperatorParams):
     mode: Literal["decompose", "clarify"] = Field(
         "decompose", description="decompose: simpler sub-questions, least-to-most; clarify: disambiguations (ToC)"
     )
@@ -221,7 +217,7 @@ def _decompose_cost(params: DecomposeParams, ctx: CostContext) -> Cost:
 
 
 @operator("pre_retrieval", "query_expansion", "decompose", port=Port.QUERY, needs_llm=True, cost=_decompose_cost)
-def decompose(params: DecomposeParams, env: Providers) -> Operator:
+def decompose(params: DecomposeParams, providers: Providers) -> Operator:
     """Sub-query decomposition (least-to-most) or clarification into specific interpretations (Tree of
     Clarifications: retrieval-augmented, from the passages retrieved for the question when the state has them);
     one LLM call, one question per line."""
@@ -234,14 +230,15 @@ def decompose(params: DecomposeParams, env: Providers) -> Operator:
         mode = "clarify_passages" if evidence else params.mode
         instruction = DECOMPOSE_PROMPTS[mode].format(n=params.max_questions)
         passages = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
-        text = env.llm.complete(f"{passages}{instruction}\n\nQuestion: {query}\n", max_tokens=params.max_tokens).text
+        prompt = f"{passages}{instruction}\n\nQuestion: {query}\n"
+        text = providers.llm.complete(prompt, max_tokens=params.max_tokens).text
         questions = question_lines(text, query, params.max_questions)
         return {"queries": ([query] if params.include_original else []) + questions or [query]}
 
     return run
 
 
-class HydeParams(_P):
+class HydeParams(OperatorParams):
     max_tokens: int = Field(120, gt=0, le=1024, description="length cap of the hypothetical passage")
     average_with_query: bool = Field(False, description="dense search with the mean of passage and query embeddings")
     keep_original: bool = Field(False, description="also search with the original question (RRF-merged)")
@@ -258,7 +255,7 @@ def _hyde_cost(params: HydeParams, ctx: CostContext) -> Cost:
 
 
 @operator("pre_retrieval", "query_transformation", "hyde", port=Port.QUERY, needs_llm=True, cost=_hyde_cost)
-def hyde(params: HydeParams, env: Providers) -> Operator:
+def hyde(params: HydeParams, providers: Providers) -> Operator:
     """HyDE: retrieve with a generated hypothetical passage (answer-to-answer similarity); optionally average its
     embedding with the query's."""
 
@@ -268,20 +265,20 @@ def hyde(params: HydeParams, env: Providers) -> Operator:
         from operators.generation import clean_completion
 
         query = str(state.get("query", ""))
-        passage = " ".join(clean_completion(env.llm.complete(HYDE_PROMPT.format(query=query),
+        passage = " ".join(clean_completion(providers.llm.complete(HYDE_PROMPT.format(query=query),
                                                              max_tokens=params.max_tokens).text).split())
         if not passage:
             return {"queries": [query]}
         update: dict[str, Any] = {"queries": [passage, query] if params.keep_original else [passage]}
         if params.average_with_query:
-            mean = (env.encoder.encode([passage])[0] + env.encoder.encode_query(query)) / 2.0
+            mean = (providers.encoder.encode([passage])[0] + providers.encoder.encode_query(query)) / 2.0
             update["query_embedding"] = (mean / max(float(np.linalg.norm(mean)), 1e-12)).tolist()
         return update
 
     return run
 
 
-class StepBackParams(_P):
+class StepBackParams(OperatorParams):
     max_tokens: int = Field(48, gt=0, le=1024)
 
 
@@ -297,13 +294,14 @@ def _step_back_cost(params: StepBackParams, ctx: CostContext) -> Cost:
 
 
 @operator("pre_retrieval", "query_transformation", "step_back", port=Port.QUERY, needs_llm=True, cost=_step_back_cost)
-def step_back(params: StepBackParams, env: Providers) -> Operator:
+def step_back(params: StepBackParams, providers: Providers) -> Operator:
     """Step-back prompting: retrieve for an abstracted, more general question and for the original; the retriever
     merges both lists (RRF)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
-        general = first_line(env.llm.complete(STEP_BACK_PROMPT.format(query=query), max_tokens=params.max_tokens).text)
+        prompt = STEP_BACK_PROMPT.format(query=query)
+        general = first_line(providers.llm.complete(prompt, max_tokens=params.max_tokens).text)
         if not usable_rewrite(general, query) or general.lower() == query.lower():
             return {"queries": [query]}
         return {"queries": [query, general]}
@@ -311,7 +309,7 @@ def step_back(params: StepBackParams, env: Providers) -> Operator:
     return run
 
 
-class FilterParams(_P):
+class FilterParams(OperatorParams):
     mode: Literal["rules", "llm"] = Field(
         "rules", description="rules: years and known metadata values named in the query; llm: the model proposes"
     )
@@ -324,9 +322,9 @@ class FilterParams(_P):
 _YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")
 
 
-def _known_values(env: Providers, fields: list[str] | None, max_values: int) -> dict[str, set[Any]]:
+def _known_values(providers: Providers, fields: list[str] | None, max_values: int) -> dict[str, set[Any]]:
     values: dict[str, set[Any]] = {}
-    for meta in env.index.sparse.metadatas:
+    for meta in providers.index.sparse.metadatas:
         for key, value in meta.items():
             if fields is not None and key not in fields:
                 continue
@@ -380,7 +378,7 @@ FILTER_PROMPT = (
 
 @operator("pre_retrieval", "query_construction", "filter_extract", port=Port.QUERY,
           cost=lambda params, ctx: llm(1 if params.mode == "llm" else 0))
-def filter_extract(params: FilterParams, env: Providers) -> Operator:
+def filter_extract(params: FilterParams, providers: Providers) -> Operator:
     """Metadata filter extraction into a Chroma where filter (years, sources ...), validated against the fields and
     value types the index actually has; invalid parts are dropped and noted in the trace."""
 
@@ -390,7 +388,7 @@ def filter_extract(params: FilterParams, env: Providers) -> Operator:
         from modular_rag.trace import note
 
         query = str(state.get("query", ""))
-        known = _known_values(env, params.fields, params.max_values)
+        known = _known_values(providers, params.fields, params.max_values)
         proposed: dict[str, Any] = {}
         if params.mode == "rules":
             years = sorted({int(y) for y in _YEAR.findall(query)})
@@ -405,7 +403,7 @@ def filter_extract(params: FilterParams, env: Providers) -> Operator:
                     proposed[field] = hits[0]
         else:
             listing = "\n".join(f"- {f}: {', '.join(map(str, sorted(v, key=str)[:8]))}" for f, v in known.items())
-            text = env.llm.complete(FILTER_PROMPT.format(fields=listing, query=query),
+            text = providers.llm.complete(FILTER_PROMPT.format(fields=listing, query=query),
                                     max_tokens=params.max_tokens).text  # fmt: skip
             match = re.search(r"\{.*\}", text, re.S)
             try:

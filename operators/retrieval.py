@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.errors import ProviderError
 from modular_rag.milvus import MilvusStore
 from modular_rag.providers import Providers
-from modular_rag.registry import Operator, Port, operator, register_adapter
+from modular_rag.registry import Operator, OperatorParams, Port, operator, register_adapter
 from modular_rag.state import Hit
 from modular_rag.trace import note, record
 from operators.fusion import fuse
@@ -42,11 +42,7 @@ def where_of(state: Mapping[str, Any], static: Mapping[str, Any] | None) -> dict
     return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class DenseParams(_P):
+class DenseParams(OperatorParams):
     k: int = Field(10, gt=0, le=1000, description="hits returned")
     filter: dict[str, Any] | None = Field(None, description="a Chroma where filter applied to every query")
 
@@ -88,7 +84,7 @@ def _retrieval_cost(channels: int) -> Any:
 
 
 @operator("retrieval", "dense", "dense", port=Port.RETRIEVE, cost=_retrieval_cost(1))
-def dense(params: DenseParams, env: Providers) -> Operator:
+def dense(params: DenseParams, providers: Providers) -> Operator:
     """Dense retrieval: cosine similarity of embeddings in the vector store (uses ``query_embedding`` if set)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,28 +92,29 @@ def dense(params: DenseParams, env: Providers) -> Operator:
         queries = queries_of(state)
         vector = state.get("query_embedding")
         if vector is not None:
-            hits = env.index.search_dense(queries[0], params.k, where, vector=np.asarray(vector, dtype=np.float32))
+            vec = np.asarray(vector, dtype=np.float32)
+            hits = providers.index.search_dense(queries[0], params.k, where, vector=vec)
         else:
-            hits = _multi([env.index.search_dense(q, params.k, where) for q in queries], params.k)
+            hits = _multi([providers.index.search_dense(q, params.k, where) for q in queries], params.k)
         return {"candidates": hits}
 
     return run
 
 
 @operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE, cost=_retrieval_cost(1))
-def bm25(params: BM25Params, env: Providers) -> Operator:
+def bm25(params: BM25Params, providers: Providers) -> Operator:
     """BM25 over the sparse index (case folding, stop words, Snowball stemming)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         where = where_of(state, params.filter)
-        lists = [env.index.search_sparse(q, params.k, where) for q in queries_of(state)]
+        lists = [providers.index.search_sparse(q, params.k, where) for q in queries_of(state)]
         return {"candidates": _multi(lists, params.k)}
 
     return run
 
 
 @operator("retrieval", "hybrid", "hybrid", port=Port.RETRIEVE, cost=_retrieval_cost(2))
-def hybrid(params: HybridParams, env: Providers) -> Operator:
+def hybrid(params: HybridParams, providers: Providers) -> Operator:
     """Dense + BM25, each taking ``pool`` candidates, fused by RRF, convex or weighted score fusion to ``k``.
 
     With a Milvus store that runs the fusion (``rrf`` with equal weights; ``weighted``, Milvus's WeightedRanker over
@@ -127,7 +124,7 @@ def hybrid(params: HybridParams, env: Providers) -> Operator:
         where = where_of(state, params.filter)
         vector = state.get("query_embedding")
         queries = queries_of(state)
-        store = env.index.dense
+        store = providers.index.dense
         milvus = store if isinstance(store, MilvusStore) and store.fuses(params.fusion, params.weights) else None
         if isinstance(store, MilvusStore):
             note(f"hybrid: one Milvus hybrid_search per query (dense + BM25 and {params.fusion} fusion server-side)"
@@ -138,10 +135,10 @@ def hybrid(params: HybridParams, env: Providers) -> Operator:
             vec = np.asarray(vector, dtype=np.float32) if vector is not None and i == 0 else None
             if milvus is not None:
                 k = params.k if len(queries) == 1 else None
-                per_query.append(_milvus_hybrid(milvus, env, q, vec, where, params, k))
+                per_query.append(_milvus_hybrid(milvus, providers, q, vec, where, params, k))
                 continue
-            dense_hits = env.index.search_dense(q, params.pool, where, vector=vec)
-            sparse_hits = env.index.search_sparse(q, params.pool, where)
+            dense_hits = providers.index.search_dense(q, params.pool, where, vector=vec)
+            sparse_hits = providers.index.search_sparse(q, params.pool, where)
             per_query.append(
                 fuse([dense_hits, sparse_hits], params.fusion, k=params.pool, weights=params.weights,
                      rrf_k=params.rrf_k, channel="hybrid")
@@ -153,21 +150,21 @@ def hybrid(params: HybridParams, env: Providers) -> Operator:
 
 
 def _milvus_hybrid(
-    store: MilvusStore, env: Providers, query: str, vector: np.ndarray | None, where: dict[str, Any] | None,
+    store: MilvusStore, providers: Providers, query: str, vector: np.ndarray | None, where: dict[str, Any] | None,
     params: HybridParams, k: int | None,
 ) -> list[Hit]:  # fmt: skip
     """One Milvus ``hybrid_search``: ``pool`` candidates per channel fused to ``k`` (``pool`` when ``None``). Counted as
     two retrievals, one per channel, as the kit's own hybrid is."""
     if vector is None:
-        if env.index.encoder is None:
+        if providers.index.encoder is None:
             raise ProviderError("hybrid retrieval needs an embeddings provider")
-        vector = env.index.encoder.encode_query(query)
+        vector = providers.index.encoder.encode_query(query)
     record(retrievals=2)
     return store.search_hybrid(vector, query, k or params.pool, pool=params.pool, fusion=params.fusion,
                                weights=params.weights, rrf_k=params.rrf_k, where=where)  # fmt: skip
 
 
-def _langchain_retriever(obj: Any, env: Providers) -> Operator:
+def _langchain_retriever(obj: Any, providers: Providers) -> Operator:
     """A LangChain ``BaseRetriever`` in a retrieval slot: ``invoke(query)`` per query, documents become hits."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -206,13 +203,13 @@ def _link_hop_cost(params: HopParams, ctx: CostContext) -> Cost:
 
 
 @operator("retrieval", "multi_hop", "link_hop", port=Port.RERANK, cost=_link_hop_cost)
-def link_hop(params: HopParams, env: Providers) -> Operator:
+def link_hop(params: HopParams, providers: Providers) -> Operator:
     """Document-graph hop, no LLM: add the chunks whose titles the question names, follow the titles the best
     first-hop chunks mention to the chunks they name, and rank by pairs (first chunk, the chunk it leads to)
     scored against the question (HopWeights). Two link-table lookups, counted as retrievals."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        return {"candidates": hop(env, str(state.get("query", "")), list(state.get("candidates") or []), params)}
+        return {"candidates": hop(providers, str(state.get("query", "")), list(state.get("candidates") or []), params)}
 
     return run
 

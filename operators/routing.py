@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.costs import ZERO, llm
 from modular_rag.providers import Providers, TokenLogprob
-from modular_rag.registry import Operator, Port, operator
+from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.text import Analyzer
 from modular_rag.trace import note
 
@@ -53,10 +53,8 @@ class RouteInfo(BaseModel):
     examples: list[str] = Field(default_factory=list, description="example questions for this route")
 
 
-class RouterParams(BaseModel):
+class RouterParams(OperatorParams):
     """Routes, fallback and threshold are injected by the conditional pattern from its own params."""
-
-    model_config = ConfigDict(extra="forbid")
 
     routes: dict[str, RouteInfo] = Field(default_factory=dict, description="(filled by the conditional pattern)")
     fallback: str | None = Field(None, description="(filled by the conditional pattern)")
@@ -105,7 +103,7 @@ def keyword_scores(query: str, routes: Mapping[str, RouteInfo]) -> dict[str, flo
 
 
 @operator("orchestration", "routing", "keyword", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
-def keyword_router(params: RouterParams, env: Providers) -> Operator:
+def keyword_router(params: RouterParams, providers: Providers) -> Operator:
     """Metadata/keyword routing: score = |query keywords ∩ route keywords| / |route keywords|, argmax (Eq. 19-20)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,8 +115,8 @@ def keyword_router(params: RouterParams, env: Providers) -> Operator:
 class _RouteVectors:
     """Embeddings of each route's description and examples, computed once on first use."""
 
-    def __init__(self, env: Providers, routes: Mapping[str, RouteInfo]) -> None:
-        self.env, self.routes = env, routes
+    def __init__(self, providers: Providers, routes: Mapping[str, RouteInfo]) -> None:
+        self.providers, self.routes = providers, routes
         self._vectors: dict[str, np.ndarray] | None = None
         self._lock = threading.Lock()
 
@@ -128,15 +126,15 @@ class _RouteVectors:
                 self._vectors = {}
                 for name, info in self.routes.items():
                     texts = [t for t in [info.description, *info.examples] if t.strip()] or [name]
-                    self._vectors[name] = self.env.encoder.encode(texts)
-        q = self.env.encoder.encode_query(query)
+                    self._vectors[name] = self.providers.encoder.encode(texts)
+        q = self.providers.encoder.encode_query(query)
         return {name: max(0.0, float((vecs @ q).max())) for name, vecs in self._vectors.items()}
 
 
 @operator("orchestration", "routing", "embedding", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
-def embedding_router(params: RouterParams, env: Providers) -> Operator:
+def embedding_router(params: RouterParams, providers: Providers) -> Operator:
     """Semantic routing by embeddings: cosine of the query with each route's description and examples (best one)."""
-    vectors = _RouteVectors(env, params.routes)
+    vectors = _RouteVectors(providers, params.routes)
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         return choose_route(vectors.scores(str(state.get("query", ""))), params)
@@ -156,7 +154,7 @@ ROUTE_PROMPT = (
 
 
 def _llm_scores(
-    env: Providers, query: str, routes: Mapping[str, RouteInfo], max_tokens: int
+    providers: Providers, query: str, routes: Mapping[str, RouteInfo], max_tokens: int
 ) -> tuple[dict[str, float], str]:
     """Eq. 21: the model's choice among the routes, with a softmax-normalised probability when it gives logprobs.
 
@@ -164,7 +162,7 @@ def _llm_scores(
     """
     listing = "\n".join(f"- {name}: {info.description or ', '.join(info.examples[:2])}"
                         for name, info in routes.items())  # fmt: skip
-    completion = env.llm.complete(
+    completion = providers.llm.complete(
         ROUTE_PROMPT.format(routes=listing, query=query.replace("</question>", "")),
         max_tokens=max_tokens, logprobs=True, top_logprobs=10,
     )  # fmt: skip
@@ -219,12 +217,12 @@ def _is_name_char(ch: str) -> bool:
 
 
 @operator("orchestration", "routing", "llm", port=Port.ROUTE, needs_llm=True, cost=lambda params, ctx: llm(1))
-def llm_router(params: LLMRouterParams, env: Providers) -> Operator:
+def llm_router(params: LLMRouterParams, providers: Providers) -> Operator:
     """Semantic routing by LLM intent classification into the route set (Eq. 21); an answer naming no route falls
     back and says so in the trace."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        scores, text = _llm_scores(env, str(state.get("query", "")), params.routes, params.max_tokens)
+        scores, text = _llm_scores(providers, str(state.get("query", "")), params.routes, params.max_tokens)
         return choose_route(scores, params, why=f"model said {text[:60]!r}" if not scores else "")
 
     return run
@@ -237,14 +235,14 @@ class HybridRouterParams(LLMRouterParams):
 
 @operator("orchestration", "routing", "hybrid", port=Port.ROUTE,
           cost=lambda params, ctx: llm(1 if params.semantic == "llm" else 0))
-def hybrid_router(params: HybridRouterParams, env: Providers) -> Operator:
+def hybrid_router(params: HybridRouterParams, providers: Providers) -> Operator:
     """Hybrid routing: alpha * keyword score + (1 - alpha) * semantic score (embedding or LLM), argmax (Eq. 22)."""
-    vectors = _RouteVectors(env, params.routes)
+    vectors = _RouteVectors(providers, params.routes)
     semantic: Callable[[str], dict[str, float]]
     if params.semantic == "embedding":
         semantic = vectors.scores
     else:
-        semantic = lambda q: _llm_scores(env, q, params.routes, params.max_tokens)[0]  # noqa: E731
+        semantic = lambda q: _llm_scores(providers, q, params.routes, params.max_tokens)[0]  # noqa: E731
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
@@ -369,7 +367,7 @@ class LearnedRouterParams(RouterParams):
 
 
 @operator("orchestration", "routing", "learned", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
-def learned_router(params: LearnedRouterParams, env: Providers) -> Operator:
+def learned_router(params: LearnedRouterParams, providers: Providers) -> Operator:
     """Learned routing (Adaptive-RAG's idea, offline): per route, a logistic regression over the query's embedding
     and cheap lexical features, trained by ``modular-rag train-router`` on what each route retrieved for training
     questions; picks the best expected quality for its cost. The trace gives every route's expected quality."""
@@ -383,7 +381,7 @@ def learned_router(params: LearnedRouterParams, env: Providers) -> Operator:
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
-        p = model.probabilities(model.features(env.encoder.encode_query(query), query)[None, :])
+        p = model.probabilities(model.features(providers.encoder.encode_query(query), query)[None, :])
         chosen = model.routes[int(model.decide(p)[0])]
         note("learned: expected quality " + ", ".join(f"{r} {v:.2f}" for r, v in zip(model.routes, p[0].tolist(),
                                                                                         strict=True)))  # fmt: skip
