@@ -10,23 +10,28 @@ The step instrumentation (traced, timed, deadline-bounded nodes and the node thr
 :mod:`modular_rag.steps`, re-exported here; the answer cache's lookup and store steps are in
 :mod:`modular_rag.cache`.
 
-A pattern factory reads like this::
+A pattern factory adds its nodes, then connects them, as LangGraph's own tutorials do::
 
-    def build_linear(config, **options):
-        flow = FlowBuilder(config, "linear", **options)
-        flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE])
-        return flow.compile(max_steps=5)
+    def build_iterative(config, **options):
+        flow = FlowBuilder[IterativeParams](config, "iterative", **options)    # flow.params: IterativeParams
+        body = flow.chain([RETRIEVE, RERANK, CONTEXT, GENERATE], end=None)     # START -> retrieve -> ... -> generate
+        flow.add_step(ADVANCE, advance)                                        # a traced pattern step
+        flow.edge(body[-1], ADVANCE)
+        tail = flow.optional(JUDGE, after=ADVANCE)                             # judge, or advance when it is off
+        flow.branch(tail, again, {"again": body[0], "done": END})              # again() -> Literal["again", "done"]
+        return flow.compile(max_steps=...)
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
-from typing_extensions import TypedDict, Unpack
+from pydantic import BaseModel
+from typing_extensions import TypedDict, TypeVar, Unpack
 
 from modular_rag import registry
 from modular_rag.config import FlowConfig, OperatorSpec, load_config, validate_params
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FlowBuilder",
     "BuildOptions",
+    "trace_and_ledger",
     "build_flow",
     "BEGIN",
     "REPLY",
@@ -92,8 +98,19 @@ class BuildOptions(TypedDict, total=False):
     whole state."""
 
 
-class FlowBuilder:
+P = TypeVar("P", bound=BaseModel, default=BaseModel, covariant=True)
+"""The params model of the pattern a :class:`FlowBuilder` builds (the type of :attr:`FlowBuilder.params`); covariant,
+so a function taking a plain ``FlowBuilder`` accepts a ``FlowBuilder[IterativeParams]``."""
+
+
+class FlowBuilder(Generic[P]):
     """Wiring shared by all patterns: holds the config, the providers and the graph under construction.
+
+    Subscript it with the pattern's params model to type :attr:`params`:
+    ``FlowBuilder[IterativeParams](config, "iterative", **options)``. A pattern adds nodes with :meth:`add_slot`
+    (a configurable slot), :meth:`optional` (an optional slot after a node), :meth:`chain` (slots in order, connected),
+    :meth:`add_step` (its own traced step) and :meth:`add_node` (a function as it is), and connects them with
+    :meth:`edge` and :meth:`branch`.
 
     Args:
         config: A config object, dict or YAML path.
@@ -115,7 +132,8 @@ class FlowBuilder:
         if self.config.pattern != pattern:
             raise ConfigError("pattern", f"this factory builds {pattern!r}, the config says {self.config.pattern!r}")
         self.info = registry.get_pattern(pattern)
-        self.params: Any = validate_params(self.info.params, self.config.params, "params")
+        self.params: P = cast(P, validate_params(self.info.params, self.config.params, "params"))
+        """The validated ``params`` of the config, an instance of the pattern's registered params model."""
         self.env = options.get("providers") or Providers(self.config.providers)
         self.checkpointer = options.get("checkpointer")
         threads = options.get("threads")
@@ -166,14 +184,25 @@ class FlowBuilder:
         steps = self.steps(slot, inject=inject, default=default, fallback=fallback)
         return make_node(steps) if steps else None
 
-    def add(
+    def add_slot(
         self, slot: str, node: Callable[..., Any] | None = None, *, inject: Mapping[str, Any] | None = None,
         default: str | OperatorSpec | None = None, fallback: Mapping[str, Any] | None = None, **kwargs: Any,
     ) -> bool:
-        """Add a slot as a node (or ``node`` under the slot's name). Returns whether a node was added.
+        """Add a slot's active operators as a node named after the slot (or ``node`` under the slot's name).
 
         LangSmith and other LangChain tracers show one run per node, named after the slot; which operator ran is in
-        the flow's own trace. ``fallback`` is what the slot gives when skipped or failed (see :meth:`steps`).
+        the flow's own trace.
+
+        Args:
+            slot: The slot name.
+            node: A node function to add instead of the slot's operators.
+            inject: Parameters the pattern adds to every operator of the slot (see :meth:`steps`).
+            default: Overrides the slot's registered default (see :meth:`steps`).
+            fallback: What the slot gives when skipped or failed (see :meth:`steps`).
+            **kwargs: Passed to ``StateGraph.add_node``.
+
+        Returns:
+            Whether a node was added (``False``: the slot is disabled).
         """
         fn = node if node is not None else self.operator(slot, inject=inject, default=default, fallback=fallback)
         if fn is None:
@@ -181,11 +210,62 @@ class FlowBuilder:
         self.graph.add_node(slot, _pooled(slot, fn), **kwargs)
         return True
 
-    def node(self, name: str, fn: Callable[..., Any], **kwargs: Any) -> str:
-        """Add a pattern's own node function (a fan-out target, a tree step) as it is, not traced as an operator;
-        async runs give it the kit's thread pool (:class:`PooledNode`). ``kwargs`` go to ``StateGraph.add_node``."""
+    def optional(
+        self, slot: str, *, after: str, inject: Mapping[str, Any] | None = None,
+        default: str | OperatorSpec | None = None, fallback: Mapping[str, Any] | None = None,
+    ) -> str:  # fmt: skip
+        """Add an optional slot after the node ``after``, with the edge ``after -> slot``, if the slot is active.
+
+        Args:
+            slot: The slot name.
+            after: The node the slot follows.
+            inject: Parameters the pattern adds to every operator of the slot (see :meth:`steps`).
+            default: Overrides the slot's registered default (see :meth:`steps`).
+            fallback: What the slot gives when skipped or failed (see :meth:`steps`).
+
+        Returns:
+            The last node so far, to continue from: ``slot`` if it was added, else ``after``.
+        """
+        if not self.add_slot(slot, inject=inject, default=default, fallback=fallback):
+            return after
+        self.edge(after, slot)
+        return slot
+
+    def add_step(self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], *,
+                 operator: str = "pattern") -> str:  # fmt: skip
+        """Add a pattern's own step (bookkeeping, fan-out preparation, a hop), traced like an operator.
+
+        Args:
+            name: The node name.
+            fn: The step: takes the state, returns a partial update (with the trace and ledger entries of any
+                operators it ran, see :func:`trace_and_ledger`).
+            operator: The operator name its trace event and ledger entry carry.
+
+        Returns:
+            ``name``.
+        """
+        self.graph.add_node(name, _pooled(name, internal_node(name, fn, operator)))
+        return name
+
+    def add_node(self, name: str, fn: Callable[..., Any], **kwargs: Any) -> str:
+        """Add a node function (a fan-out target, a tree step) as it is: not traced as an operator.
+
+        Async runs give it the kit's thread pool (:class:`PooledNode`).
+
+        Args:
+            name: The node name.
+            fn: The node function; the trace and ledger entries it returns are all the flow's trace shows of it.
+            **kwargs: Passed to ``StateGraph.add_node``.
+
+        Returns:
+            ``name``.
+        """
         self.graph.add_node(name, _pooled(name, fn), **kwargs)
         return name
+
+    def edge(self, source: str, target: str) -> None:
+        """Add the edge ``source -> target``; ``source`` may be ``START``, ``target`` may be ``END``."""
+        self.graph.add_edge(source, target)
 
     def chain(
         self,
@@ -206,14 +286,14 @@ class FlowBuilder:
         Returns:
             The node names added, in order.
         """
-        added = [s for s in slots if self.add(s, default=(defaults or {}).get(s))]
+        added = [s for s in slots if self.add_slot(s, default=(defaults or {}).get(s))]
         previous: str | None = start
         for name in added:
             if previous is not None:
-                self.graph.add_edge(previous, name)
+                self.edge(previous, name)
             previous = name
         if end is not None and previous is not None:
-            self.graph.add_edge(previous, end)
+            self.edge(previous, end)
         return added
 
     def runner(
@@ -231,10 +311,7 @@ class FlowBuilder:
 
         def run(state: Mapping[str, Any]) -> dict[str, Any]:
             update = run_chain(steps, state)
-            name = label.format(branch=state.get("branch", ""))
-            for key in ("trace", "ledger"):
-                update[key] = [{**item, "node": f"{name}/{item['node']}"} for item in update[key]]
-            return update
+            return {**update, **_prefixed(label.format(branch=state.get("branch", "")), update)}
 
         return run
 
@@ -248,24 +325,22 @@ class FlowBuilder:
         def node(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
             inputs = {key: state[key] for key in ("query", "filter", "messages") if key in state}
             out = sub.invoke(inputs, {**config, "recursion_limit": limit})
-            update = {k: v for k, v in out.items() if k in _SUBFLOW_KEYS}
-            for key in ("trace", "ledger"):
-                update[key] = [{**item, "node": f"{name}/{item['node']}"} for item in out.get(key, [])]
-            return update
+            return {**{k: v for k, v in out.items() if k in _SUBFLOW_KEYS}, **_prefixed(name, out)}
 
         return node
 
-    def internal(self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], *,
-                 operator: str = "pattern") -> str:  # fmt: skip
-        """Add a pattern-internal node (bookkeeping, fan-out preparation, a hop), traced like an operator named
-        ``operator``."""
-        self.graph.add_node(name, _pooled(name, internal_node(name, fn, operator)))
-        return name
-
     def branch(
-        self, source: str, decide: Callable[..., Hashable], path_map: Mapping[Hashable, str] | Sequence[str]
-    ) -> None:
-        """A conditional edge with an explicit ``path_map`` (so drawings and checks know every edge)."""
+        self, source: str, decide: Callable[..., Hashable | Sequence[Hashable]],
+        path_map: Mapping[Hashable, str] | Sequence[str],
+    ) -> None:  # fmt: skip
+        """Add a conditional edge with an explicit ``path_map`` (so drawings and checks know every edge).
+
+        Args:
+            source: The node the decision follows (``START`` too).
+            decide: Takes the state and returns a key of ``path_map`` (type it ``Literal[...]``), or, for a fan-out,
+                ``Send`` packets (then ``path_map`` lists the nodes they and any plain answer go to).
+            path_map: Decision -> node (``END`` too), or the list of nodes ``decide`` may lead to.
+        """
         self.graph.add_conditional_edges(source, decide, path_map)  # type: ignore[arg-type]
 
     def compile(self, *, max_steps: int) -> CompiledStateGraph:
@@ -285,6 +360,21 @@ class FlowBuilder:
                                            name)  # fmt: skip
         compiled = _compile(self.graph, self.checkpointer, name, self.threaded)
         return compiled.with_config(recursion_limit=max_steps + 4 + 2 * self.threaded, **self._run_labels(name))
+
+    # Deprecated names, kept for one release.
+
+    def add(self, slot: str, node: Callable[..., Any] | None = None, **kwargs: Any) -> bool:
+        """Deprecated alias of add_slot; kept for one release."""
+        return self.add_slot(slot, node, **kwargs)
+
+    def node(self, name: str, fn: Callable[..., Any], **kwargs: Any) -> str:
+        """Deprecated alias of add_node; kept for one release."""
+        return self.add_node(name, fn, **kwargs)
+
+    def internal(self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], *,
+                 operator: str = "pattern") -> str:  # fmt: skip
+        """Deprecated alias of add_step; kept for one release."""
+        return self.add_step(name, fn, operator=operator)
 
     def _run_labels(self, name: str) -> dict[str, Any]:
         """Tags and metadata every run of the flow carries (shown by LangSmith and other tracers)."""
@@ -321,11 +411,30 @@ class FlowBuilder:
                                                                          **self._run_labels(name))
 
 
+def trace_and_ledger(*updates: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The ``trace`` and ``ledger`` entries of operator runs (:meth:`FlowBuilder.runner` updates), concatenated in
+    order: what a pattern's own node returns for the operators it ran, next to its other keys.
+
+    Args:
+        *updates: The runs' updates, each with ``trace`` and ``ledger`` lists.
+
+    Returns:
+        ``{"trace": [...], "ledger": [...]}`` (empty lists for no updates).
+    """
+    return {key: [item for update in updates for item in update[key]] for key in ("trace", "ledger")}
+
+
 BEGIN = "begin"
 """The step a flow on threads starts every new question with (see :meth:`FlowBuilder.compile`)."""
 
 REPLY = "reply"
 """The step a flow on threads ends every run with: the turn is added to ``messages``."""
+
+
+def _prefixed(name: str, update: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A sub-run's trace and ledger entries as the flow records them: node names prefixed ``name/``."""
+    return {key: [{**item, "node": f"{name}/{item['node']}"} for item in update.get(key, [])]
+            for key in ("trace", "ledger")}  # fmt: skip
 
 
 def _begin(state: RAGState) -> dict[str, Any]:

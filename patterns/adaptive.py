@@ -24,7 +24,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder, trace_and_ledger
 from modular_rag.config import FlowConfig, OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
@@ -81,8 +81,8 @@ def masked_query(question: str, tokens: list[str], logprobs: list[float], below:
     return kept if len(kept.split()) >= 4 else f"{question} {kept}".strip()
 
 
-def _flare(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
-    defaults = _DEFAULTS["flare"]
+def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
+    params, defaults = flow.params, _DEFAULTS["flare"]
     fetch = flow.runner([RETRIEVE, RERANK, CONTEXT], label="retrieve", defaults=defaults)
     draft = flow.runner([DRAFT], label=DRAFT)
 
@@ -94,7 +94,7 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
             for e in pack])]  # fmt: skip
 
     def start(state: Mapping[str, Any]) -> dict[str, Any]:
-        update = fetch(state) if params.initial_retrieval else {"trace": [], "ledger": []}
+        update = fetch(state) if params.initial_retrieval else {}
         return {**update, "step": 0, "answer": Answer(text="", citations=[], refused=False),
                 "branches": seen(update, 0, state["query"])}  # fmt: skip
 
@@ -104,8 +104,7 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
                              params.mask_below)  # fmt: skip
         update = fetch({**state, "queries": [query]})
         again = draft({**state, **{k: v for k, v in update.items() if k not in ("trace", "ledger")}})
-        return {**update, "draft": again["draft"], "queries": [query],
-                "trace": update["trace"] + again["trace"], "ledger": update["ledger"] + again["ledger"],
+        return {**update, **trace_and_ledger(update, again), "draft": again["draft"], "queries": [query],
                 "branches": seen(update, step_of(state) + 1, query)}  # fmt: skip
 
     def accept(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -154,25 +153,23 @@ def _flare(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
         done = bool(draft.get("done"))
         return "finish" if done or step_of(state) >= params.max_steps else "draft"
 
-    flow.internal("start", start)
-    flow.graph.add_edge(START, "start")
-    flow.internal(DRAFT, draft)
-    flow.graph.add_edge("start", DRAFT)
-    last = JUDGE if flow.add(JUDGE, default=defaults[JUDGE]) else DRAFT
-    if last == JUDGE:
-        flow.graph.add_edge(DRAFT, JUDGE)
-    flow.internal(REQUERY, requery)
-    flow.internal(ACCEPT, accept)
-    flow.internal(FINISH, finish)
-    flow.branch(last, judged, {"retrieve": REQUERY, "accept": ACCEPT})
-    flow.graph.add_edge(REQUERY, ACCEPT)
+    flow.add_step("start", start)
+    flow.edge(START, "start")
+    flow.add_step(DRAFT, draft)
+    flow.edge("start", DRAFT)
+    tail = flow.optional(JUDGE, after=DRAFT, default=defaults[JUDGE])
+    flow.add_step(REQUERY, requery)
+    flow.add_step(ACCEPT, accept)
+    flow.add_step(FINISH, finish)
+    flow.branch(tail, judged, {"retrieve": REQUERY, "accept": ACCEPT})
+    flow.edge(REQUERY, ACCEPT)
     flow.branch(ACCEPT, more, {"draft": DRAFT, "finish": FINISH})
-    flow.graph.add_edge(FINISH, END)
+    flow.edge(FINISH, END)
     return flow.compile(max_steps=2 + params.max_steps * 4)
 
 
-def _self_rag(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
-    defaults = _DEFAULTS["self_rag"]
+def _self_rag(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
+    params, defaults = flow.params, _DEFAULTS["self_rag"]
 
     def advance(state: Mapping[str, Any]) -> dict[str, Any]:
         step = step_of(state) + 1
@@ -180,18 +177,16 @@ def _self_rag(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
                                                answer=(state.get("answer") or {}).get("text", ""),
                                                chunk_ids=[h["chunk_id"] for h in state.get("candidates") or []])]}
 
-    gate = flow.add(GATE, default=defaults[GATE])
+    gate = flow.add_slot(GATE, default=defaults[GATE])
     body = flow.chain([RETRIEVE, RERANK, CONTEXT], start=None, end=None, defaults=defaults)
-    flow.add(GENERATE, default=defaults[GENERATE])
-    flow.graph.add_edge(body[-1], GENERATE)
-    flow.internal(ADVANCE, advance)
-    flow.graph.add_edge(GENERATE, ADVANCE)
-    last = JUDGE if flow.add(JUDGE, default=defaults[JUDGE]) else ADVANCE
-    if last == JUDGE:
-        flow.graph.add_edge(ADVANCE, JUDGE)
-    rewrite = flow.add(REWRITE, default=defaults[REWRITE])
+    flow.add_slot(GENERATE, default=defaults[GENERATE])
+    flow.edge(body[-1], GENERATE)
+    flow.add_step(ADVANCE, advance)
+    flow.edge(GENERATE, ADVANCE)
+    tail = flow.optional(JUDGE, after=ADVANCE, default=defaults[JUDGE])
+    rewrite = flow.add_slot(REWRITE, default=defaults[REWRITE])
     if rewrite:
-        flow.graph.add_edge(REWRITE, body[0])
+        flow.edge(REWRITE, body[0])
 
     def needs_retrieval(state: RAGState) -> Literal["retrieve", "answer"]:
         return "answer" if stop_now(state) else "retrieve"
@@ -202,12 +197,12 @@ def _self_rag(flow: FlowBuilder, params: AdaptiveParams) -> CompiledStateGraph:
         return "again"
 
     if gate:
-        flow.graph.add_edge(START, GATE)
+        flow.edge(START, GATE)
         flow.branch(GATE, needs_retrieval, {"retrieve": body[0], "answer": GENERATE})
     else:
-        flow.graph.add_edge(START, body[0])
-    flow.branch(last, again, {"again": REWRITE if rewrite else body[0], "done": END})
-    per_round = len(body) + 2 + (last == JUDGE) + bool(rewrite)
+        flow.edge(START, body[0])
+    flow.branch(tail, again, {"again": REWRITE if rewrite else body[0], "done": END})
+    per_round = len(body) + 2 + (tail == JUDGE) + bool(rewrite)
     return flow.compile(max_steps=1 + params.max_steps * per_round)
 
 
@@ -258,7 +253,5 @@ def build_adaptive(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'accept', 'draft', 'finish', 'judge', 'requery', 'start']
     """
-    flow = FlowBuilder(config, "adaptive", **options)
-    params: AdaptiveParams = flow.params
-    builder = _flare if params.mode == "flare" else _self_rag
-    return builder(flow, params)
+    flow = FlowBuilder[AdaptiveParams](config, "adaptive", **options)
+    return _flare(flow) if flow.params.mode == "flare" else _self_rag(flow)

@@ -20,7 +20,7 @@ from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder, trace_and_ledger
 from modular_rag.config import FlowConfig, OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, retrievals, slot_cost, total
 from modular_rag.errors import ConfigError
@@ -119,9 +119,10 @@ def cost(config: FlowConfig) -> Cost:
     return head + per_doc * n + slot_cost(config, FUSE, ctx, default=fuse_default)
 
 
-def _passages(flow: FlowBuilder, params: BranchingParams) -> CompiledStateGraph:  # fmt: skip
+def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
     """mode: passages: retrieve once; one branch per first-hop passage follows it (its links, or a search with the
     question and the passage); the fusion ranks every passage by the pair it makes with a branch's passage."""
+    params = flow.params
     search = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]") if params.hop_with == "evidence" else None
 
     def follow(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,20 +135,20 @@ def _passages(flow: FlowBuilder, params: BranchingParams) -> CompiledStateGraph:
         update = search({**state, "queries": [f"{state['query']} {words}"]})
         hits = [h for h in update.get("candidates") or [] if h["chunk_id"] != seed["chunk_id"]]
         return {"branches": [Branch(branch=state["branch"], query=state["query"], weight=1.0,
-                                    candidates=[seed, *hits])], "trace": update["trace"], "ledger": update["ledger"]}
+                                    candidates=[seed, *hits])], **trace_and_ledger(update)}
 
-    def fan_out(state: RAGState) -> list[Send] | str:
+    def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
         hits = list(state.get("candidates") or [])[: params.branches]
         if not hits:
-            return FUSE
+            return "fuse"
         return [Send(BRANCH, {"query": state["query"], "branch": i, "candidates": [h], "filter": state.get("filter")})
                 for i, h in enumerate(hits)]  # fmt: skip
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.internal(BRANCH, follow, operator=f"hop:{params.hop_with}")
-    flow.graph.add_conditional_edges(head[-1], fan_out, [BRANCH, FUSE])
-    flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
-    flow.graph.add_edge(BRANCH, FUSE)
+    flow.add_step(BRANCH, follow, operator=f"hop:{params.hop_with}")
+    flow.branch(head[-1], fan_out, [BRANCH, FUSE])
+    flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
+    flow.edge(BRANCH, FUSE)
     tail = flow.chain([CONTEXT, GENERATE], start=FUSE)
     return flow.compile(max_steps=len(head) + 2 + len(tail))
 
@@ -174,8 +175,8 @@ def build_branching(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'branch', 'fuse', 'retrieve']
     """
-    flow = FlowBuilder(config, "branching", **options)
-    params: BranchingParams = flow.params
+    flow = FlowBuilder[BranchingParams](config, "branching", **options)
+    params = flow.params
     _check_fuse(flow, params.mode)
     if params.mode == "queries":
         per_branch = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]")
@@ -184,7 +185,7 @@ def build_branching(
             update = per_branch(state)
             hits = update.pop("candidates", [])
             item = Branch(branch=state["branch"], query=state["query"], weight=1.0, candidates=hits)
-            return {"branches": [item], "trace": update["trace"], "ledger": update["ledger"]}
+            return {"branches": [item], **trace_and_ledger(update)}
 
         def fan_out(state: RAGState) -> list[Send]:
             queries = queries_of(state)[: params.branches]
@@ -192,15 +193,15 @@ def build_branching(
                     for i, q in enumerate(queries)]  # fmt: skip
 
         head = flow.chain([EXPAND], end=None)
-        flow.node(BRANCH, branch)
-        flow.graph.add_conditional_edges(head[-1] if head else START, fan_out, [BRANCH])
-        flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
-        flow.graph.add_edge(BRANCH, FUSE)
+        flow.add_node(BRANCH, branch)
+        flow.branch(head[-1] if head else START, fan_out, [BRANCH])
+        flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
+        flow.edge(BRANCH, FUSE)
         tail = flow.chain([RERANK, CONTEXT, GENERATE], start=FUSE)
         return flow.compile(max_steps=len(head) + 2 + len(tail))
 
     if params.mode == "passages":
-        return _passages(flow, params)
+        return _passages(flow)
 
     # the token-level ensemble is the answer: its branches only carry their document, nothing is generated there
     per_document = None if _token_level(flow) else flow.runner([GENERATE], label=BRANCH + "[{branch}]")
@@ -211,13 +212,12 @@ def build_branching(
         if per_document is None:
             return {"branches": [item]}
         update = per_document(state)
-        return {"branches": [{**item, "answer": update["answer"]}], "trace": update["trace"],
-                "ledger": update["ledger"]}  # fmt: skip
+        return {"branches": [{**item, "answer": update["answer"]}], **trace_and_ledger(update)}
 
-    def per_doc(state: RAGState) -> list[Send] | str:
+    def per_doc(state: RAGState) -> list[Send] | Literal["fuse"]:
         hits = list(state.get("candidates") or [])[: params.branches]
         if not hits:
-            return FUSE  # nothing retrieved: the fusion refuses
+            return "fuse"  # nothing retrieved: the fusion refuses
         # each document keeps the number the fused answer gives it, so a branch's citation points at its document
         return [
             Send(BRANCH, {"query": state["query"], "branch": i, "candidates": [h], "evidence": [
@@ -227,9 +227,9 @@ def build_branching(
         ]  # fmt: skip
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.node(BRANCH, generate_one)
-    flow.graph.add_conditional_edges(head[-1], per_doc, [BRANCH, FUSE])
-    flow.add(FUSE, default=_DEFAULT_FUSE[params.mode])
-    flow.graph.add_edge(BRANCH, FUSE)
-    flow.graph.add_edge(FUSE, END)
+    flow.add_node(BRANCH, generate_one)
+    flow.branch(head[-1], per_doc, [BRANCH, FUSE])
+    flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
+    flow.edge(BRANCH, FUSE)
+    flow.edge(FUSE, END)
     return flow.compile(max_steps=len(head) + 2)

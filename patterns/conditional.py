@@ -113,19 +113,19 @@ def build_conditional(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'exact', 'open', 'route']
     """
-    flow = FlowBuilder(config, "conditional", **options)
-    params: ConditionalParams = flow.params
-    flow.add(ROUTE, inject={
+    flow = FlowBuilder[ConditionalParams](config, "conditional", **options)
+    params = flow.params
+    flow.add_slot(ROUTE, inject={
         "routes": {n: r.model_dump(include={"description", "keywords", "examples"}) for n, r in params.routes.items()},
         "fallback": params.fallback,
         "threshold": params.threshold,
     }, fallback={"route": params.fallback, "route_confidence": 0.0})  # fmt: skip
-    flow.graph.add_edge(START, ROUTE)
+    flow.edge(START, ROUTE)
     for name, route in params.routes.items():
-        flow.add(name, flow.subflow(name, _route_config(name, route, "params")))
-        flow.graph.add_edge(name, END)
+        flow.add_node(name, flow.subflow(name, _route_config(name, route, "params")))
+        flow.edge(name, END)
 
-    def by_route(state: RAGState) -> str:
+    def by_route(state: RAGState) -> str:  # a route name: the routes are the config's, not known statically
         return state["route"]
 
     flow.branch(ROUTE, by_route, {name: name for name in params.routes})

@@ -156,8 +156,8 @@ def build_iterative(
         >>> flow.config["recursion_limit"] > 2 * 6
         True
     """
-    flow = FlowBuilder(config, "iterative", **options)
-    params: IterativeParams = flow.params
+    flow = FlowBuilder[IterativeParams](config, "iterative", **options)
+    params = flow.params
     if params.query_with in HOP_MODES:
         search = flow.operator(RETRIEVE)
         assert search is not None  # retrieve is not optional
@@ -175,23 +175,21 @@ def build_iterative(
             found = {seed: list(update.get("candidates") or [])} if seed else {}
             return {**update, "candidates": hop(flow.env, question, previous, params.hop, second=found)}
 
-        flow.internal(RETRIEVE, retrieve, operator=f"hop:{params.query_with}")
-        flow.graph.add_edge(START, RETRIEVE)
-        body = [RETRIEVE] + flow.chain([RERANK, CONTEXT, GENERATE], start=RETRIEVE, end=None)
+        flow.add_step(RETRIEVE, retrieve, operator=f"hop:{params.query_with}")
+        flow.edge(START, RETRIEVE)
+        body = [RETRIEVE, *flow.chain([RERANK, CONTEXT, GENERATE], start=RETRIEVE, end=None)]
     else:
         body = flow.chain([RETRIEVE, RERANK, CONTEXT, GENERATE], end=None)
-    flow.internal(ADVANCE, _advance(params, flow.env))
-    flow.graph.add_edge(body[-1], ADVANCE)
-    last = JUDGE if flow.add(JUDGE) else ADVANCE
-    if last == JUDGE:
-        flow.graph.add_edge(ADVANCE, JUDGE)
+    flow.add_step(ADVANCE, _advance(params, flow.env))
+    flow.edge(body[-1], ADVANCE)
+    tail = flow.optional(JUDGE, after=ADVANCE)
 
     def again(state: RAGState) -> Literal["again", "done"]:
         if step_of(state) >= params.rounds or stop_now(state):
             return "done"
         return "again"
 
-    flow.branch(last, again, {"again": body[0], "done": END})
-    per_round = len(body) + 1 + (last == JUDGE)
+    flow.branch(tail, again, {"again": body[0], "done": END})
+    per_round = len(body) + 1 + (tail == JUDGE)
     return flow.compile(max_steps=params.rounds * per_round)
 

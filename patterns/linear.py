@@ -69,6 +69,6 @@ def build_linear(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'context', 'retrieve']
     """
-    flow = FlowBuilder(config, "linear", **options)
+    flow = FlowBuilder[LinearParams](config, "linear", **options)
     nodes = flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY])
     return flow.compile(max_steps=len(nodes))

@@ -19,7 +19,7 @@ from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder
+from modular_rag.builder import BuildOptions, FlowBuilder, trace_and_ledger
 from modular_rag.config import FlowConfig
 from modular_rag.costs import Cost, CostContext, Span, context_for, retrievals, slot_cost, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
@@ -84,10 +84,11 @@ def cost(config: FlowConfig) -> Cost:
             + slot_cost(config, FUSE, ctx))  # fmt: skip
 
 
-def _links(flow: FlowBuilder, params: RecursiveParams) -> CompiledStateGraph:  # fmt: skip
+def _links(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
     """expand: links: the root retrieves; a node's children are the chunks its best ``branching`` passages name (one
     link-table lookup per node, no LLM); ``fuse`` (``pairs``) ranks every passage of the tree by the pair it makes
     with the passage that led to it; context and generate then answer once from that ranking."""
+    params = flow.params
     root_search = flow.runner([RETRIEVE, RERANK], label=NODE + "[{branch}]")
 
     def expand(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,25 +130,23 @@ def _links(flow: FlowBuilder, params: RecursiveParams) -> CompiledStateGraph:  #
         hits = list(update.get("candidates") or [])
         item = TreeNode(node_id=spec["node_id"], parent=None, depth=0, question=spec["question"], answer="",
                         chunk_ids=[h["chunk_id"] for h in hits], evidence=hits[: params.branching])  # fmt: skip
-        return {"tree": [item], "trace": update["trace"], "ledger": update["ledger"]}
+        return {"tree": [item], **trace_and_ledger(update)}
 
     def grow(state: RAGState) -> Literal["expand", "fuse"]:
         depth = step_of(state)
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 
-    flow.internal(EXPAND, expand, operator="hop:links")
-    flow.node(NODE, node)
-    flow.graph.add_edge(START, EXPAND)
-    flow.graph.add_conditional_edges(EXPAND, fan_out, [NODE, FUSE])
-    last = PRUNE if flow.add(PRUNE, default="none") else NODE
-    if last == PRUNE:
-        flow.graph.add_edge(NODE, PRUNE)
-    flow.add(FUSE, default="pairs")
-    flow.branch(last, grow, {"expand": EXPAND, "fuse": FUSE})
-    tail = flow.chain([CONTEXT, GENERATE], start=FUSE)
-    per_level = 2 + (last == PRUNE)
-    return flow.compile(max_steps=per_level * (params.max_depth + 1) + 1 + len(tail))  # fmt: skip
+    flow.add_step(EXPAND, expand, operator="hop:links")
+    flow.add_node(NODE, node)
+    flow.edge(START, EXPAND)
+    flow.branch(EXPAND, fan_out, [NODE, FUSE])
+    tail = flow.optional(PRUNE, after=NODE, default="none")
+    flow.add_slot(FUSE, default="pairs")
+    flow.branch(tail, grow, {"expand": EXPAND, "fuse": FUSE})
+    answer = flow.chain([CONTEXT, GENERATE], start=FUSE)
+    per_level = 2 + (tail == PRUNE)
+    return flow.compile(max_steps=per_level * (params.max_depth + 1) + 1 + len(answer))
 
 
 @register_pattern("recursive", slots=SLOTS, params=RecursiveParams, cost=cost)
@@ -172,10 +171,10 @@ def build_recursive(
         >>> sorted(flow.get_graph().nodes)
         ['__end__', '__start__', 'expand', 'fuse', 'node', 'prune']
     """
-    flow = FlowBuilder(config, "recursive", **options)
-    params: RecursiveParams = flow.params
+    flow = FlowBuilder[RecursiveParams](config, "recursive", **options)
+    params = flow.params
     if params.expand == "links":
-        return _links(flow, params)
+        return _links(flow)
     clarify = flow.runner([CLARIFY], label=EXPAND)
     answer_node = flow.runner([RETRIEVE, RERANK, CONTEXT, GENERATE], label=NODE + "[{branch}]")
 
@@ -187,20 +186,18 @@ def build_recursive(
         depth = step_of(state)
         room = params.max_nodes - len(tree)
         frontier: list[dict[str, Any]] = []
-        trace: list[Any] = []
-        ledger: list[Any] = []
+        runs: list[dict[str, Any]] = []
         for parent in _kept(state, depth):
             if room <= 0:
                 break
             # retrieval-augmented clarification: the children are written from the passages the parent retrieved
             update = clarify({"query": parent["question"], "evidence": pack_of(parent)})
-            trace += update["trace"]
-            ledger += update["ledger"]
+            runs.append(update)
             for question in update.get("queries", [])[: min(params.branching, room)]:
                 frontier.append({"node_id": f"n{len(tree) + len(frontier)}", "parent": parent["node_id"],
                                  "depth": depth + 1, "question": question})  # fmt: skip
                 room -= 1
-        return {"frontier": frontier, "step": depth + 1, "trace": trace, "ledger": ledger}
+        return {"frontier": frontier, "step": depth + 1, **trace_and_ledger(*runs)}
 
     def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
         frontier = list(state.get("frontier") or [])
@@ -220,22 +217,20 @@ def build_recursive(
                                       metadata=e["metadata"]) for e in pack],
                         citations=list(answer.get("citations") or []),
                         refused=bool(answer.get("refused")))  # fmt: skip
-        return {"tree": [item], "trace": update["trace"], "ledger": update["ledger"]}
+        return {"tree": [item], **trace_and_ledger(update)}
 
     def grow(state: RAGState) -> Literal["expand", "fuse"]:
         depth = step_of(state)
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 
-    flow.node(EXPAND, expand)
-    flow.node(NODE, node)
-    flow.graph.add_edge(START, EXPAND)
-    flow.graph.add_conditional_edges(EXPAND, fan_out, [NODE, FUSE])
-    last = PRUNE if flow.add(PRUNE) else NODE
-    if last == PRUNE:
-        flow.graph.add_edge(NODE, PRUNE)
-    flow.add(FUSE)
-    flow.branch(last, grow, {"expand": EXPAND, "fuse": FUSE})
-    flow.graph.add_edge(FUSE, END)
-    per_level = 2 + (last == PRUNE)
+    flow.add_node(EXPAND, expand)
+    flow.add_node(NODE, node)
+    flow.edge(START, EXPAND)
+    flow.branch(EXPAND, fan_out, [NODE, FUSE])
+    tail = flow.optional(PRUNE, after=NODE)
+    flow.add_slot(FUSE)
+    flow.branch(tail, grow, {"expand": EXPAND, "fuse": FUSE})
+    flow.edge(FUSE, END)
+    per_level = 2 + (tail == PRUNE)
     return flow.compile(max_steps=per_level * (params.max_depth + 1) + 1)
