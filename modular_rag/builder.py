@@ -19,25 +19,26 @@ A pattern factory adds its nodes, then connects them, as LangGraph's own tutoria
         flow.edge(body[-1], ADVANCE)
         tail = flow.optional(JUDGE, after=ADVANCE)                             # judge, or advance when it is off
         flow.branch(tail, again, {"again": body[0], "done": END})              # again() -> Literal["again", "done"]
-        return flow.compile(max_steps=...)
+        return flow.compile(loop_bound=flow.params.rounds)                      # the recursion limit follows
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 from typing_extensions import TypedDict, TypeVar, Unpack
 
-from modular_rag import registry
-from modular_rag.config import FlowConfig, OperatorSpec, load_config, validate_params
+from modular_rag.config import FlowConfig, OperatorSpec, load_config
 from modular_rag.errors import ConfigError
+from modular_rag.graphs import BEGIN, REPLY, compile_graph, output_schema, state_graph, supersteps
 from modular_rag.providers import Providers
-from modular_rag.state import FlowInput, RAGState, fresh_question, pending_question
+from modular_rag.resolve import ResolvedFlow, resolve
+from modular_rag.state import RAGState
 from modular_rag.steps import (
     NODE_THREADS,
     PORT_READS,
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FlowBuilder",
     "BuildOptions",
+    "FlowSource",
+    "supersteps",
     "trace_and_ledger",
     "build_flow",
     "BEGIN",
@@ -79,6 +82,10 @@ __all__ = [
 _SUBFLOW_KEYS = frozenset(
     {"queries", "candidates", "evidence", "answer", "rounds", "branches", "tree", "verdicts", "step"}
 )
+
+
+FlowSource = FlowConfig | ResolvedFlow[Any] | Mapping[str, Any] | str | os.PathLike[str]
+"""What a pattern factory builds from: a config object, a dict, a YAML path, or a config resolved already."""
 
 
 class BuildOptions(TypedDict, total=False):
@@ -122,24 +129,22 @@ class FlowBuilder(Generic[P]):
             does not.
     """
 
-    def __init__(
-        self,
-        config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-        pattern: str,
-        **options: Unpack[BuildOptions],
-    ) -> None:
-        self.config = load_config(config)
+    def __init__(self, config: FlowSource, pattern: str, **options: Unpack[BuildOptions]) -> None:
+        self.resolved: ResolvedFlow[P] = config if isinstance(config, ResolvedFlow) else resolve(
+            load_config(config, check=False))  # fmt: skip
+        """The config resolved against the registry, once: every slot's operators with their validated params."""
+        self.config = self.resolved.config
         if self.config.pattern != pattern:
             raise ConfigError("pattern", f"this factory builds {pattern!r}, the config says {self.config.pattern!r}")
-        self.info = registry.get_pattern(pattern)
-        self.params: P = cast(P, validate_params(self.info.params, self.config.params, "params"))
+        self.info = self.resolved.pattern
+        self.params: P = self.resolved.params
         """The validated ``params`` of the config, an instance of the pattern's registered params model."""
         self.env = options.get("providers") or Providers(self.config.providers)
         self.checkpointer = options.get("checkpointer")
         threads = options.get("threads")
         self.threaded = self.checkpointer is not None if threads is None else threads
-        self.output_schema = _output_schema(options.get("output_schema"))
-        self.graph: StateGraph = _state_graph(self.output_schema)
+        self.output_schema = output_schema(options.get("output_schema"))
+        self.graph: StateGraph = state_graph(self.output_schema)
 
     def steps(
         self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None,
@@ -155,26 +160,8 @@ class FlowBuilder(Generic[P]):
             fallback: The update a step of the slot gives when it is skipped (``skip_when``) or fails under
                 ``on_error: skip`` (a router's fallback route); the trace says so.
         """
-        spec_info = self.info.slots[slot]
-        specs = self.config.slot(slot)
-        if slot not in self.config.operators:
-            if isinstance(default, OperatorSpec):
-                specs = [default] if default.active else []
-            elif default not in (None, "none"):
-                specs = [OperatorSpec(name=default)]
-            elif default is None and spec_info.default not in (None, "none"):
-                specs = [OperatorSpec(name=spec_info.default, params=dict(spec_info.default_params))]
-        raw = self.config.operators.get(slot)
-        out = []
-        for i, spec in enumerate(specs):
-            if not spec.active:
-                continue
-            if inject and spec.object is None:
-                spec = spec.model_copy(update={"params": {**spec.params, **inject}})
-            path = f"operators.{slot}" + (f".{i}" if isinstance(raw, list) else "")
-            out.append(_Step.configured(slot, spec, spec_info.port, self.env, path, self.config.allow_imports,
-                                        fallback))  # fmt: skip
-        return out
+        return [_Step.built(step, self.env, self.config.allow_imports, fallback)
+                for step in self.resolved.slot(slot, default=default, inject=inject)]  # fmt: skip
 
     def operator(
         self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None,
@@ -315,10 +302,11 @@ class FlowBuilder(Generic[P]):
 
         return run
 
-    def subflow(self, name: str, config: FlowConfig) -> Callable[..., dict[str, Any]]:
+    def subflow(self, name: str, config: FlowConfig | ResolvedFlow[Any]) -> Callable[..., dict[str, Any]]:
         """A node running a whole flow (another pattern's graph) on the query; it shares this flow's providers
         unless its config names its own. Its trace and ledger come back with node names prefixed ``name/``."""
-        env = self.env if "providers" not in config.model_fields_set else None
+        own = (config.config if isinstance(config, ResolvedFlow) else config).model_fields_set
+        env = self.env if "providers" not in own else None
         sub = build_flow(config, providers=env)
         limit = sub.config.get("recursion_limit", 25)  # type: ignore[union-attr]
 
@@ -343,8 +331,9 @@ class FlowBuilder(Generic[P]):
         """
         self.graph.add_conditional_edges(source, decide, path_map)  # type: ignore[arg-type]
 
-    def compile(self, *, max_steps: int) -> CompiledStateGraph:
-        """Compile with the build's checkpointer; ``recursion_limit`` is derived from the pattern's bound.
+    def compile(self, *, loop_bound: int = 1, max_steps: int | None = None) -> CompiledStateGraph:
+        """Compile with the build's checkpointer; ``recursion_limit`` is derived from the graph built and the
+        pattern's loop bound (:func:`supersteps`), with a margin of 3.
 
         On threads (:attr:`BuildOptions.threads`) every new question first passes a ``begin`` step that clears what
         an earlier question on the thread left and takes the question from a new human message (a resume with input
@@ -352,14 +341,18 @@ class FlowBuilder(Generic[P]):
         server that attaches its own checkpointer (LangGraph Server) asks for threads explicitly.
 
         Args:
-            max_steps: The most supersteps one run can take under the config's loop bounds.
+            loop_bound: How many times the pattern's loop body runs at most (rounds, steps, tree levels); 1 for a
+                flow without a loop.
+            max_steps: The most supersteps one run can take (as :func:`supersteps` counts them), for a graph whose
+                bound it cannot see (default: derived).
         """
+        steps = supersteps(self.graph, loop_bound) if max_steps is None else max_steps
         name = self.config.name or self.info.name
         if self.config.answer_cache is not None:
-            return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=max_steps + 4),
+            return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=steps + 3),
                                            name)  # fmt: skip
-        compiled = _compile(self.graph, self.checkpointer, name, self.threaded)
-        return compiled.with_config(recursion_limit=max_steps + 4 + 2 * self.threaded, **self._run_labels(name))
+        compiled = compile_graph(self.graph, self.checkpointer, name, self.threaded)
+        return compiled.with_config(recursion_limit=steps + 3 + 2 * self.threaded, **self._run_labels(name))
 
     # Deprecated names, kept for one release.
 
@@ -398,7 +391,7 @@ class FlowBuilder(Generic[P]):
         def hit(state: RAGState) -> Literal["hit", "miss"]:
             return "hit" if state.get("answer") else "miss"
 
-        outer = _state_graph(self.output_schema)
+        outer = state_graph(self.output_schema)
         outer.add_node("cache_lookup", _pooled("cache_lookup", internal_node("cache_lookup", lookup)))
         outer.add_node("flow", _pooled("flow", run_flow))
         outer.add_node("cache_store", _pooled("cache_store", internal_node("cache_store", store)))
@@ -406,9 +399,8 @@ class FlowBuilder(Generic[P]):
         outer.add_conditional_edges("cache_lookup", hit, {"hit": END, "miss": "flow"})
         outer.add_edge("flow", "cache_store")
         outer.add_edge("cache_store", END)
-        threaded = self.threaded
-        return _compile(outer, self.checkpointer, name, threaded).with_config(recursion_limit=limit + 4 + 2 * threaded,
-                                                                         **self._run_labels(name))
+        compiled = compile_graph(outer, self.checkpointer, name, self.threaded)
+        return compiled.with_config(recursion_limit=limit + 4 + 2 * self.threaded, **self._run_labels(name))
 
 
 def trace_and_ledger(*updates: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -424,90 +416,20 @@ def trace_and_ledger(*updates: Mapping[str, Any]) -> dict[str, list[Any]]:
     return {key: [item for update in updates for item in update[key]] for key in ("trace", "ledger")}
 
 
-BEGIN = "begin"
-"""The step a flow on threads starts every new question with (see :meth:`FlowBuilder.compile`)."""
-
-REPLY = "reply"
-"""The step a flow on threads ends every run with: the turn is added to ``messages``."""
-
-
 def _prefixed(name: str, update: Mapping[str, Any]) -> dict[str, list[Any]]:
     """A sub-run's trace and ledger entries as the flow records them: node names prefixed ``name/``."""
     return {key: [{**item, "node": f"{name}/{item['node']}"} for item in update.get(key, [])]
             for key in ("trace", "ledger")}  # fmt: skip
 
 
-def _begin(state: RAGState) -> dict[str, Any]:
-    """Clear the previous question's state; a new human message is the question (``query``)."""
-    update = fresh_question(state)
-    question = pending_question(state)
-    if question is not None and question != state.get("query"):
-        update["query"] = question
-    return update
-
-
-def _reply(state: RAGState) -> dict[str, Any]:
-    """Add the turn to the conversation: the question, unless the caller sent it as a message, and the answer as an
-    ``AIMessage`` whose ``additional_kwargs["citations"]`` name each reference's chunk and title."""
-    from langchain_core.messages import AIMessage, HumanMessage
-
-    answer = state.get("answer")
-    if not answer:
-        return {}
-    titles = {e["ref"]: e["metadata"].get("title") for e in state.get("evidence") or []}
-    citations = [{"ref": c["ref"], "chunk_id": c["chunk_id"], "title": titles.get(c["ref"])}
-                 for c in answer.get("citations") or []]  # fmt: skip
-    turn = [] if pending_question(state) is not None else [HumanMessage(str(state.get("query", "")))]
-    return {"messages": [*turn, AIMessage(answer["text"], additional_kwargs={"citations": citations})]}
-
-
-def _output_schema(schema: type[Any] | None) -> type[Any]:
-    """The output schema a build asked for, or the whole state (see :attr:`BuildOptions.output_schema`)."""
-    if schema is None:
-        return RAGState
-    keys = set(getattr(schema, "__annotations__", {}))
-    unknown = sorted(keys - set(RAGState.__annotations__))
-    if not keys or unknown:
-        raise ConfigError("output_schema", f"{getattr(schema, '__name__', schema)!r} must be a TypedDict of state keys"
-                          f"{'; unknown: ' + ', '.join(unknown) if unknown else ''}; state keys: "
-                          f"{', '.join(RAGState.__annotations__)}")  # fmt: skip
-    return schema
-
-
-def _state_graph(output_schema: type[Any]) -> StateGraph:
-    """An empty flow graph: it carries :class:`RAGState`, takes :class:`FlowInput` and returns ``output_schema``."""
-    return StateGraph(RAGState, input_schema=FlowInput, output_schema=output_schema)
-
-
-def _compile(graph: StateGraph, checkpointer: Any, name: str, threaded: bool) -> CompiledStateGraph:
-    """Compile ``graph``; on threads, route START through :data:`BEGIN` and every way to END through
-    :data:`REPLY` (their edges and branches move there)."""
-    if threaded:
-        for edge in [e for e in graph.edges if START in e or END in e]:
-            graph.edges.discard(edge)
-            graph.edges.add((BEGIN if edge[0] == START else edge[0], REPLY if edge[1] == END else edge[1]))
-        if START in graph.branches:
-            graph.branches[BEGIN] = graph.branches.pop(START)
-        for branches in graph.branches.values():
-            for key, spec in branches.items():
-                if spec.ends is not None and END in spec.ends.values():
-                    ends = {k: REPLY if v == END else v for k, v in spec.ends.items()}
-                    branches[key] = spec._replace(ends=ends)
-        graph.add_node(BEGIN, _begin)
-        graph.add_node(REPLY, _reply)
-        graph.add_edge(START, BEGIN)
-        graph.add_edge(REPLY, END)
-    return graph.compile(checkpointer=checkpointer, name=name)
-
-
-def build_flow(
-    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
-    **options: Unpack[BuildOptions],
-) -> CompiledStateGraph:
+def build_flow(config: FlowSource, **options: Unpack[BuildOptions]) -> CompiledStateGraph:
     """Build the graph of whatever pattern the config names.
 
+    The config is read, checked and resolved once (:func:`~modular_rag.resolve.resolve`); the pattern builds its
+    graph from that resolution.
+
     Args:
-        config: A config object, dict or YAML path.
+        config: A config object, dict or YAML path, or a resolved config.
         **options: ``checkpointer``, ``providers``, ``threads``, ``output_schema``: see :class:`BuildOptions`.
 
     Returns:
@@ -516,5 +438,5 @@ def build_flow(
     Raises:
         ConfigError: If the config is invalid.
     """
-    cfg = load_config(config)
-    return registry.get_pattern(cfg.pattern).factory(cfg, **options)
+    resolved = config if isinstance(config, ResolvedFlow) else resolve(load_config(config, check=False))
+    return resolved.pattern.factory(resolved, **options)

@@ -103,51 +103,41 @@ def llm_continues(llm_config: Any) -> bool:
 
 
 def context_for(config: Any) -> CostContext:
-    """A fresh context for a config (whether its model continues partial answers, which REPLUG uses)."""
-    return CostContext(prefill=llm_continues(config.providers.llm))
+    """A fresh context for a config or a resolved flow (whether its model continues partial answers, which REPLUG
+    uses)."""
+    return CostContext(prefill=llm_continues(getattr(config, "config", config).providers.llm))
+
+
+def _resolved(config: Any) -> Any:
+    """The resolution of a config (see :mod:`modular_rag.resolve`); a resolved flow as it is."""
+    from modular_rag.resolve import ResolvedFlow, resolve
+
+    return config if isinstance(config, ResolvedFlow) else resolve(config)
 
 
 def slot_cost(config: Any, slot: str, ctx: CostContext, *, default: Any = None) -> Cost:
     """The cost of a pattern slot as configured (or its default: a name or an ``OperatorSpec``), updating ``ctx``.
-    Python objects in a slot and operators without a cost function count as free (their own calls still show in
-    the ledger)."""
-    from modular_rag.config import OperatorSpec
-    from modular_rag.registry import get_operator, get_pattern
-
-    info = get_pattern(config.pattern).slots[slot]
-    specs = config.slot(slot)
-    if slot not in config.operators:
-        if isinstance(default, OperatorSpec):
-            specs = [default]
-        else:
-            name = default if default is not None else info.default
-            extra = dict(info.default_params) if default is None else {}
-            specs = [OperatorSpec(name=name, params=extra)] if name not in (None, "none") else []
-    total = ZERO
-    for spec in specs:
-        if not spec.active or spec.object is not None or ":" in spec.name:
-            continue
-        op = get_operator(info.port, spec.name)
-        if op.cost is not None:
-            total = total + op.cost(op.params.model_validate(spec.params), ctx)
-    return total
+    Reads the same resolution the builder builds from (:meth:`~modular_rag.resolve.ResolvedFlow.slot`); pass the
+    resolved flow to resolve once. Python objects in a slot and operators without a cost function count as free
+    (their own calls still show in the ledger)."""
+    out = ZERO
+    for step in _resolved(config).slot(slot, default=default):
+        if step.operator is not None and step.operator.cost is not None:
+            out = out + step.operator.cost(step.params, ctx)
+    return out
 
 
 def active(config: Any, slot: str, default: Any = None) -> bool:
     """Whether a slot runs under the config (configured and enabled, or defaulting to an operator)."""
-    from modular_rag.registry import get_pattern
-
-    if slot in config.operators:
-        return any(spec.active for spec in config.slot(slot))
-    name = getattr(default, "name", default) if default is not None else get_pattern(config.pattern).slots[slot].default
-    return name not in (None, "none")
+    return _resolved(config).active(slot, default=default)
 
 
 def total(config: Any, slots: list[str], ctx: CostContext, defaults: dict[str, Any] | None = None) -> Cost:
     """The summed cost of slots run in order (the context flows from one to the next)."""
+    flow = _resolved(config)
     out = ZERO
     for slot in slots:
-        out = out + slot_cost(config, slot, ctx, default=(defaults or {}).get(slot))
+        out = out + slot_cost(flow, slot, ctx, default=(defaults or {}).get(slot))
     return out
 
 
@@ -158,15 +148,15 @@ def estimate(config: Any) -> Cost:
         ConfigError: If the config is invalid.
     """
     from modular_rag.config import load_config
-    from modular_rag.registry import get_pattern
+    from modular_rag.resolve import ResolvedFlow, resolve
 
-    cfg = load_config(config)
-    pattern = get_pattern(cfg.pattern)
-    if pattern.cost is None:
+    flow = config if isinstance(config, ResolvedFlow) else resolve(load_config(config, check=False))
+    if flow.pattern.cost is None:
         from modular_rag.errors import ConfigError
 
-        raise ConfigError("pattern", f"pattern {cfg.pattern!r} registers no cost model (register_pattern(cost=...))")
-    return pattern.cost(cfg)
+        raise ConfigError("pattern", f"pattern {flow.config.pattern!r} registers no cost model "
+                          "(register_pattern(cost=...))")  # fmt: skip
+    return flow.pattern.cost(flow)
 
 
 CostFn = Callable[[Any, CostContext], Cost]

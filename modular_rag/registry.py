@@ -89,7 +89,9 @@ class Port(str, Enum):  # noqa: UP042 - StrEnum would change str(Port.X) from "P
     CHUNK = "chunk"
     QUERY = "query"
     RETRIEVE = "retrieve"
-    RERANK = "rerank"
+    REFINE = "refine"
+    """Post-retrieval: candidates -> candidates (rerank, select, compress)."""
+    RERANK = "refine"  # the old name of REFINE (an alias), kept for one release
     CONTEXT = "context"
     GENERATE = "generate"
     VERIFY = "verify"
@@ -103,7 +105,7 @@ PORT_CONTRACTS: dict[Port, str] = {
     Port.CHUNK: "documents -> chunks",
     Port.QUERY: "query -> queries (and filter / query_embedding)",
     Port.RETRIEVE: "queries -> candidates",
-    Port.RERANK: "candidates -> candidates",
+    Port.REFINE: "candidates -> candidates",
     Port.CONTEXT: "candidates -> evidence",
     Port.GENERATE: "evidence -> answer",
     Port.VERIFY: "answer + evidence -> answer",
@@ -118,7 +120,7 @@ PORT_WRITES: dict[Port, frozenset[str]] = {
     Port.CHUNK: frozenset(),
     Port.QUERY: frozenset({"queries", "filter", "query_embedding"}),
     Port.RETRIEVE: frozenset({"candidates"}),
-    Port.RERANK: frozenset({"candidates"}),
+    Port.REFINE: frozenset({"candidates"}),
     Port.CONTEXT: frozenset({"evidence"}),
     Port.GENERATE: frozenset({"answer", "draft"}),
     Port.VERIFY: frozenset({"answer"}),

@@ -41,6 +41,7 @@ from modular_rag.trace import Deadline, Meter, metered, run_with_deadline
 
 if TYPE_CHECKING:
     from modular_rag.providers import Providers
+    from modular_rag.resolve import ResolvedStep
 
 __all__ = [
     "GraphNode",
@@ -58,7 +59,7 @@ __all__ = [
 PORT_READS: dict[Port, tuple[str, ...]] = {
     Port.QUERY: ("query",),
     Port.RETRIEVE: ("queries", "query"),
-    Port.RERANK: ("candidates",),
+    Port.REFINE: ("candidates",),
     Port.CONTEXT: ("candidates",),
     Port.GENERATE: ("evidence", "query"),
     Port.VERIFY: ("answer", "evidence"),
@@ -249,6 +250,16 @@ class _Step:
         """Resolve a configured operator for a slot of the given port."""
         name, fn = resolve_operator(spec, port, env, path=path, allow_imports=allow_imports)
         return cls(slot, name, fn, spec, PORT_READS.get(port, ()), fallback)
+
+    @classmethod
+    def built(cls, step: ResolvedStep, providers: Providers, allow_imports: bool,
+              fallback: Mapping[str, Any] | None = None) -> _Step:  # fmt: skip
+        """Build a resolved operator (its params are validated already); a Python object or an import path is
+        resolved here."""
+        if step.operator is None:
+            return cls.configured(step.slot, step.spec, step.port, providers, step.path, allow_imports, fallback)
+        fn = step.operator.factory(step.params, providers)
+        return cls(step.slot, step.operator.name, fn, step.spec, PORT_READS.get(step.port, ()), fallback)
 
     def run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
         started = time.time()

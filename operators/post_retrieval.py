@@ -95,7 +95,7 @@ def _context_cost(params: Any, ctx: CostContext) -> Cost:
     return ZERO
 
 
-@operator("post_retrieval", "rerank", "embedding", port=Port.RERANK, cost=_keep("top_k"))
+@operator("post_retrieval", "rerank", "embedding", port=Port.REFINE, cost=_keep("top_k"))
 def embedding_rerank(params: EmbeddingRerankParams, providers: Providers) -> Operator:
     """Re-score candidates by cosine similarity of query and chunk embeddings (blended with the prior rank)."""
 
@@ -167,7 +167,7 @@ class CrossEncoderScorer:
         return np.asarray(cached, dtype=np.float32)
 
 
-@operator("post_retrieval", "rerank", "cross_encoder", port=Port.RERANK, cost=_keep("top_k"))
+@operator("post_retrieval", "rerank", "cross_encoder", port=Port.REFINE, cost=_keep("top_k"))
 def cross_encoder(params: CrossEncoderParams, providers: Providers) -> Operator:
     """Cross-encoder rerank (sentence-transformers ``CrossEncoder``; the user supplies the model folder)."""
     use_cache = providers.config.cache is not None and providers.config.cache.rerank
@@ -262,7 +262,7 @@ class CritiqueParams(OperatorParams):
     concurrency: int = Field(4, gt=0, le=64, description="judgement calls in flight")
 
 
-@operator("post_retrieval", "selection", "llm_critique", port=Port.RERANK, needs_llm=True, cost=_per_candidate)
+@operator("post_retrieval", "selection", "llm_critique", port=Port.REFINE, needs_llm=True, cost=_per_candidate)
 def llm_critique(params: CritiqueParams, providers: Providers) -> Operator:
     """LLM-critique filter: one yes/no relevance call per candidate; drops the chunks the model judges irrelevant."""
 
@@ -286,7 +286,7 @@ class LLMRerankParams(RerankParams):
     concurrency: int = Field(4, gt=0, le=64, description="scoring calls in flight")
 
 
-@operator("post_retrieval", "rerank", "llm_pointwise", port=Port.RERANK, needs_llm=True, cost=_per_candidate)
+@operator("post_retrieval", "rerank", "llm_pointwise", port=Port.REFINE, needs_llm=True, cost=_per_candidate)
 def llm_pointwise(params: LLMRerankParams, providers: Providers) -> Operator:
     """LLM pointwise relevance: score = P(yes) from the first token's log-probabilities where available (else 1/0
     from the reply); ties keep the prior order."""
@@ -338,7 +338,7 @@ def mmr_order(
     return chosen
 
 
-@operator("post_retrieval", "rerank", "mmr", port=Port.RERANK, cost=_keep("k"))
+@operator("post_retrieval", "rerank", "mmr", port=Port.REFINE, cost=_keep("k"))
 def mmr(params: MMRParams, providers: Providers) -> Operator:
     """MMR diversity: from the first ``pool`` candidates pick ``k`` balancing relevance to the query against
     similarity to what is already picked (lambda)."""
@@ -369,7 +369,7 @@ def _norm_text(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-@operator("post_retrieval", "selection", "dedup", port=Port.RERANK,
+@operator("post_retrieval", "selection", "dedup", port=Port.REFINE,
           cost=lambda params, ctx: _drop_some(ctx))
 def dedup(params: DedupParams, providers: Providers) -> Operator:
     """Deduplication: drop exact duplicates (same normalised text) and near-duplicates (embedding cosine at or
@@ -421,7 +421,7 @@ def compress_text(providers: Providers, query_vec: np.ndarray, text: str, max_se
     return " ".join(sentences[i] for i in best)
 
 
-@operator("post_retrieval", "compression", "extractive", port=Port.RERANK, cost=lambda params, ctx: ZERO)
+@operator("post_retrieval", "compression", "extractive", port=Port.REFINE, cost=lambda params, ctx: ZERO)
 def extractive(params: CompressParams, providers: Providers) -> Operator:
     """Extractive compression: keep each chunk's sentences most similar to the query (embedding cosine)."""
 
@@ -444,7 +444,7 @@ def ends_first(items: list[Any]) -> list[Any]:
     return front + back[::-1]
 
 
-@operator("post_retrieval", "context", "lost_in_the_middle", port=Port.RERANK, cost=lambda params, ctx: ZERO)
+@operator("post_retrieval", "context", "lost_in_the_middle", port=Port.REFINE, cost=lambda params, ctx: ZERO)
 def lost_in_the_middle(params: NoParams, providers: Providers) -> Operator:
     """Lost-in-the-middle reorder: the strongest candidates at both ends, the weakest in the middle (put it after
     selection; the context builder keeps this order)."""

@@ -202,7 +202,7 @@ def _link_hop_cost(params: HopParams, ctx: CostContext) -> Cost:
     return retrievals(1 + int(params.question_titles))
 
 
-@operator("retrieval", "multi_hop", "link_hop", port=Port.RERANK, cost=_link_hop_cost)
+@operator("retrieval", "multi_hop", "link_hop", port=Port.REFINE, cost=_link_hop_cost)
 def link_hop(params: HopParams, providers: Providers) -> Operator:
     """Document-graph hop, no LLM: add the chunks whose titles the question names, follow the titles the best
     first-hop chunks mention to the chunks they name, and rank by pairs (first chunk, the chunk it leads to)

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -24,10 +23,11 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, trace_and_ledger
-from modular_rag.config import FlowConfig, OperatorSpec
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
+from modular_rag.config import OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
+from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, RAGState, Round, step_of
 from operators.generation import REFUSAL, cite_pack, clean_completion, evidence_of, is_refusal
 from operators.judging import stop_now
@@ -42,7 +42,7 @@ SLOTS = {
     GATE: SlotSpec(Port.JUDGE, default=None, doc="self_rag: continue = retrieve (default llm_judge needs_retrieval)"),
     REWRITE: SlotSpec(Port.QUERY, default=None, doc="self_rag: rewrites the query before another round"),
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False),
-    RERANK: SlotSpec(Port.RERANK, default=None, chain=True, doc="self_rag default: llm_critique"),
+    RERANK: SlotSpec(Port.REFINE, default=None, chain=True, doc="self_rag default: llm_critique"),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget"),
     DRAFT: SlotSpec(Port.GENERATE, default="draft_sentence", doc="flare: the tentative next sentence"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="self_rag: the answer"),
@@ -165,7 +165,7 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
     flow.edge(REQUERY, ACCEPT)
     flow.branch(ACCEPT, more, {"draft": DRAFT, "finish": FINISH})
     flow.edge(FINISH, END)
-    return flow.compile(max_steps=2 + params.max_steps * 4)
+    return flow.compile(loop_bound=params.max_steps)
 
 
 def _self_rag(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
@@ -202,38 +202,37 @@ def _self_rag(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
     else:
         flow.edge(START, body[0])
     flow.branch(tail, again, {"again": REWRITE if rewrite else body[0], "done": END})
-    per_round = len(body) + 2 + (tail == JUDGE) + bool(rewrite)
-    return flow.compile(max_steps=1 + params.max_steps * per_round)
+    return flow.compile(loop_bound=params.max_steps)
 
 
-def cost(config: FlowConfig) -> Cost:
+def cost(flow: ResolvedFlow[AdaptiveParams]) -> Cost:
     """flare: per sentence a draft and a judgement, per low-confidence sentence a retrieval and a redraft;
     self_rag: a gate, then per round retrieval, grading, generation and a judgement, and a rewrite between rounds."""
-    params = AdaptiveParams.model_validate(config.params)
-    ctx = context_for(config)
+    params = flow.params
+    ctx = context_for(flow)
     defaults = _DEFAULTS[params.mode]
     fresh = lambda: CostContext(prefill=ctx.prefill)  # noqa: E731
     if params.mode == "flare":
-        start = total(config, [RETRIEVE, RERANK, CONTEXT], fresh(), defaults) if params.initial_retrieval else ZERO
-        step = total(config, [DRAFT, JUDGE], fresh(), defaults)
-        requery = total(config, [RETRIEVE, RERANK, CONTEXT, DRAFT], fresh(), defaults)
+        start = total(flow, [RETRIEVE, RERANK, CONTEXT], fresh(), defaults) if params.initial_retrieval else ZERO
+        step = total(flow, [DRAFT, JUDGE], fresh(), defaults)
+        requery = total(flow, [RETRIEVE, RERANK, CONTEXT, DRAFT], fresh(), defaults)
         return start + step * Span(1, params.max_steps) + requery * Span(0, params.max_steps)
-    gate = total(config, [GATE], fresh(), defaults)
+    gate = total(flow, [GATE], fresh(), defaults)
     fetched = fresh()
-    first = total(config, [RETRIEVE, RERANK, CONTEXT], fetched, defaults)
-    gated = active(config, GATE, defaults.get(GATE))
+    first = total(flow, [RETRIEVE, RERANK, CONTEXT], fetched, defaults)
+    gated = active(flow, GATE, defaults.get(GATE))
     judged = fresh()  # a gated answer may have no passages: then the support question is not asked
     judged.evidence = Span(0 if gated else fetched.evidence.lo, fetched.evidence.hi)
-    answer = total(config, [GENERATE, JUDGE], judged, defaults)
+    answer = total(flow, [GENERATE, JUDGE], judged, defaults)
     rewritten = fresh()  # later rounds retrieve with what the rewrite wrote
-    again = total(config, [REWRITE, RETRIEVE, RERANK, CONTEXT], rewritten, defaults)
+    again = total(flow, [REWRITE, RETRIEVE, RERANK, CONTEXT], rewritten, defaults)
     first_fetch = Span(0 if gated else 1, 1)
     return gate + first * first_fetch + answer * Span(1, params.max_steps) + again * Span(0, params.max_steps - 1)
 
 
 @register_pattern("adaptive", slots=SLOTS, params=AdaptiveParams, cost=cost)
 def build_adaptive(
-    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    config: FlowSource,
     **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the adaptive flow (FLARE or Self-RAG style).

@@ -10,9 +10,8 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
@@ -20,11 +19,11 @@ from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, trace_and_ledger
-from modular_rag.config import FlowConfig, OperatorSpec
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
 from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, retrievals, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
+from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import Branch, Evidence, RAGState
 from operators.fusion import ReplugParams, replug_token_level
 from operators.multihop import linked_from
@@ -39,7 +38,7 @@ RERANK, CONTEXT, GENERATE = "rerank", "context", "generate"
 SLOTS = {
     EXPAND: SlotSpec(Port.QUERY, default="multi_query", chain=True, doc="queries mode: writes the branch queries"),
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per branch (queries) or once"),
-    RERANK: SlotSpec(Port.RERANK, chain=True),
+    RERANK: SlotSpec(Port.REFINE, chain=True),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="queries mode"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="once, or per document (required there)"),
     FUSE: SlotSpec(Port.FUSE, default=None, optional=False, doc="rrf / weighted (queries); replug / llm_fusion"),
@@ -77,46 +76,46 @@ def _check_fuse(flow: FlowBuilder, mode: str) -> None:
                               f"{mode!r} needs a {_FUSE_MAKES[mode]} fusion (it fits mode {', '.join(fits)})")
 
 
-def _replug_spec(config: FlowConfig) -> ReplugParams | None:
+def _replug_spec(flow: ResolvedFlow[BranchingParams]) -> ReplugParams | None:
     """The REPLUG fusion's params when the documents mode fuses with ``replug``."""
-    specs = [s for s in config.slot(FUSE) if s.active] if FUSE in config.operators else [OperatorSpec(name="replug")]
-    if len(specs) != 1 or specs[0].object is not None or specs[0].name != "replug":
+    steps = flow.slot(FUSE, default="replug")
+    if len(steps) != 1 or steps[0].operator is None or steps[0].name != "replug":
         return None
-    return ReplugParams.model_validate(specs[0].params)
+    return cast(ReplugParams, steps[0].params)
 
 
-def _token_level(flow: FlowBuilder) -> bool:
+def _token_level(flow: FlowBuilder[BranchingParams]) -> bool:
     """Whether the documents mode runs REPLUG's token-level ensemble with the flow's chat model."""
-    replug = _replug_spec(flow.config)
+    replug = _replug_spec(flow.resolved)
     return replug is not None and replug_token_level(replug, llm_continues(flow.env.config.llm))
 
 
-def cost(config: FlowConfig) -> Cost:
+def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
     """queries: expansion + N parallel retrievals + fusion + one generation; documents: one retrieval + N
     generations + fusion."""
-    params = BranchingParams.model_validate(config.params)
-    ctx = context_for(config)
+    params = flow.params
+    ctx = context_for(flow)
     fuse_default = _DEFAULT_FUSE[params.mode]
     if params.mode == "passages":
-        head = total(config, [RETRIEVE, RERANK], ctx)
+        head = total(flow, [RETRIEVE, RERANK], ctx)
         n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
-        per_branch = retrievals(1) if params.hop_with == "links" else total(config, [RETRIEVE], CostContext(
+        per_branch = retrievals(1) if params.hop_with == "links" else total(flow, [RETRIEVE], CostContext(
             prefill=ctx.prefill))  # fmt: skip
-        fuse = slot_cost(config, FUSE, ctx, default=fuse_default)
-        return head + per_branch * n + fuse + total(config, [CONTEXT, GENERATE], ctx)
+        fuse = slot_cost(flow, FUSE, ctx, default=fuse_default)
+        return head + per_branch * n + fuse + total(flow, [CONTEXT, GENERATE], ctx)
     if params.mode == "queries":
-        expand = total(config, [EXPAND], ctx)
+        expand = total(flow, [EXPAND], ctx)
         n = Span(min(params.branches, ctx.queries.lo), min(params.branches, ctx.queries.hi))
-        per_branch = total(config, [RETRIEVE], CostContext(prefill=ctx.prefill))
-        fuse = slot_cost(config, FUSE, ctx, default=fuse_default)
-        return expand + per_branch * n + fuse + total(config, [RERANK, CONTEXT, GENERATE], ctx)
-    head = total(config, [RETRIEVE, RERANK], ctx)
+        per_branch = total(flow, [RETRIEVE], CostContext(prefill=ctx.prefill))
+        fuse = slot_cost(flow, FUSE, ctx, default=fuse_default)
+        return expand + per_branch * n + fuse + total(flow, [RERANK, CONTEXT, GENERATE], ctx)
+    head = total(flow, [RETRIEVE, RERANK], ctx)
     n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
-    replug = _replug_spec(config)
+    replug = _replug_spec(flow)
     token_level = replug is not None and replug_token_level(replug, ctx.prefill)
-    per_doc = ZERO if token_level else total(config, [GENERATE], CostContext(evidence=Span(1, 1), prefill=ctx.prefill))
+    per_doc = ZERO if token_level else total(flow, [GENERATE], CostContext(evidence=Span(1, 1), prefill=ctx.prefill))
     ctx.candidates = n
-    return head + per_doc * n + slot_cost(config, FUSE, ctx, default=fuse_default)
+    return head + per_doc * n + slot_cost(flow, FUSE, ctx, default=fuse_default)
 
 
 def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
@@ -149,13 +148,13 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
     flow.branch(head[-1], fan_out, [BRANCH, FUSE])
     flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.edge(BRANCH, FUSE)
-    tail = flow.chain([CONTEXT, GENERATE], start=FUSE)
-    return flow.compile(max_steps=len(head) + 2 + len(tail))
+    flow.chain([CONTEXT, GENERATE], start=FUSE)
+    return flow.compile()
 
 
 @register_pattern("branching", slots=SLOTS, params=BranchingParams, cost=cost)
 def build_branching(
-    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    config: FlowSource,
     **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the branching flow (multi-query fan-out or per-document REPLUG fan-out, fused).
@@ -197,8 +196,8 @@ def build_branching(
         flow.branch(head[-1] if head else START, fan_out, [BRANCH])
         flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
         flow.edge(BRANCH, FUSE)
-        tail = flow.chain([RERANK, CONTEXT, GENERATE], start=FUSE)
-        return flow.compile(max_steps=len(head) + 2 + len(tail))
+        flow.chain([RERANK, CONTEXT, GENERATE], start=FUSE)
+        return flow.compile()
 
     if params.mode == "passages":
         return _passages(flow)
@@ -232,4 +231,4 @@ def build_branching(
     flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.edge(BRANCH, FUSE)
     flow.edge(FUSE, END)
-    return flow.compile(max_steps=len(head) + 2)
+    return flow.compile()

@@ -7,20 +7,19 @@ below ``threshold`` (or when nothing matches) the configured ``fallback`` route 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import Any
 
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder
-from modular_rag.config import FlowConfig, check_flow, format_validation_error
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource
+from modular_rag.config import FlowConfig, format_validation_error
 from modular_rag.costs import Cost, Span, context_for, estimate, slot_cost
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, register_pattern
+from modular_rag.resolve import ResolvedFlow, resolve
 from modular_rag.state import RAGState
 
 __all__ = ["build_conditional", "ConditionalParams", "Route", "ROUTE"]
@@ -49,6 +48,7 @@ class ConditionalParams(BaseModel):
     routes: dict[str, Route] = Field(..., min_length=2, description="route name -> sub-flow")
     fallback: str = Field(..., description="the route taken below threshold or when the router finds nothing")
     threshold: float = Field(0.0, ge=0.0, le=1.0, description="minimum router confidence")
+    _flows: dict[str, ResolvedFlow[Any]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _fallback_is_a_route(self) -> ConditionalParams:
@@ -60,7 +60,8 @@ class ConditionalParams(BaseModel):
         return self
 
 
-def _route_config(name: str, route: Route, path: str) -> FlowConfig:
+def _route_flow(name: str, route: Route, path: str) -> ResolvedFlow[Any]:
+    """A route's sub-flow, read and resolved (its errors name their path inside the parent config)."""
     try:
         config = FlowConfig.model_validate(route.flow)
     except Exception as exc:
@@ -71,19 +72,26 @@ def _route_config(name: str, route: Route, path: str) -> FlowConfig:
         raise
     if config.pattern == "conditional":
         raise ConfigError(f"{path}.routes.{name}.flow.pattern", "a route cannot itself be conditional")
-    return check_flow(config, path=f"{path}.routes.{name}.flow")
+    return resolve(config, path=f"{path}.routes.{name}.flow")
 
 
 def _check(params: ConditionalParams, path: str) -> None:
-    for name, route in params.routes.items():
-        _route_config(name, route, path)
+    """Resolve every route's sub-flow when the config is resolved; the build and the cost model use them."""
+    params._flows = {name: _route_flow(name, route, path) for name, route in params.routes.items()}
 
 
-def cost(config: FlowConfig) -> Cost:
+def _routes(params: ConditionalParams) -> dict[str, ResolvedFlow[Any]]:
+    """The routes' resolved sub-flows (resolved once, with the config)."""
+    if not params._flows:
+        _check(params, "params")
+    return params._flows
+
+
+def cost(flow: ResolvedFlow[ConditionalParams]) -> Cost:
     """The router's cost plus the cheapest to the dearest route's."""
-    params = ConditionalParams.model_validate(config.params)
-    router = slot_cost(config, ROUTE, context_for(config))
-    routes = [estimate(_route_config(name, route, "params")) for name, route in params.routes.items()]
+    params = flow.params
+    router = slot_cost(flow, ROUTE, context_for(flow))
+    routes = [estimate(sub) for sub in _routes(params).values()]
     llm = Span(min(r.llm_calls.lo for r in routes), max(r.llm_calls.hi for r in routes))
     retr = Span(min(r.retrievals.lo for r in routes), max(r.retrievals.hi for r in routes))
     return router + Cost(llm, retr)
@@ -91,7 +99,7 @@ def cost(config: FlowConfig) -> Cost:
 
 @register_pattern("conditional", slots=SLOTS, params=ConditionalParams, check=_check, cost=cost)
 def build_conditional(
-    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    config: FlowSource,
     **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the conditional flow: route -> one of the route sub-flows -> end.
@@ -121,13 +129,12 @@ def build_conditional(
         "threshold": params.threshold,
     }, fallback={"route": params.fallback, "route_confidence": 0.0})  # fmt: skip
     flow.edge(START, ROUTE)
-    for name, route in params.routes.items():
-        flow.add_node(name, flow.subflow(name, _route_config(name, route, "params")))
+    for name, sub in _routes(params).items():
+        flow.add_node(name, flow.subflow(name, sub))
         flow.edge(name, END)
 
     def by_route(state: RAGState) -> str:  # a route name: the routes are the config's, not known statically
         return state["route"]
 
     flow.branch(ROUTE, by_route, {name: name for name in params.routes})
-    # each route runs as one node with its own bound
-    return flow.compile(max_steps=2)
+    return flow.compile()  # each route runs as one node, with its own bound

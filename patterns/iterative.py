@@ -19,7 +19,6 @@ derived from it. With ``generate: none`` the pattern is retrieval only (the hop 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -28,11 +27,11 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder
-from modular_rag.config import FlowConfig
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource
 from modular_rag.costs import Cost, Span, active, context_for, llm, retrievals, total
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, SlotSpec, register_pattern
+from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import RAGState, Round, step_of
 from operators.generation import DATA_RULE, evidence_of, format_evidence, is_refusal, strip_citations
 from operators.judging import stop_now
@@ -46,7 +45,7 @@ RETRIEVE, RERANK, CONTEXT, GENERATE, ADVANCE, JUDGE = "retrieve", "rerank", "con
 
 SLOTS = {
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False),
-    RERANK: SlotSpec(Port.RERANK, chain=True),
+    RERANK: SlotSpec(Port.REFINE, chain=True),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="none: retrieval only"),
     JUDGE: SlotSpec(Port.JUDGE, default="no_progress", chain=True, doc="ends the loop early; rounds is the bound"),
@@ -118,26 +117,26 @@ def _words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
 
 
-def cost(config: FlowConfig) -> Cost:
+def cost(flow: ResolvedFlow[IterativeParams]) -> Cost:
     """Body x rounds: exactly ``rounds`` without a judge, 1 to ``rounds`` with one. In ``links`` mode later rounds
     look up the link table (two lookups) instead of retrieving; ``llm`` mode writes each next query (one call)."""
-    params = IterativeParams.model_validate(config.params)
-    ctx = context_for(config)
-    first = total(config, [RETRIEVE, RERANK, CONTEXT, GENERATE, JUDGE], ctx)
+    params = flow.params
+    ctx = context_for(flow)
+    first = total(flow, [RETRIEVE, RERANK, CONTEXT, GENERATE, JUDGE], ctx)
     hop_lookups = retrievals(1 + int(params.hop.question_titles))
     if params.query_with == "links":
-        later = hop_lookups + total(config, [RERANK, CONTEXT, GENERATE, JUDGE], context_for(config))
+        later = hop_lookups + total(flow, [RERANK, CONTEXT, GENERATE, JUDGE], context_for(flow))
     elif params.query_with in ("evidence", "llm"):
         later = hop_lookups * Span(0.5, 0.5) + first + (llm(1) if params.query_with == "llm" else Cost())
     else:
         later = first
-    lo = 1 if active(config, JUDGE) else params.rounds
+    lo = 1 if active(flow, JUDGE) else params.rounds
     return first + later * Span(lo - 1, params.rounds - 1)
 
 
 @register_pattern("iterative", slots=SLOTS, params=IterativeParams, cost=cost)
 def build_iterative(
-    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    config: FlowSource,
     **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the iterative flow: (retrieve -> rerank -> context -> generate -> advance -> judge) x up to T rounds.
@@ -190,6 +189,5 @@ def build_iterative(
         return "again"
 
     flow.branch(tail, again, {"again": body[0], "done": END})
-    per_round = len(body) + 1 + (tail == JUDGE)
-    return flow.compile(max_steps=params.rounds * per_round)
+    return flow.compile(loop_bound=params.rounds)
 

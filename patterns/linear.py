@@ -8,18 +8,14 @@ Every slot is swappable by config, and every slot but ``retrieve`` may be ``none
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import Any
-
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder
-from modular_rag.config import FlowConfig
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource
 from modular_rag.costs import Cost, context_for, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
+from modular_rag.resolve import ResolvedFlow
 
 __all__ = ["build_linear", "LinearParams", "SLOTS", "REWRITE", "RETRIEVE", "RERANK", "CONTEXT", "GENERATE", "VERIFY"]
 
@@ -29,7 +25,7 @@ VERIFY = "verify"
 SLOTS = {
     REWRITE: SlotSpec(Port.QUERY, chain=True, doc="pre-retrieval: rewrite / expand / filter extraction"),
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="dense, bm25 or hybrid retrieval"),
-    RERANK: SlotSpec(Port.RERANK, chain=True, doc="post-retrieval: rerank, select, compress (a list chains)"),
+    RERANK: SlotSpec(Port.REFINE, chain=True, doc="post-retrieval: rerank, select, compress (a list chains)"),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="evidence pack within a token budget"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="the answer, citing the evidence"),
     VERIFY: SlotSpec(Port.VERIFY, chain=True, doc="answer verification / refusal (a list chains)"),
@@ -42,14 +38,14 @@ class LinearParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def cost(config: FlowConfig) -> Cost:
+def cost(flow: ResolvedFlow[LinearParams]) -> Cost:
     """One pass through the slots."""
-    return total(config, [REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY], context_for(config))
+    return total(flow, [REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY], context_for(flow))
 
 
 @register_pattern("linear", slots=SLOTS, params=LinearParams, cost=cost)
 def build_linear(
-    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    config: FlowSource,
     **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the linear flow: rewrite -> retrieve -> rerank -> context -> generate.
@@ -70,5 +66,5 @@ def build_linear(
         ['__end__', '__start__', 'context', 'retrieve']
     """
     flow = FlowBuilder[LinearParams](config, "linear", **options)
-    nodes = flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY])
-    return flow.compile(max_steps=len(nodes))
+    flow.chain([REWRITE, RETRIEVE, RERANK, CONTEXT, GENERATE, VERIFY])
+    return flow.compile()

@@ -9,7 +9,6 @@ kept nodes, citing their evidence.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -19,10 +18,10 @@ from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, trace_and_ledger
-from modular_rag.config import FlowConfig
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
 from modular_rag.costs import Cost, CostContext, Span, context_for, retrievals, slot_cost, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
+from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import Hit, RAGState, TreeNode, step_of
 from operators.fusion import pack_of
 from operators.generation import evidence_of
@@ -37,7 +36,7 @@ SLOTS = {
     CLARIFY: SlotSpec(Port.QUERY, default="decompose", default_params={"mode": "clarify"}, optional=False,
                       doc="proposes a node's children (its queries)"),
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per node"),
-    RERANK: SlotSpec(Port.RERANK, chain=True, doc="per node"),
+    RERANK: SlotSpec(Port.REFINE, chain=True, doc="per node"),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="per node"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="per node (clarify); once, after fuse (links)"),
     PRUNE: SlotSpec(Port.JUDGE, default="prune", chain=True, doc="drops nodes (verdicts with a target)"),
@@ -65,23 +64,23 @@ def _kept(state: Mapping[str, Any], depth: int) -> list[TreeNode]:
     return [n for n in state.get("tree") or [] if n["depth"] == depth and n["node_id"] not in dropped]
 
 
-def cost(config: FlowConfig) -> Cost:
+def cost(flow: ResolvedFlow[RecursiveParams]) -> Cost:
     """Every node retrieves and answers; every expanded node costs a clarify call; pruning judges each node below the
     root (``self_verify``: one call per node); one fusion. Nodes: 1 to min(max_nodes, 1 + B + ... + B^max_depth)."""
-    params = RecursiveParams.model_validate(config.params)
-    ctx = context_for(config)
+    params = flow.params
+    ctx = context_for(flow)
     if params.expand == "links":  # the root retrieves; each expanded node looks up its links once
         parents = min(params.max_nodes - 1, sum(params.branching**d for d in range(params.max_depth)))
-        head = total(config, [RETRIEVE, RERANK], CostContext(prefill=ctx.prefill))
-        fuse = slot_cost(config, FUSE, ctx, default="pairs")
-        return head + retrievals(1) * Span(1, parents) + fuse + total(config, [CONTEXT, GENERATE], ctx)
+        head = total(flow, [RETRIEVE, RERANK], CostContext(prefill=ctx.prefill))
+        fuse = slot_cost(flow, FUSE, ctx, default="pairs")
+        return head + retrievals(1) * Span(1, parents) + fuse + total(flow, [CONTEXT, GENERATE], ctx)
     reach = min(params.max_nodes, sum(params.branching**d for d in range(params.max_depth + 1)))
     parents = min(reach, sum(params.branching**d for d in range(params.max_depth)))
-    per_node = total(config, [RETRIEVE, RERANK, CONTEXT, GENERATE], CostContext(prefill=ctx.prefill))
-    clarify = total(config, [CLARIFY], CostContext(prefill=ctx.prefill))
-    prune = total(config, [PRUNE], CostContext(prefill=ctx.prefill))  # per node judged (the root is not)
+    per_node = total(flow, [RETRIEVE, RERANK, CONTEXT, GENERATE], CostContext(prefill=ctx.prefill))
+    clarify = total(flow, [CLARIFY], CostContext(prefill=ctx.prefill))
+    prune = total(flow, [PRUNE], CostContext(prefill=ctx.prefill))  # per node judged (the root is not)
     return (per_node * Span(1, reach) + clarify * Span(0, parents) + prune * Span(0, reach - 1)
-            + slot_cost(config, FUSE, ctx))  # fmt: skip
+            + slot_cost(flow, FUSE, ctx))  # fmt: skip
 
 
 def _links(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
@@ -144,14 +143,13 @@ def _links(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
     tail = flow.optional(PRUNE, after=NODE, default="none")
     flow.add_slot(FUSE, default="pairs")
     flow.branch(tail, grow, {"expand": EXPAND, "fuse": FUSE})
-    answer = flow.chain([CONTEXT, GENERATE], start=FUSE)
-    per_level = 2 + (tail == PRUNE)
-    return flow.compile(max_steps=per_level * (params.max_depth + 1) + 1 + len(answer))
+    flow.chain([CONTEXT, GENERATE], start=FUSE)
+    return flow.compile(loop_bound=params.max_depth + 1)  # a round per level of the tree
 
 
 @register_pattern("recursive", slots=SLOTS, params=RecursiveParams, cost=cost)
 def build_recursive(
-    config: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
+    config: FlowSource,
     **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
     """Build the recursive flow: expand -> node (parallel) -> prune, per level, then fuse.
@@ -232,5 +230,4 @@ def build_recursive(
     flow.add_slot(FUSE)
     flow.branch(tail, grow, {"expand": EXPAND, "fuse": FUSE})
     flow.edge(FUSE, END)
-    per_level = 2 + (tail == PRUNE)
-    return flow.compile(max_steps=per_level * (params.max_depth + 1) + 1)
+    return flow.compile(loop_bound=params.max_depth + 1)  # a round per level of the tree

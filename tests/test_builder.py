@@ -128,3 +128,56 @@ def test_a_timed_out_step_cancels_its_model_call_and_records_it(demo_dir: Path) 
             worker.join(timeout=1.0)  # unwinding its cancelled call; it must not go on (old code: 4 s and more)
             assert not worker.is_alive()
         assert stub.calls == 1
+
+
+def test_supersteps_counts_the_longest_path_and_the_loop_once_per_further_round() -> None:
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    from modular_rag.builder import supersteps
+
+    class S(TypedDict, total=False):
+        n: int
+
+    graph = StateGraph(S)
+    for name in ("a", "b", "c", "d"):
+        graph.add_node(name, lambda s: {})
+    graph.add_edge(START, "a")
+    graph.add_conditional_edges("a", lambda s: "b", {"b": "b", "c": "c"})  # a short and a long way round
+    graph.add_edge("b", "c")
+    graph.add_conditional_edges("c", lambda s: "d", {"again": "a", "d": "d"})
+    graph.add_edge("d", END)
+    assert supersteps(graph) == 1 + 4 and supersteps(graph, 3) == 1 + 4 + 2 * 3  # the input step, a-b-c-d, a-b-c
+
+
+def keep_going(state: Mapping[str, Any]) -> dict[str, Any]:
+    return {"verdicts": [{"judge": "always", "decision": "continue", "reason": "test", "step": state.get("step", 0)}]}
+
+
+@pytest.mark.parametrize("pattern, params, operators", [
+    ("iterative", {"rounds": 3}, {"judge": "none"}),
+    ("iterative", {"rounds": 3}, {"judge": keep_going}),
+    ("adaptive", {"mode": "self_rag", "max_steps": 3}, {"judge": keep_going, "gate": "none"}),
+    ("recursive", {"max_depth": 2, "max_nodes": 7}, {}),
+])  # fmt: skip
+def test_a_run_at_its_loop_bound_fits_the_derived_recursion_limit(
+    pattern: str, params: dict[str, Any], operators: dict[str, Any], demo_dir: Path
+) -> None:
+    """The builder's limit is exact: with no margin at all, a run that goes round as often as the bound allows ends
+    (a hand-counted bound one step short fails here with GraphRecursionError)."""
+    from modular_rag.builder import supersteps
+    from modular_rag.config import OperatorSpec, load_config
+    from tests.conftest import fake_llm
+    from tests.patterns.conftest import template
+
+    config = load_config(template(pattern, demo_dir, params=params))
+    config.providers.llm = fake_llm("Error E07 means the motor overheated [1].\nWhich year was it?")
+    for slot, op in operators.items():
+        config.operators[slot] = OperatorSpec.from_object(op) if callable(op) else OperatorSpec.model_validate(op)
+    flow = build_flow(config)
+    bound = params.get("rounds") or params.get("max_steps") or params["max_depth"] + 1  # rounds, steps, levels
+    limit = supersteps(flow.builder, bound)  # type: ignore[arg-type]
+    out = flow.invoke({"query": "What does error code E07 mean?"}, {"recursion_limit": limit})
+    assert out["answer"]["text"]
+    if pattern != "recursive":
+        assert out["step"] == bound

@@ -32,7 +32,7 @@ def test_unknown_name_lists_the_valid_names_from_the_registry() -> None:
 
 def test_misplaced_operator_says_which_port_it_fits() -> None:
     with pytest.raises(RegistryError, match="fits port retrieve"):
-        registry.get_operator(Port.RERANK, "bm25")
+        registry.get_operator(Port.REFINE, "bm25")
 
 
 def test_registering_a_name_twice_for_a_port_is_refused() -> None:

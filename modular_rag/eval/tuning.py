@@ -246,7 +246,7 @@ def tune_rerank(
     candidates = {q.id: _fused(runs, setting, q.id, k, rrf_k) for q in dataset.queries}
     rows: list[TuneRow] = []
     for i, spec in enumerate(rerankers):
-        info = get_operator(Port.RERANK, str(spec["name"]))
+        info = get_operator(Port.REFINE, str(spec["name"]))
         params = validate_params(info.params, spec.get("params") or {}, f"rerank.{i}.params")
         op = info.factory(params, env)
         ranked = {q.id: op({"query": q.text, "candidates": candidates[q.id]})["candidates"] for q in dataset.queries}

@@ -26,7 +26,7 @@ def test_link_hop_follows_the_bridge_the_first_passage_names(demo_env: Providers
     from operators.fusion import rrf
 
     first = rrf([demo_env.index.search_dense(AWARD, 20), demo_env.index.search_sparse(AWARD, 20)], k=20)
-    info = get_operator(Port.RERANK, "link_hop")
+    info = get_operator(Port.REFINE, "link_hop")
     out = info.factory(info.params.model_validate({"k": 5}), demo_env)({"query": AWARD, "candidates": first})
     assert docs(out)[:2] == ["coastline-design-award-2022", "tw-550-gravel-spec-sheet"]  # the pair comes first
     assert all(h["channel"] == "multihop" for h in out["candidates"])

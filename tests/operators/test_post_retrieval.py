@@ -22,7 +22,7 @@ def build(port: Port, name: str, env: Providers, **params: Any):
 
 
 def test_embedding_rerank_orders_by_cosine(demo_env: Providers, base_state: dict[str, Any]) -> None:
-    out = build(Port.RERANK, "embedding", demo_env, top_k=3)(base_state)["candidates"]
+    out = build(Port.REFINE, "embedding", demo_env, top_k=3)(base_state)["candidates"]
     assert len(out) == 3 and all(h["channel"] == "embedding" for h in out)
     q = demo_env.encoder.encode_query(base_state["query"])
     expected = sorted(base_state["candidates"], key=lambda h: -float(demo_env.encoder.encode([h["text"]])[0] @ q))
@@ -34,7 +34,7 @@ def test_cross_encoder_wiring_follows_the_model_scores(
 ) -> None:
     from sentence_transformers import CrossEncoder
 
-    out = build(Port.RERANK, "cross_encoder", demo_env, model=str(cross_encoder_dir))(base_state)["candidates"]
+    out = build(Port.REFINE, "cross_encoder", demo_env, model=str(cross_encoder_dir))(base_state)["candidates"]
     model = CrossEncoder(str(cross_encoder_dir), device="cpu")
     scores = model.predict([(base_state["query"], h["text"]) for h in base_state["candidates"]])
     order = np.argsort(-np.asarray(scores), kind="stable")
@@ -43,7 +43,7 @@ def test_cross_encoder_wiring_follows_the_model_scores(
 
 
 def test_cross_encoder_without_weights_says_so(demo_env: Providers, base_state: dict[str, Any]) -> None:
-    op = build(Port.RERANK, "cross_encoder", demo_env, model="/nowhere/cross-encoder")
+    op = build(Port.REFINE, "cross_encoder", demo_env, model="/nowhere/cross-encoder")
     with pytest.raises(ProviderError, match="cannot load cross-encoder"):
         op(base_state)
 
@@ -75,7 +75,7 @@ def test_mmr_prefers_diverse_chunks(demo_env: Providers) -> None:
             hit("b", "Chain lube keeps the chain quiet and free of rust."),
             hit("c", "Tyre pressure depends on rider weight and tyre width.")]  # fmt: skip
     state = {"query": "chain lube and tyre pressure", "candidates": hits}
-    picked = [h["chunk_id"] for h in build(Port.RERANK, "mmr", demo_env, k=2, lambda_mult=0.5)(state)["candidates"]]
+    picked = [h["chunk_id"] for h in build(Port.REFINE, "mmr", demo_env, k=2, lambda_mult=0.5)(state)["candidates"]]
     assert "c" in picked and len(picked) == 2
 
 
@@ -86,7 +86,7 @@ def test_mmr_on_incoming_scores_keeps_the_order_at_lambda_one_and_diversifies_be
     state = {"query": "tyre pressure", "candidates": hits}
 
     def picked(lam: float) -> list[str]:
-        out = build(Port.RERANK, "mmr", demo_env, k=2, lambda_mult=lam, relevance="score")(state)["candidates"]
+        out = build(Port.REFINE, "mmr", demo_env, k=2, lambda_mult=lam, relevance="score")(state)["candidates"]
         return [h["chunk_id"] for h in out]
 
     assert picked(1.0) == ["a", "b"]  # the incoming order, although "c" is closest to the query's embedding
@@ -97,23 +97,23 @@ def test_dedup_drops_exact_and_near_duplicates(demo_env: Providers) -> None:
     hits = [hit("a", "Chain lube keeps the chain quiet."), hit("b", "chain lube keeps the chain quiet!"),
             hit("c", "Chain lube keeps the chains quiet."),
             hit("d", "Helmets must sit level on the head.")]  # fmt: skip
-    out = build(Port.RERANK, "dedup", demo_env, near_threshold=0.95)({"candidates": hits, "query": "q"})["candidates"]
+    out = build(Port.REFINE, "dedup", demo_env, near_threshold=0.95)({"candidates": hits, "query": "q"})["candidates"]
     assert [h["chunk_id"] for h in out] == ["a", "d"]
-    exact_only = build(Port.RERANK, "dedup", demo_env, near_threshold=None)({"candidates": hits})["candidates"]
+    exact_only = build(Port.REFINE, "dedup", demo_env, near_threshold=None)({"candidates": hits})["candidates"]
     assert [h["chunk_id"] for h in exact_only] == ["a", "c", "d"]
 
 
 def test_extractive_compression_keeps_query_sentences(demo_env: Providers) -> None:
     text = ("The TW-E1 has a 504 Wh battery. Its frame is aluminium. The display shows error codes. "
             "Charging takes four hours.")  # fmt: skip
-    out = build(Port.RERANK, "extractive", demo_env, max_sentences=1)(
+    out = build(Port.REFINE, "extractive", demo_env, max_sentences=1)(
         {"query": "How long does charging take?", "candidates": [hit("a", text)]})["candidates"]  # fmt: skip
     assert out[0]["text"] == "Charging takes four hours."
 
 
 def test_lost_in_the_middle_and_compress_budget(demo_env: Providers, base_state: dict[str, Any]) -> None:
     five = [hit(str(i), f"text {i}", 5 - i) for i in range(5)]
-    out = build(Port.RERANK, "lost_in_the_middle", demo_env)({"candidates": five})["candidates"]
+    out = build(Port.REFINE, "lost_in_the_middle", demo_env)({"candidates": five})["candidates"]
     assert [h["chunk_id"] for h in out] == ["0", "2", "4", "3", "1"]
     ev = build(Port.CONTEXT, "compress_budget", demo_env, keep_whole=1, max_sentences=1, max_chunks=3)(
         base_state)["evidence"]  # fmt: skip
@@ -129,8 +129,8 @@ def test_llm_critique_and_pointwise_on_scripted_replies(demo_dir: Path, base_sta
     from tests.conftest import fake_env
 
     env = fake_env(demo_dir, "yes", "no", "maybe")
-    kept = build(Port.RERANK, "llm_critique", env, max_candidates=3, concurrency=1)(base_state)["candidates"]
+    kept = build(Port.REFINE, "llm_critique", env, max_candidates=3, concurrency=1)(base_state)["candidates"]
     assert [h["chunk_id"] for h in kept] == [base_state["candidates"][i]["chunk_id"] for i in (0, 2)]
-    ranked = build(Port.RERANK, "llm_pointwise", fake_env(demo_dir, "no", "yes", "no"), max_candidates=3,
+    ranked = build(Port.REFINE, "llm_pointwise", fake_env(demo_dir, "no", "yes", "no"), max_candidates=3,
                    concurrency=1)(base_state)["candidates"]  # fmt: skip
     assert ranked[0]["chunk_id"] == base_state["candidates"][1]["chunk_id"]
