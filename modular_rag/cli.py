@@ -503,7 +503,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--indent", action="store_true", help="pretty-print")
     p.set_defaults(func=_cmd_schema)
 
-    from modular_rag.tune.cli import add_parser as add_tune
+    from modular_rag.eval.tune.cli import add_parser as add_tune
 
     add_tune(sub)
 

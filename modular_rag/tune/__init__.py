@@ -1,10 +1,5 @@
-"""Flow search: ``modular-rag tune`` finds the best flow of a search space for a dataset within a budget.
+"""Moved to :mod:`modular_rag.eval.tune`; this name re-exports its public API for one release."""
 
-:mod:`~modular_rag.tune.space` reads search spaces, :mod:`~modular_rag.tune.data` splits the questions,
-:mod:`~modular_rag.tune.search` runs the Optuna study, :mod:`~modular_rag.tune.output` writes what it found.
-"""
-
-from modular_rag.tune.search import TuneResult, TuneSettings, parse_budget, tune
-from modular_rag.tune.space import SearchSpace, load_space
+from modular_rag.eval.tune import SearchSpace, TuneResult, TuneSettings, load_space, parse_budget, tune
 
 __all__ = ["tune", "TuneSettings", "TuneResult", "parse_budget", "SearchSpace", "load_space"]

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from modular_rag.errors import ConfigError, ModularRagError
-from modular_rag.tune.records import TrialRow, TuneSettings
-from modular_rag.tune.space import SearchSpace
+from modular_rag.eval.tune.records import TrialRow, TuneSettings
+from modular_rag.eval.tune.space import SearchSpace
 
 __all__ = ["STUDY", "require_optuna", "open_study", "trial_rows", "trial_row", "measured_rates", "best_value", "ran",
            "counted", "stale", "Interrupt", "OutLock"]
@@ -118,7 +118,7 @@ def open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: s
 
     import optuna
 
-    from modular_rag.tune.pruning import PairedPruner  # an Optuna pruner: imported with Optuna, not with this module
+    from modular_rag.eval.tune.pruning import PairedPruner  # an Optuna pruner: imported with Optuna, not here
 
     with warnings.catch_warnings():  # `group` (conditional spaces) is marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

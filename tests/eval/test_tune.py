@@ -21,10 +21,10 @@ import yaml
 from modular_rag.config import load_config
 from modular_rag.costs import estimate
 from modular_rag.errors import ConfigError, DatasetError
-from modular_rag.tune import TuneSettings, load_space, tune
-from modular_rag.tune.data import prepare_data
-from modular_rag.tune.records import pareto_front, rungs
-from modular_rag.tune.space import default_space_path
+from modular_rag.eval.tune import TuneSettings, load_space, tune
+from modular_rag.eval.tune.data import prepare_data
+from modular_rag.eval.tune.records import pareto_front, rungs
+from modular_rag.eval.tune.space import default_space_path
 
 pytestmark = pytest.mark.integration
 
@@ -134,7 +134,7 @@ def test_a_dataset_with_a_train_split_tunes_on_it_and_reports_on_dev(tmp_path: P
 
 @pytest.mark.unit
 def test_the_paired_pruner_prunes_only_what_trails_beyond_noise_on_the_same_questions() -> None:
-    from modular_rag.tune.pruning import SCORES, PairedPruner
+    from modular_rag.eval.tune.pruning import SCORES, PairedPruner
 
     study = optuna.create_study(direction="maximize")
     best = [1.0, 0.0] * 20  # 40 questions: the best finished trial answers every other one
@@ -344,7 +344,7 @@ def test_without_optuna_tune_says_which_extra_installs_it(tmp_path: Path) -> Non
         "            raise ImportError('No module named optuna')\n"
         "sys.meta_path.insert(0, Block())\n"
         "from modular_rag.errors import MissingDependencyError\n"
-        "from modular_rag.tune import TuneSettings, tune\n"
+        "from modular_rag.eval.tune import TuneSettings, tune\n"
         "try:\n"
         f"    tune('demo', {str(tmp_path / 'run')!r}, TuneSettings(budget_s=1))\n"
         "except MissingDependencyError as exc:\n"

@@ -3,7 +3,7 @@
 The optimiser is Optuna's TPE (multivariate, with the budget constraints as TPE constraints); each candidate is
 scored on growing prefixes of the validation questions (rungs of 1/9, 1/3 and all of them, at least
 ``min_questions``), and a pruner stops the ones that trail at a rung: by default
-:class:`~modular_rag.tune.pruning.PairedPruner` (behind the best finished trial on the same questions by more than
+:class:`~modular_rag.eval.tune.pruning.PairedPruner` (behind the best finished trial on the same questions by more than
 two standard errors of the paired differences), or Optuna's successive halving or median pruner. Before a
 candidate runs, the kit's cost model (:func:`modular_rag.costs.estimate`) rejects it when its fewest LLM calls
 exceed ``max_llm_calls``, when its predicted latency (cost model x per-call and per-retrieval times measured in
@@ -24,8 +24,8 @@ from typing import Any
 from modular_rag.errors import ModularRagError
 from modular_rag.eval.datasets import BeirDataset
 from modular_rag.eval.runner import FlowResult
-from modular_rag.tune.data import TuneData, prepare_data, subset
-from modular_rag.tune.records import (
+from modular_rag.eval.tune.data import TuneData, prepare_data, subset
+from modular_rag.eval.tune.records import (
     TrialRow,
     TuneResult,
     TuneSettings,
@@ -35,8 +35,8 @@ from modular_rag.tune.records import (
     ranked,
     rungs,
 )
-from modular_rag.tune.space import Candidate, SearchSpace
-from modular_rag.tune.study import (
+from modular_rag.eval.tune.space import Candidate, SearchSpace
+from modular_rag.eval.tune.study import (
     Interrupt,
     OutLock,
     best_value,
@@ -128,7 +128,7 @@ def tune(
     require_optuna()
     import optuna
 
-    from modular_rag.tune.space import load_space
+    from modular_rag.eval.tune.space import load_space
 
     say = log or (lambda _line: None)
     space = space or load_space(None, objective=settings.objective)
@@ -153,7 +153,7 @@ def tune(
             runner.router_stage(trial_rows(study))
             rows = trial_rows(study)
         result = runner.result(rows, finished)
-        from modular_rag.tune.output import write_outputs
+        from modular_rag.eval.tune.output import write_outputs
 
         if finished and settings.report and data.report is not None and result.best is not None:
             result.report = runner.report(result.best, compare)
@@ -244,12 +244,12 @@ class _Search:
 
         from modular_rag.config import OperatorSpec, load_config
         from modular_rag.eval.runner import evaluate_flow
-        from modular_rag.tune.pruning import SCORES, per_question
+        from modular_rag.eval.tune.pruning import SCORES, per_question
 
         candidate: Candidate = self.space.draw(trial, default_chunker=self.data.val.default_chunker)
         config_map = candidate.config
         if self.base_providers:
-            from modular_rag.tune.space import deep_merge
+            from modular_rag.eval.tune.space import deep_merge
 
             config_map = deep_merge(config_map, {"providers": self.base_providers})
         config_map = {**config_map, "name": f"tune-{trial.number}"}

@@ -19,8 +19,8 @@ import yaml
 from modular_rag.tables import format_table
 
 if TYPE_CHECKING:
-    from modular_rag.tune.records import TrialRow, TuneResult, TuneSettings
-    from modular_rag.tune.space import SearchSpace
+    from modular_rag.eval.tune.records import TrialRow, TuneResult, TuneSettings
+    from modular_rag.eval.tune.space import SearchSpace
 
 __all__ = ["flow_yaml", "trial_table", "write_outputs", "plot_front"]
 
@@ -84,7 +84,7 @@ def plot_front(rows: Sequence[TrialRow], front: Sequence[TrialRow], path: Path, 
 
 def _command(dataset: str, out: Path, space: SearchSpace, settings: TuneSettings) -> str:
     """The command line that reproduces the search (the settings that differ from the defaults)."""
-    from modular_rag.tune.records import TuneSettings
+    from modular_rag.eval.tune.records import TuneSettings
 
     parts = [f"modular-rag tune --dataset {dataset} --out {out} --budget {settings.budget_s / 60:g}m",
              f"--objective {settings.objective}"]  # fmt: skip

@@ -14,7 +14,7 @@ from modular_rag.errors import ConfigError
 
 if TYPE_CHECKING:
     from modular_rag.eval.runner import FlowResult
-    from modular_rag.tune.data import TuneData
+    from modular_rag.eval.tune.data import TuneData
 
 __all__ = ["TuneSettings", "TrialRow", "TuneResult", "parse_budget", "rungs", "pareto_front", "identity", "ranked"]
 

@@ -53,8 +53,8 @@ def add_parser(sub: Any) -> None:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from modular_rag.eval.recommend import config_candidates
-    from modular_rag.tune.search import TuneSettings, parse_budget, tune
-    from modular_rag.tune.space import load_space
+    from modular_rag.eval.tune.search import TuneSettings, parse_budget, tune
+    from modular_rag.eval.tune.space import load_space
 
     space = load_space(args.space, objective=args.objective) if args.space or args.objective else load_space(None)
     objective = args.objective or space.objective
