@@ -110,9 +110,10 @@ class ResolvedFlow(Generic[P]):
     def _at(self, sub: str) -> str:
         return f"{self.path}.{sub}" if self.path else sub
 
-    def _specs(self, name: str, default: Default) -> list[OperatorSpec]:
+    def _specs(self, name: str, default: Default) -> list[tuple[int, OperatorSpec]]:
         """The one rule for what a slot holds: its configured specs, else the default (the pattern mode's, else
-        the registered one with its default params); ``none`` and ``enabled: false`` leave it empty."""
+        the registered one with its default params); ``none`` and ``enabled: false`` leave it empty. Each spec
+        comes with its index in the slot's list as configured (its config path keeps it)."""
         if name in self.config.operators:
             specs = self.config.slot(name)
         elif isinstance(default, OperatorSpec):
@@ -123,13 +124,13 @@ class ResolvedFlow(Generic[P]):
             info = self.pattern.slots[name]
             specs = [] if info.default in (None, "none") else [
                 OperatorSpec(name=info.default, params=dict(info.default_params))]  # fmt: skip
-        return [spec for spec in specs if spec.active]
+        return [(i, spec) for i, spec in enumerate(specs) if spec.active]
 
     def _resolve_slot(self, name: str, default: Default, inject: Mapping[str, Any] | None) -> list[ResolvedStep]:
         port = self.pattern.slots[name].port
         listed = isinstance(self.config.operators.get(name), list)
         steps = []
-        for i, spec in enumerate(self._specs(name, default)):
+        for i, spec in self._specs(name, default):
             path = self._at(f"operators.{name}" + (f".{i}" if listed else ""))
             if inject and spec.object is None:
                 spec = spec.model_copy(update={"params": {**spec.params, **inject}})

@@ -82,6 +82,13 @@ def test_resolution_applies_defaults_enabled_and_none_in_one_place() -> None:
     assert not flow.active("generate") and not flow.active("rewrite")
     assert [s.name for s in flow.slot("rewrite", default="hyde")] == ["hyde"]  # a pattern mode's default
     assert flow.slot("verify", default="none") == []
+    # a step's config path is its place in the list as written, disabled steps counted
+    later = resolve(load_config({"pattern": "linear", "operators": {
+        "rerank": [{"name": "dedup", "enabled": False}, {"name": "mmr", "params": {"k": 5}}]}}))  # fmt: skip
+    assert [s.path for s in later.slot("rerank")] == ["operators.rerank.1"]
+    with pytest.raises(ConfigError, match=r"operators\.rerank\.1\.params\.k"):
+        resolve(load_config({"pattern": "linear", "operators": {
+            "rerank": [{"name": "dedup", "enabled": False}, {"name": "mmr", "params": {"k": 0}}]}}, check=False))
     with pytest.raises(ConfigError, match="operators.retrieve.params.k"):
         resolve(load_config({"pattern": "linear", "operators": {"retrieve": {"name": "bm25", "params": {"k": 0}}}},
                             check=False))  # fmt: skip
