@@ -41,6 +41,7 @@ __all__ = [
     "flow_path",
     "flow",
     "config_path",
+    "served",
     "linear",
     "conditional",
     "branching",
@@ -63,15 +64,19 @@ def config_path(pattern: str) -> Path:
     return template_path(pattern)
 
 
-# the server attaches its own checkpointer and its threads are conversations: every new question starts clean
-# and a run returns the answer, its citations and its cost (FlowOutput); the working state stays in the checkpoint
-linear = build_flow(config_path("linear"), threads=True, output_schema=FlowOutput)
-conditional = build_flow(config_path("conditional"), threads=True, output_schema=FlowOutput)
-branching = build_flow(config_path("branching"), threads=True, output_schema=FlowOutput)
-iterative = build_flow(config_path("iterative"), threads=True, output_schema=FlowOutput)
-recursive = build_flow(config_path("recursive"), threads=True, output_schema=FlowOutput)
-adaptive = build_flow(config_path("adaptive"), threads=True, output_schema=FlowOutput)
+def served(path: str | os.PathLike[str]) -> CompiledStateGraph:
+    """A config's graph as the server runs it. The server attaches its own checkpointer and its threads are
+    conversations: every new question starts clean, and a run returns the answer, its citations and its cost
+    (:class:`~modular_rag.state.FlowOutput`); the working state stays in the checkpoint."""
+    return build_flow(path, threads=True, output_schema=FlowOutput)
 
+
+linear = served(config_path("linear"))
+conditional = served(config_path("conditional"))
+branching = served(config_path("branching"))
+iterative = served(config_path("iterative"))
+recursive = served(config_path("recursive"))
+adaptive = served(config_path("adaptive"))
 
 class FlowContext(TypedDict, total=False):
     """The context of a ``flow`` assistant (LangGraph Studio shows it as the assistant's form)."""
@@ -122,7 +127,7 @@ def flow(config: RunnableConfig, runtime: ServerRuntime) -> CompiledStateGraph:
     with _BUILD_LOCK:
         built = _BUILT.get(path)
         if built is None or built[0] != stamp:
-            graph = build_flow(path, threads=True, output_schema=FlowOutput)
+            graph = served(path)
             graph.context_schema = FlowContext  # type: ignore[assignment]
             _BUILT[path] = built = (stamp, graph)
     return built[1]
