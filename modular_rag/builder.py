@@ -64,6 +64,7 @@ __all__ = [
     "supersteps",
     "trace_and_ledger",
     "build_flow",
+    "resolution",
     "BEGIN",
     "REPLY",
     "GraphNode",
@@ -130,8 +131,7 @@ class FlowBuilder(Generic[P]):
     """
 
     def __init__(self, config: FlowSource, pattern: str, **options: Unpack[BuildOptions]) -> None:
-        self.resolved: ResolvedFlow[P] = config if isinstance(config, ResolvedFlow) else resolve(
-            load_config(config, check=False))  # fmt: skip
+        self.resolved: ResolvedFlow[P] = resolution(config)
         """The config resolved against the registry, once: every slot's operators with their validated params."""
         self.config = self.resolved.config
         if self.config.pattern != pattern:
@@ -438,5 +438,14 @@ def build_flow(config: FlowSource, **options: Unpack[BuildOptions]) -> CompiledS
     Raises:
         ConfigError: If the config is invalid.
     """
-    resolved = config if isinstance(config, ResolvedFlow) else resolve(load_config(config, check=False))
+    resolved = resolution(config)
     return resolved.pattern.factory(resolved, **options)
+
+
+def resolution(config: FlowSource) -> ResolvedFlow[Any]:
+    """A config read (without the registry checks) and resolved, which checks it; a resolved config as it is.
+
+    Raises:
+        ConfigError: If the config is invalid.
+    """
+    return config if isinstance(config, ResolvedFlow) else resolve(load_config(config, check=False))

@@ -147,10 +147,9 @@ def estimate(config: Any) -> Cost:
     Raises:
         ConfigError: If the config is invalid.
     """
-    from modular_rag.config import load_config
-    from modular_rag.resolve import ResolvedFlow, resolve
+    from modular_rag.builder import resolution
 
-    flow = config if isinstance(config, ResolvedFlow) else resolve(load_config(config, check=False))
+    flow = resolution(config)
     if flow.pattern.cost is None:
         from modular_rag.errors import ConfigError
 
