@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from modular_rag.config import OperatorSpec, ProvidersConfig  # noqa: E402
 from modular_rag.eval.datasets import load_beir  # noqa: E402
 from modular_rag.eval.metrics import retrieval_metrics  # noqa: E402
-from modular_rag.eval.runner import dataset_providers  # noqa: E402
+from modular_rag.eval.runner import dataset_providers, doc_ranking  # noqa: E402
 from modular_rag.state import Hit  # noqa: E402
 from modular_rag.tables import format_table  # noqa: E402
 from operators.fusion import rrf, score_fusion  # noqa: E402
@@ -52,11 +52,6 @@ def per_document(hits: Sequence[Hit]) -> list[Hit]:
         if doc not in best or hit["score"] > best[doc]["score"]:
             best[doc] = cast(Hit, {**hit, "chunk_id": doc})
     return sorted(best.values(), key=lambda h: -h["score"])
-
-
-def ranking(hits: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """A ranked list as the metrics read it (scores = reverse rank)."""
-    return {h["chunk_id"]: float(len(hits) - i) for i, h in enumerate(hits)}
 
 
 def main() -> None:
@@ -95,16 +90,16 @@ def main() -> None:
         mean = retrieval_metrics(dataset.qrels, run, recall_at=(5,))["mean"]
         return [label, f"{mean['ndcg@10']:.4f}", f"{mean['recall@5']:.4f}"]
 
-    rows = [row(c, {q: ranking(ls[c]) for q, ls in lists.items()}) for c in CHANNELS]
+    rows = [row(c, {q: doc_ranking(ls[c]) for q, ls in lists.items()}) for c in CHANNELS]
     for dense, sparse in PAIRS:
         for weight in (0.5, 0.75, 1.0, 1.5):
             for norm in ("zscore", "minmax"):
-                rows.append(row(f"{dense} + {sparse}, {norm}, w={weight}", {q: ranking(score_fusion(
+                rows.append(row(f"{dense} + {sparse}, {norm}, w={weight}", {q: doc_ranking(score_fusion(
                     [ls[dense], ls[sparse]], weights=(weight, 1.0), norm=norm, k=100)) for q, ls in lists.items()}))
-        rows.append(row(f"{dense} + {sparse}, rrf", {q: ranking(rrf([ls[dense], ls[sparse]], k=100))
+        rows.append(row(f"{dense} + {sparse}, rrf", {q: doc_ranking(rrf([ls[dense], ls[sparse]], k=100))
                                                      for q, ls in lists.items()}))  # fmt: skip
     for names, weights in MANY:
-        rows.append(row(" + ".join(names) + f", minmax, w={'/'.join(map(str, weights))}", {q: ranking(score_fusion(
+        rows.append(row(" + ".join(names) + f", minmax, w={'/'.join(map(str, weights))}", {q: doc_ranking(score_fusion(
             [ls[n] for n in names], weights=weights, norm="minmax", k=100)) for q, ls in lists.items()}))  # fmt: skip
     first = {q: score_fusion([ls["dense_pas"], ls["bm25_pas"]], norm="minmax", k=100) for q, ls in lists.items()}
     chunk_ids, _, metas = docs.index.dense.dump()
@@ -115,7 +110,7 @@ def main() -> None:
             top = docs.index.dense.get_vectors([chunk_of[h["chunk_id"]] for h in first[q][:m]])  # type: ignore[union-attr]
             moved = vectors[q] + beta * np.mean(list(top.values()), axis=0)
             again = per_document(passages.index.search_dense("", args.pool, None, vector=moved / np.linalg.norm(moved)))
-            run[q] = ranking(score_fusion([again, ls["bm25_pas"]], norm="minmax", k=100))
+            run[q] = doc_ranking(score_fusion([again, ls["bm25_pas"]], norm="minmax", k=100))
         rows.append(row(f"Rocchio m={m} beta={beta}: dense_pas + bm25_pas, minmax, w=1.0", run))
     text = (f"$ .venv/bin/python benchmarks/granularity.py --split {args.split} --pool {args.pool}\n"
             f"scifact ({args.split}, {len(dataset.queries)} queries), bundled MiniLM, BM25 defaults\n"

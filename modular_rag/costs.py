@@ -109,10 +109,10 @@ def context_for(config: Any) -> CostContext:
 
 
 def _resolved(config: Any) -> Any:
-    """The resolution of a config (see :mod:`modular_rag.resolve`); a resolved flow as it is."""
-    from modular_rag.resolve import ResolvedFlow, resolve
+    """The resolution of a config (:func:`modular_rag.builder.resolution`); a resolved flow as it is."""
+    from modular_rag.builder import resolution
 
-    return config if isinstance(config, ResolvedFlow) else resolve(config)
+    return resolution(config)
 
 
 def slot_cost(config: Any, slot: str, ctx: CostContext, *, default: Any = None) -> Cost:
@@ -147,9 +147,7 @@ def estimate(config: Any) -> Cost:
     Raises:
         ConfigError: If the config is invalid.
     """
-    from modular_rag.builder import resolution
-
-    flow = resolution(config)
+    flow = _resolved(config)
     if flow.pattern.cost is None:
         from modular_rag.errors import ConfigError
 
