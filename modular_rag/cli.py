@@ -507,6 +507,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_tune(sub)
 
+    from modular_rag.eval.testset.cli import add_parser as add_testset
+
+    add_testset(sub)
+
     p = sub.add_parser("template", help="print a pattern's YAML template")
     p.add_argument("pattern")
     p.set_defaults(func=_cmd_template)

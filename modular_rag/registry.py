@@ -78,8 +78,10 @@ MODULES: dict[str, tuple[str, ...]] = {
     "post_retrieval": ("rerank", "selection", "compression", "context"),
     "generation": ("generator", "verification"),
     "orchestration": ("routing", "scheduling", "fusion"),
+    "testset": ("question_making", "question_checking"),
 }
-"""The paper's modules and their sub-modules, in flow order."""
+"""The paper's modules and their sub-modules, in flow order; then ``testset``, which is no part of a flow: the
+question makers and checks that make a labelled test set from a corpus (:mod:`modular_rag.eval.testset`)."""
 
 
 class Port(str, Enum):  # noqa: UP042 - StrEnum would change str(Port.X) from "Port.X" to its value
@@ -98,6 +100,10 @@ class Port(str, Enum):  # noqa: UP042 - StrEnum would change str(Port.X) from "P
     ROUTE = "route"
     JUDGE = "judge"
     FUSE = "fuse"
+    QUESTION = "question"
+    """Test sets: passages -> questions with their gold passages and answers (not a flow slot)."""
+    CHECK = "check"
+    """Test sets: questions -> the ones to keep (not a flow slot)."""
 
 
 PORT_CONTRACTS: dict[Port, str] = {
@@ -112,6 +118,8 @@ PORT_CONTRACTS: dict[Port, str] = {
     Port.ROUTE: "state -> route",
     Port.JUDGE: "state -> verdicts",
     Port.FUSE: "branches -> candidates or answer",
+    Port.QUESTION: "passages -> questions",
+    Port.CHECK: "questions -> questions kept",
 }
 
 
@@ -127,6 +135,8 @@ PORT_WRITES: dict[Port, frozenset[str]] = {
     Port.ROUTE: frozenset({"route", "route_confidence"}),
     Port.JUDGE: frozenset({"verdicts"}),
     Port.FUSE: frozenset({"candidates", "evidence", "answer"}),
+    Port.QUESTION: frozenset(),
+    Port.CHECK: frozenset(),
 }
 """The state keys an operator of each port may write (its half of the stage contract)."""
 

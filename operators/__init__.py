@@ -11,8 +11,11 @@ from operators import (  # noqa: F401  (imported to register)
     judging,
     post_retrieval,
     pre_retrieval,
+    questions,
+    questions_llm,
     retrieval,
     routing,
 )
 
-__all__ = ["fusion", "generation", "indexing", "judging", "post_retrieval", "pre_retrieval", "retrieval", "routing"]
+__all__ = ["fusion", "generation", "indexing", "judging", "post_retrieval", "pre_retrieval", "questions",
+           "questions_llm", "retrieval", "routing"]

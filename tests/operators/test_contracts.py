@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from modular_rag.providers import Providers
 from modular_rag.registry import PORT_WRITES, OperatorInfo, Port, catalogue
 
-STATE_PORTS = {p for p in Port if p not in (Port.LOAD, Port.CHUNK)}
+STATE_PORTS = {p for p in Port if PORT_WRITES[p]}  # loaders, chunkers and test-set makers do not touch state
 
 ROUTES = {
     "routes": {

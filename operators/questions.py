@@ -1,0 +1,383 @@
+"""Test-set module: question makers that need no model, and the checks every question passes.
+
+Makers (port ``question``) read passages and write questions with their gold passages and answer spans:
+
+- ``inverse_cloze``: a sentence of a passage, reworded, as the query; the passage (kept whole in the index) is gold.
+- ``fact_question``: a sentence holding a typed span (a number, a date, a name), turned into a wh-question or a
+  cloze around it; the span is the answer.
+- ``bridge``: two hops across a link between documents: a fact of passage B asked through what passage A says of
+  B's title, without naming B (HotpotQA's bridge questions); A and B are gold, the answer is B's span.
+
+Every maker rewords its source sentence the same way (:func:`surface`): the answer is cut out, words of what must
+not be named are removed, the sentence is cut to ``max_words`` around the answer and a share ``drop`` of its
+content words is left out (seeded), because the passage stays whole in the index: a question copied from it would
+be a verbatim substring, which lexical search finds by construction and real users never ask.
+
+Checks (port ``check``): ``answer_in_passage`` (the answer is in a gold passage, by span containment or the
+attribution check), ``not_verbatim`` (no long run of the question is copied from its passage or the corpus),
+``dedup`` (no near-duplicate of an earlier question). The LLM maker and the closed-book check are in
+:mod:`operators.questions_llm`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import Field
+
+from modular_rag.providers import Providers
+from modular_rag.questions import PassageSet, Question, QuestionCheck, QuestionMaker, Span, Verdict
+from modular_rag.registry import OperatorParams, Port, operator
+from modular_rag.text import ENGLISH_STOPWORDS, normalize_answer
+
+__all__ = ["typed_spans", "surface", "find_answer", "AnswerType"]
+
+AnswerType = str
+_MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
+           "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec")  # fmt: skip
+_DATE = re.compile(rf"\b(?:\d{{1,2}}\s+)?(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?)?,?\s+\d{{4}}\b"
+                   r"|\b(?:1[5-9]\d\d|20[0-4]\d)s?\b")  # fmt: skip
+_NUMBER = re.compile(r"(?<![^\s(\"'])\d+(?:[.,]\d+)*(?:\s?%|\s(?:percent|per cent|km|kg|mg|ml|cm|mm|m|h)\b|"
+                     r"\s(?:million|billion|thousand|hundred)(?:\s[a-z]{3,}s\b)?|\s(?!was\b|has\b|is\b)[a-z]{2,}s\b)?"
+                     r"(?![^\s.,;:)\"'])")  # fmt: skip
+_NAME = re.compile(r"(?<![^\s(\"'])[A-Z][\w'-]*(?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][\w'-]*){0,3}(?![^\s.,;:)\"'])")
+_TOKEN = re.compile(r"[^\W_]+(?:[-'./][^\W_]+)*")
+_BLANK = "___"
+WH = {"number": "How many", "date": "When", "name": "Who"}
+"""The wh-word a question about each answer type starts with."""
+
+
+def typed_spans(sentence: str, types: Sequence[str], exclude: str = "") -> list[tuple[str, int, int]]:
+    """The typed spans of a sentence, as ``(type, start, end)``: dates (a month with a year, or a year), numbers
+    (with a unit word when one follows) and names (runs of capitalised words not starting the sentence); a name
+    equal to ``exclude`` (the passage's title) or made of stop words is left out, and spans do not overlap."""
+    found: list[tuple[str, int, int]] = []
+    taken: list[tuple[int, int]] = []
+
+    def free(s: int, e: int) -> bool:
+        return all(e <= a or s >= b for a, b in taken)
+
+    for kind, pattern in (("date", _DATE), ("number", _NUMBER), ("name", _NAME)):
+        for m in pattern.finditer(sentence):
+            s, e = m.span()
+            if not free(s, e):
+                continue
+            taken.append((s, e))  # a span a type claims is not another type's, even when not wanted
+            if kind not in types:
+                continue
+            if kind == "name":
+                words = m.group(0).split()
+                if s == 0 or m.group(0) == exclude or all(w.lower() in ENGLISH_STOPWORDS for w in words):
+                    continue
+                if len(m.group(0)) < 3:
+                    continue
+            found.append((kind, s, e))
+    return sorted(found, key=lambda t: t[1])
+
+
+def surface(
+    text: str, rng: random.Random, *, answer: tuple[int, int] | None = None, blank: bool = False,
+    forbid: frozenset[str] = frozenset(), drop: float = 0.3, max_words: int = 16, min_content: int = 3,
+) -> str:  # fmt: skip
+    """A sentence reworded as a query: the ``answer`` span cut out (or replaced by ``___`` with ``blank``), words
+    whose lower case is in ``forbid`` removed, cut to ``max_words`` words around the answer (or from a seeded start),
+    and each content word left out with probability ``drop`` while more than ``min_content`` remain."""
+    words: list[str] = []
+    at = -1
+    for m in _TOKEN.finditer(text):
+        if answer is not None and m.start() < answer[1] and m.end() > answer[0]:
+            if at < 0:
+                at = len(words)
+                if blank:
+                    words.append(_BLANK)
+            continue
+        if answer is not None and at < 0 and m.start() >= answer[1]:
+            at = len(words)
+            if blank:
+                words.append(_BLANK)
+        if m.group(0).lower() not in forbid:
+            words.append(m.group(0))
+    if len(words) > max_words:
+        if at >= 0:
+            lo = max(0, min(at - max_words // 2, len(words) - max_words))
+        else:
+            lo = rng.randrange(0, len(words) - max_words + 1)
+        words = words[lo : lo + max_words]
+    content = [i for i, w in enumerate(words) if w != _BLANK and w.lower() not in ENGLISH_STOPWORDS]
+    dropped: set[int] = set()
+    for i in content:
+        if len(content) - len(dropped) <= min_content:
+            break
+        if rng.random() < drop:
+            dropped.add(i)
+    return " ".join(w for i, w in enumerate(words) if i not in dropped)
+
+
+def find_answer(answer: str, passages: PassageSet, gold: Sequence[str]) -> tuple[Span, ...]:
+    """Where ``answer`` occurs in the gold passages (case-insensitive, first occurrence per passage)."""
+    if not answer.strip():
+        return ()
+    spans = []
+    for pid in gold:
+        text = passages[passages.position[pid]].text
+        at = text.lower().find(answer.lower().strip())
+        if at >= 0:
+            spans.append(Span(pid, at, at + len(answer.strip())))
+    return tuple(spans)
+
+
+def _alias_words(title: str) -> frozenset[str]:
+    """The lower-cased content words of a title (without a trailing parenthesis), which a bridge question must
+    not say."""
+    base = re.sub(r"\s*\([^)]*\)\s*$", "", title)
+    return frozenset(w.lower() for w in _TOKEN.findall(base) if w.lower() not in ENGLISH_STOPWORDS)
+
+
+class SurfaceParams(OperatorParams):
+    drop: float = Field(0.3, ge=0.0, lt=1.0, description="share of the sentence's content words left out (seeded)")
+    max_words: int = Field(16, ge=4, le=100, description="the question keeps at most this many words of the sentence")
+    min_words: int = Field(6, ge=3, description="sentences with fewer words are not used")
+
+
+@operator("testset", "question_making", "inverse_cloze", port=Port.QUESTION)
+def inverse_cloze(params: SurfaceParams, providers: Providers) -> QuestionMaker:
+    """Inverse cloze: a sentence of a passage, reworded (words left out, cut to ``max_words``), is the query; the
+    passage, which stays whole in the index, is gold, and the sentence is the evidence (no short answer)."""
+
+    def make(passages: PassageSet, n: int, rng: random.Random) -> list[Question]:
+        out: list[Question] = []
+        for i in passages.order(rng):
+            if len(out) >= n:
+                break
+            p = passages[i]
+            spans = [s for s in passages.sentences(i) if len(p.text[s[0] : s[1]].split()) >= params.min_words]
+            if not spans:
+                continue
+            s, e = rng.choice(spans)
+            text = surface(p.text[s:e], rng, drop=params.drop, max_words=params.max_words)
+            out.append(Question(text, "inverse_cloze", (p.id,), "", "sentence", (Span(p.id, s, e),),
+                                {"sentence": p.text[s:e]}))  # fmt: skip
+        return out
+
+    return make
+
+
+class FactParams(SurfaceParams):
+    form: str = Field("wh", pattern="^(wh|cloze)$", description="wh: 'When ...?'; cloze: the answer as ___")
+    types: list[str] = Field(["number", "date", "name"], min_length=1, description="answer types asked for")
+
+
+def _fact(p_text: str, sentences: Sequence[tuple[int, int]], params: FactParams, rng: random.Random,
+          exclude: str = "") -> tuple[int, int, str, int, int] | None:  # fmt: skip
+    """A sentence of a passage with a typed span: ``(sentence start, end, type, span start, end)`` in passage
+    offsets, or ``None``."""
+    options = []
+    for s, e in sentences:
+        sentence = p_text[s:e]
+        if len(sentence.split()) < params.min_words:
+            continue
+        options.extend((s, e, kind, s + a, s + b) for kind, a, b in typed_spans(sentence, params.types, exclude))
+    return rng.choice(options) if options else None
+
+
+def _ask(body: str, kind: str, form: str) -> str:
+    return f"{body.rstrip('.')}." if form == "cloze" else f"{WH[kind]} {body}?"
+
+
+@operator("testset", "question_making", "fact_question", port=Port.QUESTION)
+def fact_question(params: FactParams, providers: Providers) -> QuestionMaker:
+    """Typed-span questions: a sentence with a number, a date or a name becomes a wh-question ("When ...?") or a
+    cloze (``___``) around it, reworded like an inverse cloze; the span is the answer, its passage gold."""
+
+    def make(passages: PassageSet, n: int, rng: random.Random) -> list[Question]:
+        out: list[Question] = []
+        for i in passages.order(rng):
+            if len(out) >= n:
+                break
+            p = passages[i]
+            fact = _fact(p.text, passages.sentences(i), params, rng, exclude=p.title)
+            if fact is None:
+                continue
+            s, e, kind, a, b = fact
+            body = surface(p.text[s:e], rng, answer=(a - s, b - s), blank=params.form == "cloze", drop=params.drop,
+                           max_words=params.max_words)  # fmt: skip
+            out.append(Question(_ask(body, kind, params.form), params.form, (p.id,), p.text[a:b], kind,
+                                (Span(p.id, a, b),), {"sentence": p.text[s:e]}))  # fmt: skip
+        return out
+
+    return make
+
+
+class BridgeParams(FactParams):
+    context_words: int = Field(8, ge=2, le=40, description="words of the bridge sentence (passage A) kept")
+    name_first: bool = Field(True, description="name passage A's title in the question (as HotpotQA does)")
+
+
+@operator("testset", "question_making", "bridge", port=Port.QUESTION)
+def bridge(params: BridgeParams, providers: Providers) -> QuestionMaker:
+    """Two-hop bridge questions across the link table: passage A mentions the title of passage B (a single
+    document); a fact of B (a typed span) is asked through A's sentence about B, with B's title removed, so the
+    question can be answered only by finding A and then B. Both are gold; the answer is B's span."""
+    wh_params = params.model_copy(update={"form": "wh"}) if params.form != "wh" else params
+
+    def make(passages: PassageSet, n: int, rng: random.Random) -> list[Question]:
+        links = passages.links
+        out: list[Question] = []
+        used: set[tuple[int, int]] = set()
+        for i in passages.order(rng):
+            if len(out) >= n:
+                break
+            a = passages[i]
+            targets = []
+            for alias, hit in links.mentions(a.text, exclude=i):
+                docs = {passages[j].doc or passages[j].id for j in hit}
+                if len(docs) == 1:  # the alias names one document: the bridge is unambiguous
+                    targets.append((alias, min(hit)))
+            rng.shuffle(targets)
+            for alias, j in targets:
+                if (i, j) in used:
+                    continue
+                b = passages[j]
+                forbid = _alias_words(b.title) | frozenset(alias)
+                fact = _fact(b.text, passages.sentences(j), wh_params, rng, exclude=b.title)
+                bridge_sentence = next((a.text[s:e] for s, e in passages.sentences(i)
+                                        if " ".join(alias) in " ".join(w.lower() for w in
+                                                                      _TOKEN.findall(a.text[s:e]))), None)  # fmt: skip
+                if fact is None or bridge_sentence is None:
+                    continue
+                s, e, kind, x, y = fact
+                if set(w.lower() for w in _TOKEN.findall(b.text[x:y])) & forbid:
+                    continue  # the answer is the bridge entity itself: a one-hop question
+                asked = surface(b.text[s:e], rng, answer=(x - s, y - s), forbid=forbid, drop=params.drop,
+                                max_words=params.max_words)  # fmt: skip
+                context = surface(bridge_sentence, rng, forbid=forbid, drop=params.drop,
+                                  max_words=params.context_words, min_content=2)  # fmt: skip
+                named = f" in {a.title}" if params.name_first and a.title and a.title.lower() not in context.lower() \
+                    else ""  # fmt: skip
+                text = f"{WH[kind]} {asked}, the one{named} {context}?"
+                if forbid & {w.lower() for w in _TOKEN.findall(text)}:
+                    continue
+                used.add((i, j))
+                out.append(Question(text, "bridge", (a.id, b.id), b.text[x:y], kind, (Span(b.id, x, y),),
+                                    {"bridge": b.title, "sentence": b.text[s:e], "via": bridge_sentence}))  # fmt: skip
+                break
+        return out
+
+    return make
+
+
+# ---------------------------------------------------------------------------------------------------------- checks
+
+
+class AnswerParams(OperatorParams):
+    method: str = Field("span", pattern="^(span|attribution)$",
+                        description="span: the normalised answer occurs in a gold passage; attribution: the kit's "
+                                    "attribution check supports the answer against a gold passage")  # fmt: skip
+
+
+def _in_passage(q: Question, passages: PassageSet, method: str) -> bool:
+    texts = [f"{passages[passages.position[g]].title}\n{passages[passages.position[g]].text}" for g in q.gold
+             if g in passages.position]  # fmt: skip
+    if not texts:
+        return False
+    if method == "attribution":
+        from operators.attribution import check_claims
+
+        evidence: list[Any] = [{"ref": n, "text": t, "chunk_id": str(n), "metadata": {}}
+                               for n, t in enumerate(texts, 1)]  # fmt: skip
+        verdicts = check_claims(q.answer, q.text, evidence, semantic_threshold=None)
+        return bool(verdicts) and all(v.supported for v in verdicts)
+    answer = normalize_answer(q.answer)
+    return bool(answer) and any(f" {answer} " in f" {normalize_answer(t)} " for t in texts)
+
+
+@operator("testset", "question_checking", "answer_in_passage", port=Port.CHECK)
+def answer_in_passage(params: AnswerParams, providers: Providers) -> QuestionCheck:
+    """Attribution: drop a question whose answer is not in a gold passage (an LLM's invented answer), or whose
+    evidence spans do not point inside their passages; questions without a short answer keep only the span test."""
+
+    def check(questions: Sequence[Question], passages: PassageSet) -> list[Verdict]:
+        out = []
+        for q in questions:
+            spans_ok = all(s.doc in q.gold and s.doc in passages.position and
+                           0 <= s.start < s.end <= len(passages[passages.position[s.doc]].text)
+                           for s in q.evidence)  # fmt: skip
+            if not spans_ok:
+                out.append(Verdict(False, "evidence span outside its passage"))
+            elif q.answer and not _in_passage(q, passages, params.method):
+                out.append(Verdict(False, "answer not in the cited passage"))
+            elif not q.answer and q.gold and not q.evidence:
+                out.append(Verdict(False, "no answer and no evidence span"))
+            else:
+                out.append(Verdict(True))
+        return out
+
+    return check
+
+
+class VerbatimParams(OperatorParams):
+    max_run: int = Field(8, ge=3, description="a run of this many words copied from a passage is verbatim")
+    allow: list[str] = Field([], description="question kinds that may copy their passage")
+
+
+def _words(text: str) -> list[str]:
+    return normalize_answer(text).split()
+
+
+@operator("testset", "question_checking", "not_verbatim", port=Port.CHECK)
+def not_verbatim(params: VerbatimParams, providers: Providers) -> QuestionCheck:
+    """Drop a question that copies its passage (a run of ``max_run`` words of a gold passage) or that is a verbatim
+    substring of any corpus passage, unless its kind is in ``allow``."""
+
+    def check(questions: Sequence[Question], passages: PassageSet) -> list[Verdict]:
+        corpus = "\n".join(" ".join(_words(p.text)) for p in passages.passages)
+        out = []
+        for q in questions:
+            words = [w for w in _words(q.text) if w != "___"]
+            phrase = " ".join(words)
+            if q.kind in params.allow:
+                out.append(Verdict(True))
+                continue
+            gold = [" ".join(_words(passages[passages.position[g]].text)) for g in q.gold if g in passages.position]
+            runs = {" ".join(words[k : k + params.max_run]) for k in range(len(words) - params.max_run + 1)}
+            if phrase and phrase in corpus:
+                out.append(Verdict(False, "verbatim substring of the corpus"))
+            elif any(f" {r} " in f" {t} " for r in runs for t in gold):
+                out.append(Verdict(False, f"copies {params.max_run} words of its passage"))
+            else:
+                out.append(Verdict(True))
+        return out
+
+    return check
+
+
+class DedupParams(OperatorParams):
+    threshold: float = Field(0.8, gt=0.0, le=1.0, description="content-word Jaccard at or above this is a duplicate")
+
+
+@operator("testset", "question_checking", "dedup", port=Port.CHECK)
+def dedup(params: DedupParams, providers: Providers) -> QuestionCheck:
+    """De-duplication: drop a question whose content words overlap an earlier kept question's by ``threshold``
+    (Jaccard), or that asks for the same answer from the same passages."""
+
+    def check(questions: Sequence[Question], passages: PassageSet) -> list[Verdict]:
+        kept: list[frozenset[str]] = []
+        seen: set[tuple[tuple[str, ...], str]] = set()
+        out = []
+        for q in questions:
+            words = frozenset(w for w in _words(q.text) if w not in ENGLISH_STOPWORDS)
+            key = (tuple(sorted(q.gold)), normalize_answer(q.answer))
+            if q.answer and key in seen:
+                out.append(Verdict(False, "same answer from the same passages"))
+            elif any(len(words & k) / max(len(words | k), 1) >= params.threshold for k in kept):
+                out.append(Verdict(False, "near-duplicate of another question"))
+            else:
+                kept.append(words)
+                seen.add(key)
+                out.append(Verdict(True))
+        return out
+
+    return check
