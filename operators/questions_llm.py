@@ -35,6 +35,8 @@ PROMPTS = {
                     "Reply in one line:\nQuestion: ...",
 }  # fmt: skip
 """The prompt of each kind (``{a}``, ``{b}``: passage texts; ``{bridge}``, ``{ta}``, ``{tb}``: titles)."""
+ANSWER_PROMPT = "{passages}\n\nQuestion: {question}\nAnswer with a few words copied from the passages.\nAnswer:"
+"""Asked when the model wrote a question without its answer (small models often do)."""
 
 _LINE = re.compile(r"^\s*(question|answer)\s*[:\-]\s*(.+?)\s*$", re.I | re.M)
 
@@ -52,6 +54,8 @@ class LLMMakerParams(OperatorParams):
                              description="kinds to write, in turn: single, multi, comparison, unanswerable")
     max_tokens: int = Field(96, gt=0, le=1024, description="completion cap per question")
     max_chars: int = Field(1200, ge=100, description="each passage is cut to this many characters in the prompt")
+    ask_answer: bool = Field(True, description="when a reply has a question but no answer, ask for the answer in a "
+                                               "second call")  # fmt: skip
 
 
 def _cut(p: Passage, max_chars: int) -> str:
@@ -105,6 +109,11 @@ def llm_questions(params: LLMMakerParams, providers: Providers) -> QuestionMaker
                 question = reply.strip().splitlines()[0].strip() if reply.strip() else ""
             if not question:
                 continue
+            if not answer and kind != "unanswerable" and params.ask_answer:
+                shown = "\n\n".join(slots[k] for k in ("a", "b") if slots.get(k))
+                answer = providers.llm.complete(ANSWER_PROMPT.format(passages=shown, question=question),
+                                                max_tokens=24).text.strip().splitlines()[0:1]  # fmt: skip
+                answer = answer[0].strip().strip('"').rstrip(".") if answer else ""
             gold = () if kind == "unanswerable" else (a.id,) if b is None else (a.id, b.id)
             answer = "" if kind == "unanswerable" else answer
             where = find_answer(answer, passages, gold)

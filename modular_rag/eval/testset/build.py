@@ -128,7 +128,7 @@ class TestsetResult:
         out = [f"test set: {train + dev} questions ({train} train, {dev} dev) from {self.passages} passages "
                f"({self.covered} gold) -> {self.folder}"]  # fmt: skip
         for kind, c in self.counts.items():
-            dropped = ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("dropped: "))
+            dropped = ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("dropped: ") and v)
             out.append(f"  {kind:<14} {c.get('kept', 0):>4} kept of {c.get('candidates', 0):>4} candidates"
                        + (f" (dropped: {dropped})" if dropped else ""))  # fmt: skip
         if self.unanswerable:
@@ -227,6 +227,8 @@ def make_testset(
         splits["train"].extend(group[:cut])
         splits["dev"].extend(group[cut:])
         counts[kind].update(kept=len(group), train=cut, dev=len(group) - cut)
+    for q in unanswerable:
+        counts[q.kind]["kept"] += 1
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     write_corpus(folder, passages, link)
