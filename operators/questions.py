@@ -212,6 +212,8 @@ def fact_question(params: FactParams, providers: Providers) -> QuestionMaker:
 
 
 class BridgeParams(FactParams):
+    max_words: int = Field(6, ge=3, le=100, description="words of passage B's fact sentence kept (few: the question "
+                                                         "points at B through A, not by B's own words)")  # fmt: skip
     context_words: int = Field(8, ge=2, le=40, description="words of the bridge sentence (passage A) kept")
     name_first: bool = Field(True, description="name passage A's title in the question (as HotpotQA does)")
 
@@ -252,7 +254,7 @@ def bridge(params: BridgeParams, providers: Providers) -> QuestionMaker:
                 if set(w.lower() for w in _TOKEN.findall(b.text[x:y])) & forbid:
                     continue  # the answer is the bridge entity itself: a one-hop question
                 asked = surface(b.text[s:e], rng, answer=(x - s, y - s), forbid=forbid, drop=params.drop,
-                                max_words=params.max_words)  # fmt: skip
+                                max_words=params.max_words, min_content=2)  # fmt: skip
                 context = surface(bridge_sentence, rng, forbid=forbid, drop=params.drop,
                                   max_words=params.context_words, min_content=2)  # fmt: skip
                 named = f" in {a.title}" if params.name_first and a.title and a.title.lower() not in context.lower() \
@@ -284,7 +286,10 @@ def _in_passage(q: Question, passages: PassageSet, method: str) -> bool:
     if not texts:
         return False
     if method == "attribution":
-        from operators.attribution import check_claims
+        try:
+            from operators.claims import check_claims
+        except ImportError:  # the attribution check before it moved to its own module
+            from operators.attribution import check_claims  # type: ignore[attr-defined,no-redef]
 
         evidence: list[Any] = [{"ref": n, "text": t, "chunk_id": str(n), "metadata": {}}
                                for n, t in enumerate(texts, 1)]  # fmt: skip
