@@ -44,6 +44,7 @@ __all__ = [
     "make_answer",
     "check_answer",
     "extractive_answer",
+    "quoted_sentence",
     "clean_completion",
     "trim_loops",
     "parse_yes_no",
@@ -351,6 +352,31 @@ def extractive_answer(question: str, best: ScoredSentence, evidence: Sequence[Ev
                   refused=False, source="extractive", quote=best.sentence)  # fmt: skip
 
 
+def _quotable(scorer: SentenceScorer, question: str, evidence: Sequence[Evidence], scored: Sequence[ScoredSentence],
+              *, follow_bridges: bool) -> ScoredSentence:  # fmt: skip
+    """The sentence an extractive answer quotes from ``scored`` (non-empty, best first): the best one, or the
+    sentence across the bridge it names (:meth:`~operators.attribution.SentenceScorer.bridge`)."""
+    across = scorer.bridge(question, scored[0], evidence) if follow_bridges else None
+    return across if across is not None else scored[0]
+
+
+def quoted_sentence(providers: Providers, question: str, evidence: Sequence[Evidence], *,
+                    weights: SentenceWeights | None = None, follow_bridges: bool = True) -> str | None:  # fmt: skip
+    """The evidence sentence ``cited_answer``'s extractive mode would quote for the question (the best-scored one,
+    or across the bridge it names), whether or not an answer quoted it; ``None`` when the evidence has no sentence.
+
+    Args:
+        providers: The flow's providers (the embedder scores sentences; the link table finds bridges).
+        question: The question.
+        evidence: The evidence pack.
+        weights: How sentences are scored (the generator's ``weights``; default :class:`SentenceWeights`).
+        follow_bridges: Quote across a bridge, as the generator's ``follow_bridges``.
+    """
+    scorer = SentenceScorer(providers, weights or SentenceWeights())
+    scored = scorer.score(question, evidence)
+    return _quotable(scorer, question, evidence, scored, follow_bridges=follow_bridges).sentence if scored else None
+
+
 def _answers(scored: Sequence[ScoredSentence], params: CitedAnswerParams) -> bool:
     """Whether some evidence sentence answers the question (see ``min_relevance``): the rule was fitted on SQuAD and
     NQ-open questions against their own corpus and against another's (benchmarks/README.md)."""
@@ -389,12 +415,10 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
 
     def _best(scored: list[ScoredSentence], query: str, evidence: list[Evidence]) -> ScoredSentence:
         """The sentence to quote: the best-scored one, or across the bridge it names (``follow_bridges``)."""
-        if params.follow_bridges:
-            across = scorer.bridge(query, scored[0], evidence)
-            if across is not None:
-                note(f"bridge: the best sentence names [{across.ref}]; answering from it")
-                return across
-        return scored[0]
+        best = _quotable(scorer, query, evidence, scored, follow_bridges=params.follow_bridges)
+        if best is not scored[0]:
+            note(f"bridge: the best sentence names [{best.ref}]; answering from it")
+        return best
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))

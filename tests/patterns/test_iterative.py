@@ -1,4 +1,5 @@
-"""Iterative pattern (ITER-RETGEN): rounds retrieve with the last answer; a judge may stop early; T is the bound."""
+"""Iterative pattern: rounds search with what the last one produced (ITER-RETGEN, MDR, IRCoT, link hops); a judge may
+stop early; T is the bound."""
 
 from __future__ import annotations
 
@@ -46,14 +47,46 @@ def test_round_t_retrieves_with_the_previous_answer(demo_dir: Path) -> None:
                                          "TW-550 Gravel.")  # fmt: skip
 
 
+AWARD_WINNER = "Which bike won the 2022 Coastline Design Award?"
+
+
+def quoted(demo_dir: Path, question: str) -> str:
+    """The sentence the extractive answer quotes from the evidence the template's first round builds (same retrieval,
+    same context): an independent run of the linear pattern."""
+    config = template("iterative", demo_dir)
+    linear = {"pattern": "linear", "providers": config["providers"],
+              "operators": {"retrieve": config["operators"]["retrieve"], "context": config["operators"]["context"],
+                            "generate": {"name": "cited_answer", "params": {"mode": "extractive",
+                                                                            "min_relevance": None}}}}  # fmt: skip
+    return build_flow(linear).invoke({"query": question})["answer"]["quote"]
+
+
 @pytest.mark.integration
-def test_a_refusal_never_extends_the_next_query(demo_dir: Path) -> None:
+def test_a_refused_round_conditions_the_next_query_on_the_sentence_it_would_have_quoted(demo_dir: Path) -> None:
+    """ITER-RETGEN conditions every round on the last generation; a refusal says nothing, so the next query takes the
+    evidence sentence the extractive answer would have quoted (the bare question again would repeat round 1)."""
     from operators.generation import REFUSAL
 
     config = load_config(template("iterative", demo_dir, params={"rounds": 2}, operators={"judge": "none"}))
     config.providers.llm = fake_llm(REFUSAL)
-    out = build_flow(config).invoke({"query": "Which bike won the 2022 Coastline Design Award?"})
-    assert [r["query"] for r in out["rounds"]] == ["Which bike won the 2022 Coastline Design Award?"] * 2
+    out = build_flow(config).invoke({"query": AWARD_WINNER})
+    assert out["rounds"][0]["answer"] == REFUSAL
+    sentence = quoted(demo_dir, AWARD_WINNER)
+    assert "TW-550" in sentence
+    assert [r["query"] for r in out["rounds"]] == [AWARD_WINNER, f"{AWARD_WINNER} {sentence}"]
+
+
+@pytest.mark.integration
+def test_an_extractive_round_conditions_the_next_query_on_the_sentence_it_quoted(demo_dir: Path) -> None:
+    """An extractive answer may be a bare span ("TW-550 Gravel"); the generation it stands for is the sentence it
+    quoted."""
+    config = template("iterative", demo_dir, params={"rounds": 2}, operators={
+        "judge": "none", "generate": {"name": "cited_answer", "params": {"mode": "extractive", "extract": "span",
+                                                                          "min_relevance": None}}})  # fmt: skip
+    out = build_flow(config).invoke({"query": AWARD_WINNER})
+    sentence = quoted(demo_dir, AWARD_WINNER)
+    assert len(out["rounds"][0]["answer"]) < len(sentence)  # the span, not the sentence
+    assert out["rounds"][1]["query"] == f"{AWARD_WINNER} {sentence}"
 
 
 @pytest.mark.integration
@@ -73,3 +106,126 @@ def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
     out = build_flow(config).invoke({"query": "Which frame material does the 2022 Coastline Design Award winner use?"})
     assert 1 <= out["step"] <= 2 and out["answer"]["text"].strip()
     assert sum(e["llm_calls"] for e in out["ledger"]) == out["step"]
+
+
+def hop_config(demo_dir: Path, query_with: str, rounds: int, retrieve: Any, **hop: Any) -> dict[str, Any]:
+    """An LLM-free iterative config on the demo index: retrieval only, no judge."""
+    return {"pattern": "iterative", "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir),
+                                                                  "collection": "demo"}},
+            "operators": {"retrieve": retrieve, "context": "none", "generate": "none", "judge": "none"},
+            "params": {"rounds": rounds, "query_with": query_with,
+                       "hop": {"question_titles": False, **hop}}}  # fmt: skip
+
+
+@pytest.mark.integration
+def test_evidence_hops_never_repeat_a_query_and_pair_hits_with_the_passage_the_query_came_from(demo_dir: Path) -> None:
+    """MDR from round 3 on: round 3 searches from the passage round 2 found (not round 1's best again, whose query
+    already ran), and what that search finds is paired with that passage."""
+    from operators.multihop import hits_by_id
+    from tests.conftest import fake_env
+
+    env = fake_env(demo_dir)
+    by_doc = {m["doc_id"]: c for c, m in zip(env.index.sparse.ids, env.index.sparse.metadatas, strict=True)}
+    award, distractor, history, ebike = (by_doc[d] for d in ("coastline-design-award-2022", "warranty-policy-2019",
+                                                             "company-history", "tw-e1-ebike-manual"))  # fmt: skip
+    question = "Which e-bike did the company behind the award winner make first?"
+
+    def query_of(chunk: str) -> str:
+        return f"{question} {' '.join(hits_by_id(env, [chunk])[0]['text'].split()[:60])}"
+
+    # a scripted retriever: the question finds the award and a distractor; the award's query finds the company
+    # history, the history's query the e-bike manual
+    script = {question: [award, distractor], query_of(award): [history], query_of(history): [ebike]}
+    searched: list[str] = []
+
+    def retrieve(state: Mapping[str, Any]) -> dict[str, Any]:
+        query = (state.get("queries") or [state["query"]])[0]
+        searched.append(query)
+        return {"candidates": hits_by_id(env, script.get(query, []))}
+
+    config = load_config(hop_config(demo_dir, "evidence", 3, "hybrid", beam=1, k=5,
+                                    weights={"link": 10.0}))  # fmt: skip
+    config.operators["retrieve"] = OperatorSpec.from_object(retrieve)
+    out = build_flow(config, providers=env).invoke({"query": question})
+    assert [r["query"] for r in out["rounds"]] == [question, query_of(award), query_of(history)]
+    assert len(set(searched)) == len(searched) == 3
+    ranked = [h["chunk_id"] for h in out["candidates"]]
+    assert set(ranked[:2]) == {history, ebike}  # the pair the last search made: (the passage it came from, its hit)
+
+
+@pytest.mark.integration
+def test_link_hops_follow_a_chain_from_the_passages_the_last_round_found(demo_dir: Path) -> None:
+    """Round 3 hops from what round 2 found first (the company history), not again from round 1's best passage: the
+    chain award -> company history -> e-bike manual is followed to its third passage."""
+    question = "Which app releases support the first e-bike of the company whose gravel bike won the 2022 " \
+               "Coastline Design Award?"
+    retrieve = {"name": "hybrid", "params": {"k": 1, "pool": 5}}
+    out = build_flow(hop_config(demo_dir, "links", 3, retrieve, beam=1, k=4)).invoke({"query": question})
+    found = [h["metadata"]["doc_id"] for h in out["candidates"]]
+    assert len(out["rounds"][0]["chunk_ids"]) == 1 and "company-history" in found
+    assert "tw-e1-ebike-manual" in found  # three hops: award -> history -> e-bike
+    assert sum(e["retrievals"] for e in out["ledger"]) == 2 + 1 + 1  # a search, then one lookup a round
+
+
+THOUGHTS = ["The 2022 Coastline Design Award went to the TW-550 Gravel.",
+            "The TW-550 Gravel has a chromoly steel frame, so the answer is chromoly steel."]  # fmt: skip
+
+
+def _ircot_reply(prompt: str) -> str:
+    """A scripted model for IRCoT: the next thought of the chain, then the reader's answer."""
+    if prompt.rstrip().endswith("Next step:"):
+        return THOUGHTS[1] if "Steps so far:" in prompt else THOUGHTS[0]
+    return "Chromoly steel [1]."
+
+
+@pytest.mark.integration
+def test_thought_mode_interleaves_chain_of_thought_with_retrieval_as_ircot_does(demo_dir: Path) -> None:
+    from tests.conftest import ScriptedChat
+
+    question = "What is the frame material of the bike that won the 2022 Coastline Design Award?"
+    config = load_config(template("iterative", demo_dir, params={"rounds": 5, "query_with": "thought"}, operators={
+        "judge": "none", "retrieve": {"name": "hybrid", "params": {"k": 3}},
+        "context": {"name": "budget", "params": {"max_chunks": 15, "max_tokens": 4000}},
+        "generate": {"name": "cited_answer", "params": {"unsupported": "mark", "min_relevance": None}}}))  # fmt: skip
+    model = ScriptedChat.of(_ircot_reply)
+    config.providers.llm = model
+    out = build_flow(config).invoke({"query": question})
+    # each thought is the next round's query; the chain stops when it gives the answer
+    assert [r["query"] for r in out["rounds"]] == [question, THOUGHTS[0]]
+    assert [r["answer"] for r in out["rounds"]] == THOUGHTS
+    thinking = [p for p in model.prompts if p.rstrip().endswith("Next step:")]
+    assert len(thinking) == 2 and f"Steps so far: {THOUGHTS[0]}" in thinking[1]
+    # paragraphs accumulate: the second thought sees every paragraph of both rounds, none of round 1's is dropped
+    first, collected = out["rounds"][0]["chunk_ids"], [h["chunk_id"] for h in out["candidates"]]
+    assert collected[: len(first)] == first and len(collected) > len(first)
+    for hit in out["candidates"]:
+        assert f"({hit['metadata']['title']})" in thinking[1]
+    # the answer is generated once, after the loop, from the collected paragraphs
+    assert len(model.prompts) == 3 and out["answer"]["text"] == "Chromoly steel [1]."
+    assert {e["chunk_id"] for e in out["evidence"]} == set(collected)
+
+
+@pytest.mark.unit
+def test_the_former_llm_spelling_reads_as_thought_and_says_so() -> None:
+    from modular_rag.builder import resolution
+
+    with pytest.warns(FutureWarning, match="'llm' is now spelled 'thought'"):
+        resolved = resolution({"pattern": "iterative", "params": {"query_with": "llm"}})
+    assert resolved.params.query_with == "thought"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("query_with", ["answer", "links", "evidence", "thought"])
+def test_every_hop_mode_spends_within_its_cost_model(demo_dir: Path, query_with: str) -> None:
+    from modular_rag.costs import estimate
+    from modular_rag.trace import totals
+
+    config = load_config(template("iterative", demo_dir, params={"rounds": 3, "query_with": query_with},
+                                  operators={"judge": "none"}))  # fmt: skip
+    config.providers.llm = fake_llm("The award went to the TW-550 Gravel [1].", "It is chromoly steel [1].")
+    expected = estimate(config)
+    flow = build_flow(config)
+    for question in (AWARD_WINNER, "What does error code E07 mean?"):
+        spent = totals(flow.invoke({"query": question})["ledger"])
+        assert spent["llm_calls"] in expected.llm_calls, (question, spent, expected)
+        assert spent["retrievals"] in expected.retrievals, (question, spent, expected)
