@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,32 @@ def test_tree_of_clarifications_clarifies_from_passages_verifies_and_fuses_with_
     for node in kept:
         assert f"- {node['question']} -> Covered for 5 years [{refs[node['evidence'][0]['chunk_id']]}]." in fusion
     assert out["answer"]["citations"][0]["chunk_id"] == out["evidence"][0]["chunk_id"]
+
+
+def _quoting_reply(prompt: str) -> str:
+    """A scripted model for the default template: two interpretations per node, each written into the question;
+    every verification says yes; every answer quotes the first sentence of passage [1] (so it is supported)."""
+    if "specific versions" in prompt:  # clarify
+        question = prompt.rsplit("Question: ", 1)[1].strip().rstrip("?")
+        return f"{question} for a carbon frame?\n{question} for an aluminium frame?"
+    if "One interpretation of it:" in prompt:  # self-verification
+        return "Yes"
+    if "interpretations, each with the answer" in prompt:  # long-form fusion
+        return "Frames are covered for 7 years [1]."
+    passage = re.search(r"^\[1\] (?:\([^)]*\) )?(.+)$", prompt, re.M)
+    first = re.split(r"(?<=[.!?])\s", passage.group(1))[0] if passage else "Covered for 5 years."
+    return f"{first.rstrip('.')} [1]."
+
+
+@pytest.mark.integration
+def test_the_default_template_recurses_to_depth_two_within_max_nodes(demo_dir: Path) -> None:
+    """Tree of Clarifications recurses: with the shipped template as it is (only the model scripted), the children
+    of the question's interpretations are clarified in turn, and the tree stops at max_nodes."""
+    from tests.conftest import ScriptedChat
+
+    config = load_config(template("recursive", demo_dir))
+    config.providers.llm = ScriptedChat.of(_quoting_reply)
+    out = build_flow(config).invoke({"query": "How long is the warranty on a frame?"})
+    depths = [n["depth"] for n in out["tree"]]
+    assert max(depths) == 2
+    assert len(out["tree"]) <= config.params["max_nodes"]
