@@ -1,102 +1,74 @@
-"""The link table: the titles (and aliases) of the indexed chunks, where chunk texts mention them, and the document
-graph those mentions make (chunk -> the chunks whose title its text names).
+"""The link table: the anchors the indexed chunks define (:mod:`modular_rag.anchors`: titles, headings, the subjects
+their first sentences define, names and codes), where chunk texts mention them, and the document graph those
+mentions make (chunk -> the chunks that define an anchor its text mentions).
 
 A multi-hop question's second passage is usually about an entity the first one names (the bridge); the link table
 lets retrieval follow that without a language model. It is derived from the sparse index's chunks (ids, texts and
-metadata: ``title`` from a BEIR row, front matter or the first heading, and optional ``aliases``), so it always
-agrees with the index; :class:`~modular_rag.index.KnowledgeIndex` saves it beside the BM25 file, keyed by the
-index's digest, and rebuilds it whenever the chunks change.
+metadata), so it always agrees with the index; :class:`~modular_rag.index.KnowledgeIndex` saves it beside the BM25
+file, keyed by the index's digest, and rebuilds it whenever the chunks change.
 
-Aliases of a title: the title itself, the title without a trailing parenthesis ("Kiss and Tell (1945 film)" ->
-"Kiss and Tell"), either without a leading "The", and the chunk's ``aliases`` metadata. An alias shorter than
-``min_chars``, made of stop words only, or mentioned in more than ``max_mentions`` chunks (too ambiguous to follow)
-is dropped. A mention starts at a word with a capital letter or a digit; the longest alias wins; a chunk never
-links to its own document.
+An anchor's definers are the chunks that define it at its highest rank (:func:`~modular_rag.anchors.chunk_anchors`).
+Every other chunk whose text contains the anchor's words (in any letter case, accents folded, the longest anchor
+winning) *mentions* it and links to its definers; a chunk never links to its own document, nor through an anchor it
+defines itself (two documents that share a heading are peers, not a bridge). A question names the chunks that
+define an anchor it mentions (:meth:`LinkTable.named_in`), lowercase or not.
+
+**Too generic to follow**: an anchor shorter than ``min_chars`` (codes excepted), made of stop words or numbers only,
+or defined by or mentioned in more documents than ``max(min_documents, max_share * documents)`` ("Overview",
+"Introduction", "Tidewater Cycles" in a corpus of its own manuals) is dropped.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LinkTable", "aliases_of"]
+from modular_rag.anchors import Alias, aliases_of, chunk_anchors, words_of
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-_CAPITAL = re.compile(r"[A-Z0-9]")
+__all__ = ["LinkTable", "aliases_of", "chunk_anchors"]
+
 _STOP = frozenset(["a", "an", "the", "of", "and", "or", "in", "on", "at", "to", "for", "by", "with", "from", "is",
-                   "was", "are", "as", "be", "it", "its", "this", "that"])
-VERSION = 1
+                   "was", "are", "as", "be", "it", "its", "this", "that"])  # fmt: skip
+VERSION = 2
+"""Version of the saved table; 2: anchors from the documents themselves, definers by rank, case-insensitive
+mentions."""
 
 
-def _fold(word: str) -> str:
-    """Lower case without accents (an ASCII word only needs lower-casing)."""
-    return word.lower() if word.isascii() else _fold_accented(word)
-
-
-@lru_cache(maxsize=65536)
-def _fold_accented(word: str) -> str:
-    decomposed = unicodedata.normalize("NFKD", word)
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
-
-
-def _words(text: str) -> list[tuple[str, bool]]:
-    """(folded word, starts with a capital letter or a digit) for each word of ``text``."""
-    return [(_fold(w), w[0].isupper() or w[0].isdigit()) for w in _WORD.findall(text)]
-
-
-def _scan(text: str) -> tuple[list[str], list[int]]:
-    """The folded words of ``text`` and the positions of those that start with a capital letter or a digit (where a
-    mention may start): :func:`_words` in fewer Python steps per word (an ASCII text is lower-cased whole, and the
-    first letters are matched by one regular expression)."""
-    raw = _WORD.findall(text)
-    firsts = "".join(map(itemgetter(0), raw))
-    if text.isascii():
-        return _WORD.findall(text.lower()), [m.start() for m in _CAPITAL.finditer(firsts)]
-    return [_fold(w) for w in raw], [i for i, c in enumerate(firsts) if c.isupper() or c.isdigit()]
-
-
-def aliases_of(title: str, extra: Sequence[str] = ()) -> set[tuple[str, ...]]:
-    """The aliases of a title, as folded word tuples (see the module docstring)."""
-    out: set[tuple[str, ...]] = set()
-    for name in (title, re.sub(r"\s*\([^)]*\)\s*$", "", title).strip(), *extra):
-        words = tuple(w for w, _ in _words(name))
-        if words:
-            out.add(words)
-            if len(words) > 1 and words[0] == "the":
-                out.add(words[1:])
-    return out
+def _kept(alias: Alias, min_chars: int) -> bool:
+    """An alias specific enough to be followed: long enough (a code may be short), not only stop words or numbers."""
+    if all(w in _STOP or w.isdigit() for w in alias):
+        return False
+    return len(" ".join(alias)) >= min_chars or (len(alias) == 1 and any(c.isdigit() for c in alias[0]))
 
 
 @dataclass
 class LinkTable:
-    """Aliases -> chunk positions (in the sparse index's order), and each chunk's outlinks.
+    """Anchors -> the chunk positions that define them (in the sparse index's order), and each chunk's outlinks.
 
     Build it with :meth:`build`; positions index the chunk lists it was built from.
     """
 
-    table: dict[tuple[str, ...], frozenset[int]]
+    table: dict[Alias, frozenset[int]]
     outlinks: list[frozenset[int]]
     documents: list[str]
     digest: str = ""
     max_words: int = 1
     _dropped: list[str] = field(default_factory=list, repr=False)
-    _prefixes: set[tuple[str, ...]] = field(default_factory=set, repr=False)
+    _prefixes: set[Alias] = field(default_factory=set, repr=False)
+    _firsts: set[str] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self._index()
 
     def _index(self) -> None:
-        """Every prefix of every alias, so a mention scan extends a match only while some alias can still match."""
+        """Every prefix of every anchor, so a mention scan extends a match only while some anchor can still match."""
         self._prefixes = {alias[:n] for alias in self.table for n in range(1, len(alias) + 1)}
+        self._firsts = {alias[0] for alias in self.table}
 
     @classmethod
     def build(
@@ -106,63 +78,104 @@ class LinkTable:
         *,
         digest: str = "",
         min_chars: int = 4,
-        max_mentions: int = 50,
+        max_share: float = 0.01,
+        min_documents: int = 5,
+        max_mentions: int | None = None,
+        anchors: Sequence[Mapping[Alias, int]] | None = None,
     ) -> LinkTable:
-        """Build the table and the graph from chunk texts and metadata (``title``, optional ``aliases``, and
-        ``doc_id`` so chunks of one document do not link to each other)."""
-        table: dict[tuple[str, ...], set[int]] = {}
+        """Build the table and the graph from chunk texts and metadata (see :func:`chunk_anchors`; ``doc_id`` keeps
+        the chunks of one document from linking to each other).
+
+        Args:
+            texts: The chunk texts.
+            metadatas: Their metadata, in the same order.
+            digest: The index digest the table belongs to.
+            min_chars: Anchors shorter than this are dropped (codes such as "E07" excepted).
+            max_share: An anchor defined by or mentioned in more than ``max_share`` of the documents (and more than
+                ``min_documents``) is too generic to follow.
+            min_documents: The least such a cut allows, for small corpora.
+            max_mentions: A fixed cut on documents instead of the share (``None``: the share).
+            anchors: Each chunk's :func:`chunk_anchors`, when computed already (at index time).
+
+        Returns:
+            The link table.
+        """
         documents = [str(m.get("doc_id", i)) for i, m in enumerate(metadatas)]
+        limit = max_mentions if max_mentions is not None else max(min_documents, max_share * len(set(documents)))
+        ranked: dict[Alias, dict[int, int]] = {}
         for i, meta in enumerate(metadatas):
-            title = str(meta.get("title") or "").strip()
-            extra = meta.get("aliases") or ()
-            extra = [a.strip() for a in extra.split(",")] if isinstance(extra, str) else [str(a) for a in extra]
-            if not title and not extra:
-                continue
-            for alias in aliases_of(title, extra):
-                if len(" ".join(alias)) < min_chars or all(w in _STOP for w in alias):
-                    continue
-                table.setdefault(alias, set()).add(i)
-        links = cls({k: frozenset(v) for k, v in table.items()}, [], documents, digest,
-                    max((len(a) for a in table), default=1))  # fmt: skip
-        mentioned = Counter(alias for text in texts for alias in {a for a, _ in links.mentions(text)})
-        links._dropped = sorted(" ".join(a) for a, n in mentioned.items() if n > max_mentions)
-        for alias in [a for a, n in mentioned.items() if n > max_mentions]:
+            for alias, rank in (anchors[i] if anchors is not None else chunk_anchors(texts[i], meta)).items():
+                if _kept(alias, min_chars):
+                    ranked.setdefault(alias, {})[i] = rank
+        table: dict[Alias, frozenset[int]] = {}
+        dropped: list[str] = []
+        for alias, ranks in ranked.items():
+            top = max(ranks.values())
+            definers = frozenset(i for i, r in ranks.items() if r == top)
+            if len({documents[i] for i in definers}) > limit:
+                dropped.append(" ".join(alias))
+            else:
+                table[alias] = definers
+        links = cls(table, [], documents, digest, max((len(a) for a in table), default=1))
+        mentioned: Counter[Alias] = Counter()
+        per_document: dict[str, set[Alias]] = {}
+        for doc, text in zip(documents, texts, strict=True):
+            per_document.setdefault(doc, set()).update(a for a, _ in links.mentions(text))
+        for aliases in per_document.values():
+            mentioned.update(aliases)
+        generic = {a for a, n in mentioned.items() if n > limit}
+        dropped += [" ".join(a) for a in generic]
+        for alias in generic:
             del links.table[alias]
         links._index()
+        links._dropped = sorted(dropped)
         links.outlinks = [frozenset().union(*(hit for _, hit in links.mentions(text, exclude=i))) for i, text in
                           enumerate(texts)]  # fmt: skip
         return links
 
-    def mentions(self, text: str, exclude: int | None = None) -> list[tuple[tuple[str, ...], frozenset[int]]]:
-        """The titles ``text`` mentions, in order: ``(alias, chunk positions)``; chunks of ``exclude``'s document
-        are left out."""
-        folded, starts = _scan(text)
-        own = self.documents[exclude] if exclude is not None and exclude < len(self.documents) else None
-        table, prefixes = self.table, self._prefixes
-        out: list[tuple[tuple[str, ...], frozenset[int]]] = []
+    def _targets(self, hit: frozenset[int], exclude: int | None) -> frozenset[int]:
+        """The definers ``hit`` a mention in chunk ``exclude`` links to: none when ``exclude`` defines the anchor
+        itself, else those outside its document."""
+        if exclude is None or exclude >= len(self.documents):
+            return hit
+        if exclude in hit:
+            return frozenset()
+        own = self.documents[exclude]
+        return frozenset(p for p in hit if self.documents[p] != own)
+
+    def mentions(self, text: str, exclude: int | None = None) -> list[tuple[Alias, frozenset[int]]]:
+        """The anchors ``text`` mentions, in order: ``(anchor, the chunk positions that define it)``; the longest
+        anchor wins where they overlap. With ``exclude`` (a chunk position), its document's chunks and the anchors it
+        defines itself are left out (a shorter anchor inside one of those may still match)."""
+        folded = words_of(text)
+        table, prefixes, firsts = self.table, self._prefixes, self._firsts
+        out: list[tuple[Alias, frozenset[int]]] = []
         end = len(folded)
-        done = 0  # words before this are inside a mention already found
-        for i in starts:
-            if i < done or (folded[i],) not in prefixes:
+        i = 0
+        while i < end:
+            if folded[i] not in firsts:
+                i += 1
                 continue
-            n = 1  # the longest run of words from here that some alias starts with, then the longest alias in it
+            n = 1  # the longest run of words from here that some anchor starts with, then the longest anchor in it
             while i + n < end and tuple(folded[i : i + n + 1]) in prefixes:
                 n += 1
-            while n and tuple(folded[i : i + n]) not in table:
+            hit: frozenset[int] = frozenset()
+            while n:
+                found = tuple(folded[i : i + n])
+                if found in table:
+                    hit = self._targets(table[found], exclude)
+                    if hit:
+                        break
                 n -= 1
             if not n:
+                i += 1
                 continue
-            found = tuple(folded[i : i + n])
-            hit = table[found]
-            if own is not None:
-                hit = frozenset(p for p in hit if self.documents[p] != own)
-            if hit:
-                out.append((found, hit))
-            done = i + n
+            out.append((found, hit))
+            i += n
         return out
 
     def named_in(self, text: str) -> set[int]:
-        """The chunks whose title ``text`` (a question) names."""
+        """The chunks that define an anchor ``text`` (a question, in any letter case) names."""
         return set().union(*(hit for _, hit in self.mentions(text)))
 
     def save(self, file: Path) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "load_file",
     "index_paths",
     "index_documents",
+    "readable_title",
 ]
 
 
@@ -107,23 +108,34 @@ def _front_matter(text: str) -> tuple[dict[str, Any], str]:
     if not isinstance(meta, dict):
         return {}, text
     body = text[end + 4 :].lstrip("\n")
-    return {str(k): v for k, v in meta.items() if isinstance(v, str | int | float | bool)}, body
+    scalar = str | int | float | bool
+    lists = {str(k): ", ".join(map(str, v)) for k, v in meta.items()  # "aliases: [TW-550, TW-550 Gravel]"
+             if isinstance(v, list) and v and all(isinstance(x, scalar) for x in v)}  # fmt: skip
+    return {**{str(k): v for k, v in meta.items() if isinstance(v, scalar)}, **lists}, body
+
+
+def readable_title(path: str | Path) -> str:
+    """A file's name made readable as a title: separators become spaces (``display-error-e07.txt`` -> ``display
+    error e07``), so the title's words are words a question or another document can name."""
+    stem = Path(path).stem
+    return " ".join(re.split(r"[\s_\-]+", stem)).strip() or stem
 
 
 @operator("indexing", "loading", "text", port=Port.LOAD)
 def text_loader(params: LoaderParams, providers: Providers) -> Loader:
-    """Plain text: one document per file, titled by the file name."""
+    """Plain text: one document per file, titled by the file name made readable (:func:`readable_title`)."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
         text, notes = _read_text(path)
-        return [Document(doc_id=doc_id, text=text.strip(), metadata={"title": path.stem})], notes
+        return [Document(doc_id=doc_id, text=text.strip(), metadata={"title": readable_title(path)})], notes
 
     return load
 
 
 @operator("indexing", "loading", "markdown", port=Port.LOAD)
 def markdown_loader(params: LoaderParams, providers: Providers) -> Loader:
-    """Markdown: optional YAML front matter becomes metadata (year, source, ...); title from it or the first heading."""
+    """Markdown: optional YAML front matter becomes metadata (year, source, ...); title from it, the first heading or
+    the file name made readable. Headings stay in the text, where the link table finds them."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
         text, notes = _read_text(path)
@@ -131,7 +143,7 @@ def markdown_loader(params: LoaderParams, providers: Providers) -> Loader:
         title = meta.pop("title", None)
         if title is None:
             heading = next((ln[2:].strip() for ln in body.splitlines() if ln.startswith("# ")), None)
-            title = heading or path.stem
+            title = heading or readable_title(path)
         if not body.strip():
             raise _Skip("no text after the front matter")
         return [Document(doc_id=doc_id, text=body.strip(), metadata={"title": str(title), **meta})], notes
@@ -212,8 +224,8 @@ def _tidy(text: str) -> str:
 @operator("indexing", "loading", "pdf", port=Port.LOAD)
 def pdf_loader(params: LoaderParams, providers: Providers) -> Loader:
     """PDF (pypdf, the ``docs`` extra): one document per page with its 1-based ``page`` in metadata, so citations
-    can say "p. 3"; titled by the PDF's title or the file name. Encrypted and image-only PDFs are skipped with the
-    reason."""
+    can say "p. 3"; titled by the PDF's title or the file name made readable. Encrypted and image-only PDFs are
+    skipped with the reason."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
         pypdf = _optional("pypdf", "PDF")
@@ -221,7 +233,7 @@ def pdf_loader(params: LoaderParams, providers: Providers) -> Loader:
             reader = pypdf.PdfReader(str(path))
             if reader.is_encrypted and not reader.decrypt(""):
                 raise _Skip("encrypted PDF (it needs a password)")
-            title = str((reader.metadata.title if reader.metadata else None) or path.stem)
+            title = str((reader.metadata.title if reader.metadata else None) or readable_title(path))
             pages = [_tidy(page.extract_text() or "") for page in reader.pages]
         except _Skip:
             raise
@@ -237,14 +249,16 @@ def pdf_loader(params: LoaderParams, providers: Providers) -> Loader:
     return load
 
 
+_HTML_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _HTML_NOISE = ("script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "iframe", "svg")
 
 
 @operator("indexing", "loading", "html", port=Port.LOAD)
 def html_loader(params: LoaderParams, providers: Providers) -> Loader:
     """HTML (BeautifulSoup, the ``docs`` extra): the main text only: ``<main>`` or ``<article>`` when the page has
-    one, without scripts, styles, navigation, headers, footers, asides and forms; titled by ``<title>`` or the
-    first ``<h1>``."""
+    one, without scripts, styles, navigation, headers, footers, asides and forms; titled by ``<title>``, the first
+    ``<h1>`` or the file name made readable. Headings ``<h1>``-``<h6>`` become Markdown heading lines (``## Brakes``),
+    where the link table finds them."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
         bs4 = _optional("bs4", "HTML")
@@ -252,10 +266,14 @@ def html_loader(params: LoaderParams, providers: Providers) -> Loader:
         soup = bs4.BeautifulSoup(raw, "html.parser")
         heading = soup.find("h1")
         title = (soup.title.get_text(" ", strip=True) if soup.title else "") or (
-            heading.get_text(" ", strip=True) if heading else "") or path.stem  # fmt: skip
+            heading.get_text(" ", strip=True) if heading else "") or readable_title(path)  # fmt: skip
         for tag in soup.find_all(_HTML_NOISE):
             tag.decompose()
         body = soup.find("main") or soup.find("article") or soup.body or soup
+        for tag in body.find_all(_HTML_HEADINGS):
+            words = tag.get_text(" ", strip=True)
+            if words:
+                tag.replace_with(f"\n{'#' * int(tag.name[1])} {words}\n")
         text = _tidy(body.get_text("\n"))
         if not text:
             raise _Skip("no text in the page's body")
@@ -270,7 +288,7 @@ _CORE = "docProps/core.xml"
 @operator("indexing", "loading", "docx", port=Port.LOAD)
 def docx_loader(params: LoaderParams, providers: Providers) -> Loader:
     """Word .docx (docx2txt, the ``docs`` extra): the document's text, titled by its core-properties title or the
-    file name."""
+    file name made readable."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
         docx2txt = _optional("docx2txt", "DOCX")
@@ -283,7 +301,7 @@ def docx_loader(params: LoaderParams, providers: Providers) -> Loader:
         if not text:
             raise _Skip("no text in the document")
         found = re.search(r"<dc:title>([^<]+)</dc:title>", core)
-        title = found.group(1).strip() if found else path.stem
+        title = found.group(1).strip() if found else readable_title(path)
         return [Document(doc_id=doc_id, text=text, metadata={"title": title})], []
 
     return load
@@ -597,7 +615,7 @@ def _as_document(item: Any, position: int) -> Document:
     source = meta.get("source")
     if source is not None:
         meta.setdefault("path", str(source))
-        meta.setdefault("title", Path(str(source)).stem)
+        meta.setdefault("title", readable_title(str(source)))
     doc_id = getattr(item, "id", None) or (f"{source}#{meta['page']}" if source and "page" in meta else source)
     return Document(doc_id=str(doc_id or hashlib.sha256(text.encode()).hexdigest()[:16]), text=text.strip(),
                     metadata=meta)  # fmt: skip

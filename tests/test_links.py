@@ -1,5 +1,6 @@
-"""The link table: titles and aliases of the indexed chunks, the mentions of them in chunk texts, the document graph,
-kept in agreement with the index across re-indexing."""
+"""The link table: the anchors the indexed chunks define (titles, headings, the subjects their first sentences define,
+names and codes), the mentions of them in chunk texts in any letter case, the document graph, kept in agreement
+with the index across re-indexing."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from modular_rag.config import ChromaConfig, ProvidersConfig
-from modular_rag.links import LinkTable, aliases_of
+from modular_rag.links import LinkTable, aliases_of, chunk_anchors
 from modular_rag.providers import Providers
+from modular_rag.registry import Port, get_operator
 
 TEXTS = [
     "Kiss and Tell is a 1945 film starring Shirley Temple.",
@@ -72,3 +74,116 @@ def test_the_link_table_is_saved_beside_the_index_and_follows_re_indexing(tmp_pa
     reopened = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
     assert reopened.index.links.outlinks[award] == {spec}  # loaded from beside the index, same digest
     assert LinkTable.load(saved[0]) is not None and LinkTable.load(saved[0]).digest == links.digest  # type: ignore[union-attr]
+
+
+def _chunks(folder: Path) -> tuple[list[str], list[dict]]:
+    """The chunk texts and metadata indexing ``folder`` makes (the loaders and the default recursive chunker)."""
+    from operators.indexing import SizeParams, iter_files, load_file
+
+    chunker = get_operator(Port.CHUNK, "recursive").factory(SizeParams(), Providers())
+    texts, metas = [], []
+    for path, root in iter_files([folder]):
+        for doc in load_file(path, root, Providers())[0]:
+            for chunk in chunker(doc):
+                texts.append(chunk["text"])
+                metas.append(dict(chunk["metadata"]))
+    return texts, metas
+
+
+def _graph(links: LinkTable, metas: list[dict]) -> set[tuple[str, str]]:
+    return {(metas[i]["doc_id"], metas[j]["doc_id"]) for i, out in enumerate(links.outlinks) for j in out}
+
+
+@pytest.mark.unit
+def test_a_chunk_defines_its_title_headings_first_sentence_subject_and_codes_and_only_mentions_the_rest() -> None:
+    text = ("TW-550 Gravel specification sheet\nThe TW-550 Gravel went on sale in 2021. It fits the TP-4420 pads.\n\n"
+            "## Frame and fork\nThe frame is **chromoly steel**, built in Kestrel Harbour.")  # fmt: skip
+    anchors = chunk_anchors(text, {"title": "TW-550 Gravel specification sheet"})
+    defines = {" ".join(a): rank for a, rank in anchors.items()}
+    assert defines["tw 550 gravel specification sheet"] == 3 and defines["frame and fork"] == 3  # title, heading
+    assert defines["tw 550 gravel"] == 3  # the name that opens the first sentence, which the title agrees with
+    assert defines["tw 550"] == 2 and defines["chromoly steel"] == 1  # a code in the title; a term in bold
+    assert "tp 4420" not in defines and "kestrel harbour" not in defines  # only mentioned
+    person = chunk_anchors('Terrence "Uncle Terry" Richardson (born August 14, 1965) is an American photographer.', {})
+    assert {("terrence", "uncle", "terry", "richardson"), ("terry", "richardson"), ("terrence", "richardson")} <= set(
+        person)  # fmt: skip
+    for sentence, subject in [("Meet Corliss Archer, a program from radio's Golden Age, ran from 1943 to 1956.",
+                               "meet corliss archer"),
+                              ("Error E07 means speed sensor signal lost.", "error e07"),
+                              ('"Feel Good Inc" is a song by Gorillaz.', "feel good inc"),
+                              ("Viglen Ltd provides IT products and services.", "viglen ltd")]:  # fmt: skip
+        assert chunk_anchors(sentence, {}).get(tuple(subject.split())) in (1, 3), sentence
+    assert ("viglen",) in chunk_anchors("Viglen Ltd is a computer maker.", {})  # without the company suffix
+
+
+@pytest.mark.unit
+def test_a_lowercase_question_names_the_same_chunks_as_its_cased_form() -> None:
+    links = LinkTable.build(TEXTS, METAS)
+    for question in ("Which film starred the actress from Kiss and Tell?", "What frame does the TW-550 Gravel have?"):
+        assert links.named_in(question)
+        assert links.named_in(question.lower()) == links.named_in(question), question
+
+
+@pytest.mark.integration
+def test_plain_txt_files_without_titles_link_through_the_subjects_they_define(tmp_path: Path) -> None:
+    from operators.indexing import index_paths
+
+    docs = tmp_path / "notes"
+    docs.mkdir()
+    (docs / "harbour-notes.txt").write_text("Kestrel Harbour is a former shipbuilding town on the coast, where every "
+                                            "Tidewater frame is welded.\n")  # fmt: skip
+    (docs / "spec.txt").write_text("The TW-550 Gravel is a steel gravel bike with room for 50 mm tyres.\n")
+    (docs / "news_2022.txt").write_text("The jury gave this year's design award to the tw-550 gravel, which is "
+                                        "built in Kestrel Harbour.\n")  # fmt: skip
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
+    index_paths([docs], env, progress=False)
+    metas = env.index.sparse.metadatas
+    assert _graph(env.index.links, list(metas)) == {("news_2022", "harbour-notes"), ("news_2022", "spec")}
+    assert sorted(str(m["title"]) for m in metas) == ["harbour notes", "news 2022", "spec"]  # file names, readable
+
+
+@pytest.mark.unit
+def test_a_heading_many_documents_share_does_not_link_them(tmp_path: Path) -> None:
+    for n in range(8):
+        (tmp_path / f"manual-{n}.md").write_text(f"# Overview\n\nThe TX-{n} is a bike. Read the Overview first.\n\n"
+                                                 "## Safety\n\nCheck the brakes before each ride.\n")  # fmt: skip
+    (tmp_path / "recall.md").write_text("# Recall notice\n\nThe TX-3 brakes are being replaced; see Safety.\n")
+    texts, metas = _chunks(tmp_path)
+    links = LinkTable.build(texts, metas)
+    assert _graph(links, metas) == {("recall", "manual-3")}  # by its code, not through "Overview" or "Safety"
+    assert {"overview", "safety"} <= set(links._dropped)
+
+
+@pytest.mark.unit
+def test_the_demo_corpus_without_aliases_links_its_multi_hop_pairs(tmp_path: Path) -> None:
+    from modular_rag import demo_corpus_path
+
+    for file in demo_corpus_path().glob("*.md"):
+        lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
+        (tmp_path / file.name).write_text("".join(ln for ln in lines if not ln.startswith("aliases:")))
+    texts, metas = _chunks(tmp_path)
+    assert not any("aliases" in m for m in metas)
+    graph = _graph(LinkTable.build(texts, metas), metas)
+    assert {("coastline-design-award-2022", "tw-550-gravel-spec-sheet"), ("display-error-e21", "tw-e2-cargo-manual"),
+            ("tp-4410-brake-pads", "tw-e1-ebike-manual")} <= graph  # fmt: skip
+
+
+@pytest.mark.unit
+def test_html_headings_stay_in_the_text_as_markdown_headings(tmp_path: Path) -> None:
+    pytest.importorskip("bs4", reason="the docs extra (scripts/setup.sh installs it)")
+    from operators.indexing import load_file
+
+    (tmp_path / "brake-service.html").write_text("<html><body><main><h2>Pad wear</h2><p>Replace the pads.</p>"
+                                                 "</main></body></html>")  # fmt: skip
+    doc = load_file(tmp_path / "brake-service.html", tmp_path, Providers())[0][0]
+    assert doc["metadata"]["title"] == "brake service" and "## Pad wear" in doc["text"].splitlines()
+
+
+@pytest.mark.unit
+def test_a_table_saved_by_another_version_is_rebuilt(tmp_path: Path) -> None:
+    links = LinkTable.build(TEXTS, METAS, digest="d")
+    links.save(tmp_path / "x.links.json")
+    assert LinkTable.load(tmp_path / "x.links.json") is not None
+    data = (tmp_path / "x.links.json").read_text().replace('"version": ', '"version": 0')
+    (tmp_path / "x.links.json").write_text(data)
+    assert LinkTable.load(tmp_path / "x.links.json") is None
