@@ -10,6 +10,7 @@ through the registry; this module only holds the shapes, so makers and the build
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["Passage", "PassageSet", "Span", "Question", "Verdict", "QuestionMaker", "QuestionCheck",
            "sentence_spans"]  # fmt: skip
 
+_WORD = re.compile(r"[^\W_]+(?:[-'./][^\W_]+)*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n")
 
 
@@ -89,6 +91,14 @@ class PassageSet:
 
         return LinkTable.build([p.text for p in self.passages],
                                [{"title": p.title, "doc_id": p.doc or p.id} for p in self.passages])  # fmt: skip
+
+    @cached_property
+    def df(self) -> dict[str, int]:
+        """How many passages each lower-cased word occurs in (for makers that leave out the rarest words)."""
+        counts: Counter[str] = Counter()
+        for p in self.passages:
+            counts.update(set(_WORD.findall(p.text.lower())))
+        return dict(counts)
 
     def order(self, rng: random.Random) -> list[int]:
         """Every passage position once, in a seeded random order (makers walk it until they have enough)."""

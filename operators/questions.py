@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -81,10 +81,12 @@ def typed_spans(sentence: str, types: Sequence[str], exclude: str = "") -> list[
 def surface(
     text: str, rng: random.Random, *, answer: tuple[int, int] | None = None, blank: bool = False,
     forbid: frozenset[str] = frozenset(), drop: float = 0.3, max_words: int = 16, min_content: int = 3,
+    rarity: Mapping[str, int] | None = None,
 ) -> str:  # fmt: skip
     """A sentence reworded as a query: the ``answer`` span cut out (or replaced by ``___`` with ``blank``), words
     whose lower case is in ``forbid`` removed, cut to ``max_words`` words around the answer (or from a seeded start),
-    and each content word left out with probability ``drop`` while more than ``min_content`` remain."""
+    and each content word left out with probability ``drop`` while more than ``min_content`` remain; with ``rarity``
+    (passages per word), the share ``drop`` of the content words left out is the rarest ones instead."""
     words: list[str] = []
     at = -1
     for m in _TOKEN.finditer(text):
@@ -108,7 +110,11 @@ def surface(
         words = words[lo : lo + max_words]
     content = [i for i, w in enumerate(words) if w != _BLANK and w.lower() not in ENGLISH_STOPWORDS]
     dropped: set[int] = set()
-    for i in content:
+    if rarity is not None:
+        ties = {i: rng.random() for i in content}
+        rarest = sorted(content, key=lambda i: (rarity.get(words[i].lower(), 0), ties[i]))
+        dropped = set(rarest[: max(0, min(round(drop * len(content)), len(content) - min_content))])
+    for i in content if rarity is None else ():
         if len(content) - len(dropped) <= min_content:
             break
         if rng.random() < drop:
@@ -140,6 +146,12 @@ class SurfaceParams(OperatorParams):
     drop: float = Field(0.3, ge=0.0, lt=1.0, description="share of the sentence's content words left out (seeded)")
     max_words: int = Field(16, ge=4, le=100, description="the question keeps at most this many words of the sentence")
     min_words: int = Field(6, ge=3, description="sentences with fewer words are not used")
+    focus: str = Field("random", pattern="^(random|rare)$",
+                       description="which content words are left out: random ones, or the rarest in the corpus")
+
+
+def _rarity(passages: PassageSet, params: SurfaceParams) -> Mapping[str, int] | None:
+    return passages.df if params.focus == "rare" else None
 
 
 @operator("testset", "question_making", "inverse_cloze", port=Port.QUESTION)
@@ -157,7 +169,8 @@ def inverse_cloze(params: SurfaceParams, providers: Providers) -> QuestionMaker:
             if not spans:
                 continue
             s, e = rng.choice(spans)
-            text = surface(p.text[s:e], rng, drop=params.drop, max_words=params.max_words)
+            text = surface(p.text[s:e], rng, drop=params.drop, max_words=params.max_words,
+                           rarity=_rarity(passages, params))
             out.append(Question(text, "inverse_cloze", (p.id,), "", "sentence", (Span(p.id, s, e),),
                                 {"sentence": p.text[s:e]}))  # fmt: skip
         return out
@@ -203,7 +216,7 @@ def fact_question(params: FactParams, providers: Providers) -> QuestionMaker:
                 continue
             s, e, kind, a, b = fact
             body = surface(p.text[s:e], rng, answer=(a - s, b - s), blank=params.form == "cloze", drop=params.drop,
-                           max_words=params.max_words)  # fmt: skip
+                           max_words=params.max_words, rarity=_rarity(passages, params))  # fmt: skip
             out.append(Question(_ask(body, kind, params.form), params.form, (p.id,), p.text[a:b], kind,
                                 (Span(p.id, a, b),), {"sentence": p.text[s:e]}))  # fmt: skip
         return out
@@ -253,10 +266,11 @@ def bridge(params: BridgeParams, providers: Providers) -> QuestionMaker:
                 s, e, kind, x, y = fact
                 if set(w.lower() for w in _TOKEN.findall(b.text[x:y])) & forbid:
                     continue  # the answer is the bridge entity itself: a one-hop question
+                rarity = _rarity(passages, params)
                 asked = surface(b.text[s:e], rng, answer=(x - s, y - s), forbid=forbid, drop=params.drop,
-                                max_words=params.max_words, min_content=2)  # fmt: skip
+                                max_words=params.max_words, min_content=2, rarity=rarity)  # fmt: skip
                 context = surface(bridge_sentence, rng, forbid=forbid, drop=params.drop,
-                                  max_words=params.context_words, min_content=2)  # fmt: skip
+                                  max_words=params.context_words, min_content=2, rarity=rarity)  # fmt: skip
                 named = f" in {a.title}" if params.name_first and a.title and a.title.lower() not in context.lower() \
                     else ""  # fmt: skip
                 text = f"{WH[kind]} {asked}, the one{named} {context}?"

@@ -146,6 +146,14 @@ def test_typed_spans_and_the_reworded_question() -> None:
     assert "in ___ with" in blank
 
 
+def test_rare_focus_leaves_out_the_rarest_words() -> None:
+    from operators.questions import surface
+
+    rarity = {"loopcell": 1, "ghent": 2, "plant": 50, "opened": 40, "recovers": 30}
+    sentence = "The Loopcell plant in Ghent opened and recovers"
+    assert surface(sentence, random.Random(0), drop=0.4, rarity=rarity) == "The plant in opened and recovers"
+
+
 def test_sentence_spans_are_offsets_into_the_text() -> None:
     text = "First one here. Second: 2.5 km long!\n\nA new paragraph"
     assert [text[s:e] for s, e in sentence_spans(text)] == ["First one here.", "Second: 2.5 km long!",
