@@ -10,10 +10,8 @@ Three questions a small model should not have to answer alone:
 * **What is the answer inside that sentence?** :func:`best_span` keeps the part of the sentence the question does
   not already say ("Error E07 means speed sensor signal lost." -> "speed sensor signal lost"), narrowed to a number
   or a date when the question asks for one.
-* **Is a written answer supported by what it cites?** :func:`check_claims` checks every answer sentence against the
-  evidence entries it cites: each number and each code or name it adds must appear there, and enough of its new
-  content words (or, failing that, a close embedding match with one cited sentence: a cheap entailment proxy).
-  An answer sentence citing nothing, or saying nothing the question does not, is unsupported.
+
+Whether a written answer is supported by what it cites is :mod:`operators.claims`' question.
 """
 
 from __future__ import annotations
@@ -44,8 +42,6 @@ __all__ = [
     "ScoredSentence",
     "best_span",
     "answer_clause",
-    "ClaimVerdict",
-    "check_claims",
 ]
 
 _ANALYZER = Analyzer()
@@ -471,103 +467,7 @@ def _join(words: Sequence[str]) -> str:
     return re.sub(r"\s+([.,;:%)])", r"\1", re.sub(r"([(])\s+", r"\1", text))
 
 
-@dataclass(frozen=True)
-class ClaimVerdict:
-    """The check of one answer sentence: the refs it cites (or, uncited, was attributed to), whether they support
-    it, why, and which of them do (``supported_by``)."""
-
-    sentence: str
-    refs: tuple[int, ...]
-    supported: bool
-    reason: str
-    attributed: bool = False
-    supported_by: tuple[int, ...] = ()
-
-
 def _numbers(text: str) -> set[str]:
     """The numbers of a text, written as digits ("five" is "5")."""
     words = {NUMBER_WORDS[w] for w in re.findall(r"[a-z]+", text.lower()) if w in NUMBER_WORDS}
     return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)} | words
-
-
-def _terms(text: str) -> set[str]:
-    """Analysed terms, number words as digits."""
-    return {NUMBER_WORDS.get(t, t) for t in _ANALYZER(text)}
-
-
-def _support(claim: str, cues: QuestionCues, source: str, threshold: float) -> tuple[bool, str, float]:
-    """Whether ``source`` supports ``claim`` lexically: ``(ok, reason, coverage of the claim's new terms)``."""
-    missing_numbers = _numbers(claim) - _numbers(source) - _numbers(cues.text)
-    if missing_numbers:
-        return False, f"number {sorted(missing_numbers)[0]} not in the cited text", 0.0
-    lowered = source.lower()
-    names = {n for n in distinctive_tokens(claim) - cues.distinctive - distinctive_tokens(source) if n not in lowered}
-    if names:
-        return False, f"{sorted(names)[0]!r} not in the cited text", 0.0
-    asked = {NUMBER_WORDS.get(t, t) for t in cues.terms}
-    new = [t for t in dict.fromkeys(NUMBER_WORDS.get(t, t) for t in _ANALYZER(claim)) if t not in asked]
-    if not new:
-        return False, "says nothing the question does not", 0.0
-    have = _terms(source)
-    share = sum(t in have for t in new) / len(new)
-    return share >= threshold, f"{share:.0%} of its new words in the cited text", share
-
-
-def _has_encoder(providers: Providers) -> bool:
-    try:
-        providers.encoder.encode_query("")
-    except MissingDependencyError:
-        return False
-    return True
-
-
-def check_claims(
-    text: str,
-    question: str,
-    evidence: Sequence[Evidence],
-    *,
-    lexical_threshold: float = 0.6,
-    semantic_threshold: float | None = 0.8,
-    providers: Providers | None = None,
-) -> list[ClaimVerdict]:
-    """Check each sentence of an answer against the evidence entries it cites (``[n]``); a sentence citing nothing
-    is checked against every entry and, when one supports it, attributed to it.
-
-    A sentence is supported by an entry when every number and every code or name it adds (not in the question) is in
-    the entry, and at least ``lexical_threshold`` of its content words the question does not contain are too; failing
-    the words alone, an embedding cosine of at least ``semantic_threshold`` with one of the entry's sentences also
-    counts (needs ``providers``; ``None`` turns it off).
-    """
-    cues = question_cues(question)
-    by_ref = {e["ref"]: e for e in evidence}
-    out: list[ClaimVerdict] = []
-    for sentence in split_sentences(text):
-        refs = tuple(dict.fromkeys(int(p) for m in _CITE.finditer(sentence) for p in re.split(r"[,;]", m.group(1))))
-        claim = " ".join(re.sub(r"\s*" + _CITE.pattern, "", sentence).split())
-        if len(_ANALYZER(claim)) == 0:
-            continue
-        cited = [by_ref[r] for r in refs if r in by_ref]
-        attributed = not cited
-        pool = cited or list(evidence)
-        verdicts = [(ev, *_support(claim, cues, ev["text"], lexical_threshold)) for ev in pool]
-        ok = [v for v in verdicts if v[1]]
-        if not ok and semantic_threshold is not None and providers is not None and _has_encoder(providers):
-            for ev, _, reason, _ in verdicts:
-                if "not in the cited text" in reason or reason.startswith("says nothing"):
-                    continue  # a number, code or name the source lacks: no paraphrase makes it true
-                sentences = split_sentences(ev["text"]) or [ev["text"]]
-                sims = providers.encoder.encode(sentences) @ providers.encoder.encode([claim])[0]
-                if float(sims.max()) >= semantic_threshold:
-                    ok = [(ev, True, f"close to a cited sentence (cosine {float(sims.max()):.2f})", 1.0)]
-                    break
-        if ok:
-            best = max(ok, key=lambda v: v[3])
-            by = (best[0]["ref"],) if attributed else tuple(v[0]["ref"] for v in ok)
-            out.append(ClaimVerdict(claim, by if attributed else tuple(e["ref"] for e in cited), True, best[2],
-                                    attributed, by))  # fmt: skip
-        elif not pool:
-            out.append(ClaimVerdict(claim, (), False, "no evidence to cite"))
-        else:
-            reason = verdicts[0][2] if cited else "cites nothing, and no passage supports it"
-            out.append(ClaimVerdict(claim, tuple(e["ref"] for e in cited), False, reason))
-    return out

@@ -8,13 +8,14 @@ marked ``method: attributed`` so they are never mistaken for the model's own.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from modular_rag.costs import ZERO, Cost, CostContext, llm
 from modular_rag.providers import Providers
@@ -26,9 +27,9 @@ from operators.attribution import (
     SentenceScorer,
     SentenceWeights,
     best_span,
-    check_claims,
     question_cues,
 )
+from operators.claims import ClaimVerdict, check_claims
 
 __all__ = [
     "REFUSAL",
@@ -43,6 +44,10 @@ __all__ = [
     "cite_pack",
     "make_answer",
     "check_answer",
+    "judge_claims",
+    "ask_model_yes_no",
+    "JUDGE_PROMPT",
+    "SUPPORTED_QUESTION",
     "extractive_answer",
     "quoted_sentence",
     "clean_completion",
@@ -249,7 +254,44 @@ def parse_yes_no(text: str, top: tuple[tuple[str, float], ...] = ()) -> tuple[st
     return None, None
 
 
-class CitedAnswerParams(OperatorParams):
+JUDGE_PROMPT = "{context}Question: {query}\n{answer}\n{ask} Reply with yes or no."
+"""The yes/no question put to the chat model about a question and an answer (``context``: the passages as data)."""
+SUPPORTED_QUESTION = "Is every statement in the answer supported by the passages?"
+"""The entailment question (the ``llm_judge``'s ``supported`` criterion, and the attribution check's judge)."""
+
+
+def ask_model_yes_no(providers: Providers, prompt: str, *, max_tokens: int = 4) -> tuple[str | None, float | None]:
+    """Ask the chat model a yes/no question (one LLM call): ``(yes | no | None, P(yes))``, P(yes) read from the
+    first token's log-probabilities when the model gives them (else ``None``, and the reply read from its text)."""
+    completion = providers.llm.complete(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
+    first = next((t for t in completion.tokens or () if t.token.strip()), None)
+    return parse_yes_no(completion.text, first.top if first is not None else ())
+
+
+class CheckParams(OperatorParams):
+    """How an answer is checked against what it cites (:func:`check_answer`)."""
+
+    support_threshold: float = Field(0.6, ge=0.0, le=1.0, description="share of a sentence's new content words one "
+                                                                       "cited sentence must contain")  # fmt: skip
+    semantic_threshold: float | None = Field(0.8, ge=-1.0, le=1.0, description="or an embedding cosine this close to "
+                                                                                "one cited sentence (null: words "
+                                                                                "only)")  # fmt: skip
+    judge: Literal["rules", "llm"] = Field(
+        "rules", description="rules: the model-free attribution check (operators/claims.py: relations, not bags of "
+                             "words); llm: then also ask the chat model, per answer sentence the rules support, "
+                             "whether the sentences it cites support it (one call each, at most judge_max_sentences; "
+                             "a quoted, extractive answer is not asked)"
+    )  # fmt: skip
+    judge_max_sentences: int = Field(4, gt=0, le=32, description="judge: llm asks about at most this many sentences "
+                                                                  "of an answer (the rules' verdict stands for the "
+                                                                  "rest)")  # fmt: skip
+
+
+def _judge_cost(params: CheckParams) -> Cost:
+    return llm((0, params.judge_max_sentences)) if params.judge == "llm" else ZERO
+
+
+class CitedAnswerParams(CheckParams):
     mode: Literal["llm", "extractive", "checked"] = Field(
         "llm", description="llm: the model answers; extractive: quote the best span or sentence of the evidence, no "
                            "LLM call; checked: the model answers, and an answer the attribution check does not fully "
@@ -262,11 +304,6 @@ class CitedAnswerParams(OperatorParams):
     )  # fmt: skip
     max_tokens: int = Field(256, gt=0, le=32768, description="completion cap")
     instructions: str = Field("", description="extra instructions appended to the system prompt")
-    support_threshold: float = Field(0.6, ge=0.0, le=1.0, description="share of a sentence's new content words the "
-                                                                       "passage it cites must contain")  # fmt: skip
-    semantic_threshold: float | None = Field(0.8, ge=-1.0, le=1.0, description="or an embedding cosine this close to "
-                                                                                "one cited sentence (null: words "
-                                                                                "only)")  # fmt: skip
     unsupported: Literal["refuse", "mark"] = Field(
         "refuse", description="an answer none of whose sentences is supported: refuse, or keep it marked "
                               "(answer.supported 0, answer.unsupported)"
@@ -289,6 +326,13 @@ class CitedAnswerParams(OperatorParams):
     )
     logprobs: bool = Field(False, description="ask for token log-probabilities; sets answer.confidence (min token p)")
 
+    @model_validator(mode="after")
+    def _judged_answers_are_written(self) -> CitedAnswerParams:
+        if self.judge == "llm" and self.mode == "extractive":
+            raise ValueError("judge: llm judges the model's answers; mode extractive quotes the evidence and asks no "
+                             "model (use mode checked or llm, or judge: rules)")
+        return self
+
 
 SYSTEM = (
     "You answer the user's question using only the numbered passages. Cite every fact with the number of the "
@@ -301,19 +345,62 @@ def _answer_cost(params: CitedAnswerParams, ctx: CostContext) -> Cost:
     if params.mode == "extractive":
         return ZERO
     may_skip = (params.without_evidence == "refuse" and ctx.evidence.lo == 0) or params.min_relevance is not None
-    return llm((0 if may_skip else 1, 1))
+    return llm((0 if may_skip else 1, 1)) + _judge_cost(params)
+
+
+def judge_claims(providers: Providers, question: str, verdicts: Sequence[ClaimVerdict], evidence: Sequence[Evidence],
+                 *, max_sentences: int = 4) -> list[ClaimVerdict]:  # fmt: skip
+    """The judge on top of the rules: for each answer sentence the rules support (the first ``max_sentences``), ask
+    the chat model whether the cited sentences that carry it (:attr:`ClaimVerdict.evidence`) support it, with the
+    ``llm_judge``'s question (:data:`SUPPORTED_QUESTION`); a "no" makes the sentence unsupported, an unclear reply
+    leaves the rules' verdict. One LLM call per sentence asked."""
+    from modular_rag.trace import note
+
+    by_ref = {e["ref"]: e for e in evidence}
+    out: list[ClaimVerdict] = []
+    asked = 0
+    for v in verdicts:
+        if not v.supported or asked >= max_sentences:
+            out.append(v)
+            continue
+        carried = v.evidence or tuple((ref, by_ref[ref]["text"]) for ref in v.supported_by)
+        passages = [Evidence(ref=ref, chunk_id=by_ref[ref]["chunk_id"], text=text, score=by_ref[ref]["score"],
+                             metadata={"title": by_ref[ref]["metadata"].get("title", "")}) for ref, text in carried]
+        prompt = JUDGE_PROMPT.format(context=f"{format_evidence(passages)}\n{DATA_RULE}\n\n", query=question,
+                                     answer=f"Answer: {v.sentence}", ask=SUPPORTED_QUESTION)  # fmt: skip
+        reply, p_yes = ask_model_yes_no(providers, prompt)
+        asked += 1
+        if reply == "no":
+            p = f" (P(yes) {p_yes:.2f})" if p_yes is not None else ""
+            out.append(dataclasses.replace(v, supported=False, supported_by=(), evidence=(),
+                                           reason=f"judge: the model says the cited sentences do not support it{p}"))
+        else:
+            if reply is None:
+                note(f"judge: unclear reply about {v.sentence[:60]!r}; the rules' verdict stands")
+            out.append(v)
+    return out
 
 
 def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], providers: Providers | None = None, *,
-                 support_threshold: float = 0.6, semantic_threshold: float | None = 0.8) -> Answer:  # fmt: skip
-    """The attribution check of an answer (:func:`~operators.attribution.check_claims`): each sentence against the
-    entries it cites. Returns the answer with a verdict on every citation, citations added for uncited sentences an
-    entry supports (``attributed``), ``supported`` (the share of supported sentences) and ``unsupported`` (the
-    others). A refusal is returned as it is."""
+                 support_threshold: float = 0.6, semantic_threshold: float | None = 0.8,
+                 judge: Literal["rules", "llm"] = "rules", judge_max_sentences: int = 4) -> Answer:  # fmt: skip
+    """The attribution check of an answer (:func:`~operators.claims.check_claims`): each sentence against the
+    entries it cites, then, with ``judge="llm"``, the chat model on each sentence the rules support
+    (:func:`judge_claims`; not for an extractive answer, a quote). Returns the answer with a verdict on every
+    citation, citations added for uncited sentences an entry supports (``attributed``), ``supported`` (the share of
+    supported sentences) and ``unsupported`` (the others). A refusal is returned as it is.
+
+    Raises:
+        ValueError: If ``judge`` is ``llm`` and no ``providers`` are given (the judge is their chat model).
+    """
     if answer.get("refused"):
         return answer
     verdicts = check_claims(str(answer["text"]), question, evidence, lexical_threshold=support_threshold,
                             semantic_threshold=semantic_threshold, providers=providers)  # fmt: skip
+    if judge == "llm" and answer.get("source") != "extractive":
+        if providers is None:
+            raise ValueError("check_answer: judge='llm' needs the providers whose chat model judges (or judge='rules')")
+        verdicts = judge_claims(providers, question, verdicts, evidence, max_sentences=judge_max_sentences)
     by_ref = {e["ref"]: e for e in evidence}
     citations = {c["ref"]: Citation(**c) for c in answer.get("citations") or [] if c["ref"] in by_ref}
     for v in verdicts:
@@ -330,6 +417,14 @@ def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], pr
     out["supported"] = round(sum(v.supported for v in verdicts) / len(verdicts), 4) if verdicts else 0.0
     out["unsupported"] = [v.sentence for v in verdicts if not v.supported]
     return out
+
+
+def _check(providers: Providers, params: CheckParams, answer: Answer, question: str,
+           evidence: Sequence[Evidence]) -> Answer:  # fmt: skip
+    """:func:`check_answer` as an operator's params say."""
+    return check_answer(answer, question, evidence, providers, support_threshold=params.support_threshold,
+                        semantic_threshold=params.semantic_threshold, judge=params.judge,
+                        judge_max_sentences=params.judge_max_sentences)  # fmt: skip
 
 
 def _with_marker(text: str, ref: int) -> str:
@@ -410,8 +505,7 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
 
     system = SYSTEM + (f" {params.instructions}" if params.instructions else "")
     scorer = SentenceScorer(providers, params.weights)
-    check = functools.partial(check_answer, providers=providers, support_threshold=params.support_threshold,
-                              semantic_threshold=params.semantic_threshold)  # fmt: skip
+    check = functools.partial(_check, providers, params)
 
     def _best(scored: list[ScoredSentence], query: str, evidence: list[Evidence]) -> ScoredSentence:
         """The sentence to quote: the best-scored one, or across the bridge it names (``follow_bridges``)."""
@@ -525,25 +619,20 @@ def draft_sentence(params: DraftParams, providers: Providers) -> Operator:
     return run
 
 
-class VerifyParams(OperatorParams):
-    support_threshold: float = Field(0.6, ge=0.0, le=1.0, description="share of a sentence's new content words the "
-                                                                       "passage it cites must contain")  # fmt: skip
-    semantic_threshold: float | None = Field(
-        0.8, ge=-1.0, le=1.0, description="or an embedding cosine this close to one cited sentence (null: words only)"
-    )
+class VerifyParams(CheckParams):
+    pass
 
 
-def _checked(providers: Providers, state: Mapping[str, Any], params: VerifyParams) -> Answer:
-    return check_answer(Answer(**state["answer"]), str(state.get("query", "")), evidence_of(state), providers,  # type: ignore[typeddict-item]
-                        support_threshold=params.support_threshold,
-                        semantic_threshold=params.semantic_threshold)  # fmt: skip
+def _checked(providers: Providers, state: Mapping[str, Any], params: CheckParams) -> Answer:
+    return _check(providers, params, Answer(**state["answer"]), str(state.get("query", "")), evidence_of(state))  # type: ignore[typeddict-item]
 
 
-@operator("generation", "verification", "verify", port=Port.VERIFY, cost=lambda params, ctx: ZERO)
+@operator("generation", "verification", "verify", port=Port.VERIFY, cost=lambda params, ctx: _judge_cost(params))
 def verify(params: VerifyParams, providers: Providers) -> Operator:
-    """Answer verification by the attribution check: every sentence against the passages it cites (numbers, codes,
-    names and content words; an embedding match as a fallback); verdicts on the citations, unsupported sentences
-    in answer.unsupported, their share in answer.supported."""
+    """Answer verification by the attribution check: every sentence against the sentences it cites (the subject
+    with its value, negation, comparisons, numbers with units; operators/claims.py), and with judge: llm the chat
+    model on each sentence the rules support; verdicts on the citations, unsupported sentences in
+    answer.unsupported, their share in answer.supported."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         answer = dict(state.get("answer") or {})
@@ -560,7 +649,7 @@ class AbstainParams(VerifyParams):
 
 
 @operator("generation", "verification", "abstain", port=Port.VERIFY,
-          cost=lambda params, ctx: llm((0, 1 if params.ask_model else 0)))
+          cost=lambda params, ctx: llm((0, 1 if params.ask_model else 0)) + _judge_cost(params))
 def abstain(params: AbstainParams, providers: Providers) -> Operator:
     """Refusal when the evidence does not contain the answer: replaces an answer whose share of sentences the
     attribution check supports is below min_supported (or that the model says the passages do not contain) by a
@@ -579,9 +668,7 @@ def abstain(params: AbstainParams, providers: Providers) -> Operator:
         if params.ask_model and evidence:
             prompt = (f"{format_evidence(evidence)}\n{DATA_RULE}\n\nQuestion: {state.get('query', '')}\n"
                       "Do the passages contain the answer to the question? Reply with yes or no.")  # fmt: skip
-            completion = providers.llm.complete(prompt, max_tokens=3, logprobs=True, top_logprobs=10)
-            first = next((t for t in completion.tokens or () if t.token.strip()), None)
-            reply, _ = parse_yes_no(completion.text, first.top if first is not None else ())
+            reply, _ = ask_model_yes_no(providers, prompt, max_tokens=3)
             contains = reply != "no"
         if share < params.min_supported or not contains:
             note(f"refused: {share:.0%} of sentences supported; model says passages contain it: {contains}")

@@ -27,7 +27,15 @@ from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import Verdict, step_of
 from modular_rag.text import token_f1
 from modular_rag.trace import totals
-from operators.generation import DATA_RULE, evidence_of, format_evidence, parse_yes_no
+from operators.generation import (
+    DATA_RULE,
+    JUDGE_PROMPT,
+    SUPPORTED_QUESTION,
+    ask_model_yes_no,
+    evidence_of,
+    format_evidence,
+    parse_yes_no,
+)
 
 __all__ = ["verdict", "stop_now", "ask_yes_no", "CRITERIA"]
 
@@ -79,7 +87,7 @@ def token_confidence(params: TokenConfidenceParams, providers: Providers) -> Ope
 
 
 CRITERIA: dict[str, tuple[str, Literal["yes", "no"]]] = {
-    "supported": ("Is every statement in the answer supported by the passages?", "no"),
+    "supported": (SUPPORTED_QUESTION, "no"),
     "complete": ("Does the answer fully answer the question?", "no"),
     "useful": ("Is the answer useful for the question?", "no"),
     "needs_retrieval": ("Does answering the question need facts from documents (not general knowledge)?", "yes"),
@@ -97,9 +105,6 @@ class LLMJudgeParams(OperatorParams):
     max_tokens: int = Field(4, gt=0, le=64)
 
 
-JUDGE_PROMPT = "{context}Question: {query}\n{answer}\n{ask} Reply with yes or no."
-
-
 def _answer_text(state: Mapping[str, Any]) -> str:
     return str((state.get("answer") or {}).get("text") or (state.get("draft") or {}).get("text") or "")
 
@@ -113,9 +118,7 @@ def ask_yes_no(providers: Providers, state: Mapping[str, Any], ask: str, *, pass
     answer = _answer_text(state)
     prompt = JUDGE_PROMPT.format(context=context, query=state.get("query", ""),
                                  answer=f"Answer: {answer}" if answer else "", ask=ask)  # fmt: skip
-    completion = providers.llm.complete(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
-    first = next((t for t in completion.tokens or () if t.token.strip()), None)
-    return parse_yes_no(completion.text, first.top if first is not None else ())
+    return ask_model_yes_no(providers, prompt, max_tokens=max_tokens)
 
 
 def _judge_cost(params: LLMJudgeParams, ctx: Any) -> Any:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from modular_rag.providers import Providers
-from operators.attribution import SentenceScorer, best_span, check_claims, question_cues
+from operators.attribution import SentenceScorer, best_span, question_cues
+from operators.claims import check_claims
 from operators.generation import check_answer
 
 E07 = [{"ref": 1, "chunk_id": "e07", "text": "Error E07 means speed sensor signal lost. The display has not received "

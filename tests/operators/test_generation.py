@@ -156,3 +156,72 @@ def test_a_question_the_corpus_cannot_answer_is_refused_without_the_model(demo_d
         ans = generate(env, {"query": question, "evidence": _evidence_for(env, question)}, mode="checked")
     assert ans["refused"] and "no evidence sentence answers the question" in ans["reason"]
     assert meter.llm_calls == 0
+
+
+def _judged_env(demo_dir: Path, verdict: str) -> tuple[Providers, Any]:
+    """Providers whose scripted model answers E07 with its reading of the passage, and replies ``verdict`` to every
+    yes/no question (the attribution check's judge)."""
+    from tests.conftest import ScriptedChat, providers_config
+
+    chat = ScriptedChat.of(lambda prompt: verdict if prompt.endswith("Reply with yes or no.")
+                           else "E07 means the speed sensor signal was lost [1].")  # fmt: skip
+    return Providers(providers_config(demo_dir, chat)), chat
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("verdict", ["no", "yes"])
+def test_the_llm_judge_asks_about_each_sentence_the_rules_pass(demo_dir: Path, verdict: str) -> None:
+    from modular_rag.trace import metered
+
+    env, chat = _judged_env(demo_dir, verdict)
+    with metered() as meter:
+        ans = generate(env, {"query": E07_QUESTION, "evidence": _evidence_for(env, E07_QUESTION)}, mode="checked",
+                       judge="llm")  # fmt: skip
+    assert meter.llm_calls == 2  # the answer, then one yes/no question about its one sentence
+    asked = chat.prompts[-1]
+    assert "Error E07 means speed sensor signal lost." in asked  # the cited sentence, not the whole passage
+    assert "Answer: E07 means the speed sensor signal was lost" in asked and "supported by the passages?" in asked
+    if verdict == "no":  # the judge overrules the rules: checked mode falls back to the extractive answer
+        assert ans["source"] == "extractive" and ans["unsupported"] == ["E07 means the speed sensor signal was lost."]
+    else:
+        assert ans["source"] == "model" and ans["supported"] == 1.0
+
+
+@pytest.mark.integration
+def test_verify_with_the_llm_judge_rejects_what_the_model_says_no_to(demo_dir: Path) -> None:
+    env, _ = _judged_env(demo_dir, "no")
+    info = get_operator(Port.VERIFY, "verify")
+    op = info.factory(info.params.model_validate({"judge": "llm", "semantic_threshold": None}), env)
+    answer = {"text": "E07 means the speed sensor signal was lost [1].", "refused": False,
+              "citations": [{"ref": 1, "chunk_id": "c1", "method": "model"}]}  # fmt: skip
+    out = op({"query": E07_QUESTION, "answer": answer, "evidence": EVIDENCE})["answer"]
+    assert out["supported"] == 0.0 and out["citations"][0]["reason"].startswith("judge: the model says")
+    rules = info.factory(info.params.model_validate({"semantic_threshold": None}), env)
+    assert rules({"query": E07_QUESTION, "answer": answer, "evidence": EVIDENCE})["answer"]["supported"] == 1.0
+
+
+@pytest.mark.integration
+def test_the_judges_calls_are_in_the_ledger_and_the_cost_model(demo_dir: Path) -> None:
+    from modular_rag.builder import build_flow
+    from modular_rag.config import load_config
+    from modular_rag.costs import Span, estimate
+    from modular_rag.trace import totals
+    from tests.conftest import demo_flow
+
+    _, chat = _judged_env(demo_dir, "no")
+    config = load_config(demo_flow(demo_dir, operators={
+        "generate": {"name": "cited_answer", "params": {"mode": "checked", "judge": "llm", "judge_max_sentences": 3}}}))
+    config.providers.llm = chat
+    expected = estimate(config)
+    assert expected.llm_calls == Span(0, 1 + 3)
+    out = build_flow(config).invoke({"query": E07_QUESTION})
+    assert totals(out["ledger"])["llm_calls"] == 2 and out["answer"]["source"] == "extractive"
+
+
+@pytest.mark.unit
+def test_the_llm_judge_needs_an_answer_the_model_wrote() -> None:
+    from pydantic import ValidationError
+
+    info = get_operator(Port.GENERATE, "cited_answer")
+    with pytest.raises(ValidationError, match="mode extractive quotes the evidence"):
+        info.params.model_validate({"mode": "extractive", "judge": "llm"})
