@@ -298,11 +298,12 @@ def _cmd_train_router(args: argparse.Namespace) -> int:
     for path in args.config:
         config = load_config(path)
         configs[config.name or Path(path).stem] = config
-    report = train_router(dataset, configs, args.out, quality=args.quality, validation=args.validation,
+    report = train_router(dataset, configs, args.out, quality=args.quality, classes=args.classes, folds=args.folds,
                           seed=args.seed, max_cost_ratio=args.max_cost_ratio, max_quality_loss=args.max_quality_loss,
                           progress=not args.quiet,
                           log=print)  # fmt: skip
-    print(f"held-out accuracy (labels: the cheapest flow reaching the best {args.quality}): {report.accuracy:.3f}")
+    print(f"cross-validated accuracy: routes {report.accuracy:.3f} (labels: the cheapest flow reaching the best "
+          f"{args.quality}), question kinds ({report.classes}) {report.class_accuracy:.3f}")
     print(f"wrote {report.model_file} and {report.config_file} (modular-rag eval --config {report.config_file})")
     return 0
 
@@ -468,12 +469,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder for router.json and routed.yaml")
     p.add_argument("--split", default="train", help="the training split (never the one you report on)")
     p.add_argument("--quality", default="all@5", help="what a route must achieve: all@5, recall@5, f1, contains")
-    p.add_argument("--validation", type=float, default=0.3, help="share of training questions held out (0.3)")
+    p.add_argument("--classes", choices=["auto", "passages", "outcome"], default="auto",
+                   help="kinds of questions the router tells apart: passages (one relevant passage or several), "
+                        "outcome (the cheapest flow that did best), auto: passages when both kinds occur")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds over the training questions (5)")
     p.add_argument("--max-cost-ratio", type=float, default=0.6,
                    help="spend at most this share of the costliest flow's cost on average; the best quality within it "
-                        "on validation (0.6)")  # fmt: skip
+                        "by cross-validation (0.6)")  # fmt: skip
     p.add_argument("--max-quality-loss", type=float,
-                   help="instead: the cheapest operating point within this of the best flow's quality on validation")
+                   help="instead: the cheapest operating point within this of the best flow's quality "
+                        "(cross-validated)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, help="only N training questions")
     p.add_argument("--quiet", action="store_true")

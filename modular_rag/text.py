@@ -21,6 +21,7 @@ __all__ = [
     "estimate_tokens",
     "fold",
     "normalize_answer",
+    "normalize_question",
     "exact_match",
     "token_f1",
     "distinctive_tokens",
@@ -134,6 +135,22 @@ def normalize_answer(text: str) -> str:
     text = "".join(ch for ch in text if ch not in set(string.punctuation))
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
+
+
+_QUOTES = re.compile(r"[\"“”„«»`´]|(?<!\w)['‘’]|['‘’](?!\w)")
+_NOT_IN_WORDS = re.compile(r"[^\w\s'’\-./%]|(?<![\w])[-./]|[-./](?![\w])")
+
+
+def normalize_question(text: str) -> str:
+    """A question's content without its writing style: Unicode NFKC, case folded, quotes and punctuation removed
+    (hyphens, apostrophes, decimal points and slashes inside words kept: "e-bike", "3.1", "km/h"), whitespace
+    squeezed. "What's the TW-900's weight?" and "what's the tw-900's weight" normalise alike.
+
+    A router or any learned model should read this form: letter case and punctuation say where a question was
+    written (NQ-open is lower case without a question mark, HotpotQA cased), not what it needs.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(_NOT_IN_WORDS.sub(" ", _QUOTES.sub(" ", folded)).split())
 
 
 def exact_match(prediction: str, gold: str) -> float:

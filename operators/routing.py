@@ -13,8 +13,9 @@ so instructions planted inside documents cannot steer them.
   generated tokens and their alternatives).
 * ``embedding`` - semantic routing by embedding similarity to each route's description and examples.
 * ``hybrid`` - ``alpha * keyword + (1 - alpha) * semantic`` (Eq. 22).
-* ``learned`` - a classifier trained on which route retrieved what each training question needed, at what cost
-  (``modular-rag train-router``): Adaptive-RAG's idea with a logistic regression instead of a trained T5.
+* ``learned`` - a classifier of what a question needs (one passage or several), and each route's measured quality
+  for each kind, trained by ``modular-rag train-router``: Adaptive-RAG's idea with a softmax regression over the
+  normalised question's embedding instead of a trained T5. Letter case and punctuation never reach its features.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from modular_rag.costs import ZERO, llm
 from modular_rag.providers import Providers, TokenLogprob
 from modular_rag.registry import Operator, OperatorParams, Port, operator
-from modular_rag.text import Analyzer
+from modular_rag.text import Analyzer, normalize_question
 from modular_rag.trace import note
 
 __all__ = ["RouteInfo", "RouterParams", "choose_route", "keyword_scores", "name_probability", "RouterModel",
@@ -256,47 +257,60 @@ def hybrid_router(params: HybridRouterParams, providers: Providers) -> Operator:
 # ------------------------------------------------------------------------------------------------ learned router
 
 ROUTER_FORMAT = "modular-rag-router"
-ROUTER_VERSION = 2
+ROUTER_VERSION = 3
 
 _QUESTION_WORDS = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "was", "were",
                    "do", "does", "did", "can", "in", "the")  # fmt: skip
+_COMPARISON = re.compile(r"\b(both|either|neither|or|same|than|compared|difference|older|younger|first|earlier|"
+                         r"later)\b")
 
 
 def lexical_features(query: str) -> list[float]:
-    """Cheap features of a question's form: length, capitalised words and codes (names of things), digits, quotes,
-    comparison words, and its first word."""
-    words = query.split()
-    first = words[0].lower().strip("\"'(") if words else ""
+    """Cheap features of what a question asks, read from its normalised form (:func:`normalize_question`), so letter
+    case, quotes and punctuation, which say more about where a question was written than what it needs, carry no
+    signal: its length in words, whether it has a digit, comparison words, and its first word."""
+    text = normalize_question(query)
+    words = text.split()
+    first = words[0] if words else ""
     return [
         len(words) / 20.0,
-        sum(w[:1].isupper() for w in words[1:]) / 5.0,
-        float(any(ch.isdigit() for ch in query)),
-        float('"' in query or "“" in query),
-        float(bool(re.search(r"\b(both|either|neither|or|same|than|compared|difference|older|younger)\b", query,
-                             re.I))),  # fmt: skip
-        float(len(re.findall(r",", query)) > 0),
+        float(any(ch.isdigit() for ch in text)),
+        float(bool(_COMPARISON.search(text))),
         *[float(first == w) for w in _QUESTION_WORDS],
     ]
 
 
-LEXICAL_NAMES = ["words/20", "capitalised/5", "digits", "quotes", "comparison", "comma",
-                 *[f"first={w}" for w in _QUESTION_WORDS]]  # fmt: skip
+LEXICAL_NAMES = ["words/20", "digits", "comparison", *[f"first={w}" for w in _QUESTION_WORDS]]
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of ``n x c`` scores."""
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
 
 
 @dataclass
 class RouterModel:
-    """A learned router: per route, a logistic regression over the query's embedding and :func:`lexical_features`
-    predicting the route's quality on the question (does it retrieve what the question needs); with a cost per
-    route, it picks ``argmax_k p_k - cost_weight * cost_k / max cost``: a costlier route only where it is expected
-    to buy enough.
+    """A learned router in the manner of Adaptive-RAG: a classifier of what a question needs, and what each route
+    achieves for each kind of question.
+
+    ``classes`` are kinds of questions (by default by how many relevant passages a training question has: one, or
+    two and more; see :func:`modular_rag.eval.router.train_router`). A softmax regression over the embedding of the
+    normalised question and :func:`lexical_features` gives ``P(class | question)``; ``quality[k, c]`` is route k's
+    measured quality on training questions of class c; a route's expected quality is ``sum_c P(c) quality[k, c]``,
+    and the router picks ``argmax_k expected_k - cost_weight * cost_k / max cost``: a costlier route only where it
+    is expected to buy enough.
 
     Saved as versioned JSON by :meth:`save` (``modular-rag train-router`` writes it); :meth:`load` refuses another
-    format or version, and a model trained on other embeddings than the flow's.
+    format or version.
     """
 
     routes: list[str]
+    classes: list[str]
     weights: np.ndarray
     bias: np.ndarray
+    quality: np.ndarray
     lexical_mean: np.ndarray
     lexical_scale: np.ndarray
     costs: dict[str, float]
@@ -305,20 +319,30 @@ class RouterModel:
     trained: dict[str, Any] = field(default_factory=dict)
 
     def features(self, vector: np.ndarray, query: str) -> np.ndarray:
-        """The feature row of a query (its embedding and standardised lexical features)."""
+        """The feature row of a query: the embedding of its normalised form (``vector``) and its standardised
+        lexical features."""
         lexical = (np.asarray(lexical_features(query)) - self.lexical_mean) / self.lexical_scale
         return np.concatenate([np.asarray(vector, dtype=np.float64), lexical])
 
-    def probabilities(self, rows: np.ndarray) -> np.ndarray:
-        """Each route's expected quality for feature rows (``n x d`` -> ``n x k``, sigmoids)."""
-        z = np.clip(rows @ self.weights.T + self.bias, -30.0, 30.0)
-        return 1.0 / (1.0 + np.exp(-z))
+    def class_probabilities(self, rows: np.ndarray) -> np.ndarray:
+        """``P(class | question)`` for feature rows (``n x d`` -> ``n x c``)."""
+        return softmax(rows @ self.weights.T + self.bias)
 
-    def decide(self, probabilities: np.ndarray) -> np.ndarray:
-        """The route index per row: the best probability after its cost penalty."""
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        """Each route's expected quality for feature rows (``n x d`` -> ``n x k``)."""
+        return self.class_probabilities(rows) @ self.quality.T
+
+    def decide(self, expected: np.ndarray) -> np.ndarray:
+        """The route index per row of expected qualities: the best after its cost penalty."""
         top = max(self.costs.values()) or 1.0
         penalty = np.array([self.costs.get(r, 0.0) / top for r in self.routes])
-        return np.argmax(probabilities - self.cost_weight * penalty, axis=1)
+        return np.argmax(expected - self.cost_weight * penalty, axis=1)
+
+    def route(self, encoder: Any, queries: Sequence[str]) -> list[str]:
+        """The route chosen for each query (``encoder`` embeds their normalised forms, as the flow's embeddings
+        provider does)."""
+        rows = np.vstack([self.features(encoder.encode_query(normalize_question(q)), q) for q in queries])
+        return [self.routes[i] for i in self.decide(self.probabilities(rows)).tolist()]
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON (``router.json`` inside ``path`` when it is a folder)."""
@@ -326,11 +350,11 @@ class RouterModel:
         if file.suffix != ".json":
             file.mkdir(parents=True, exist_ok=True)
             file = file / "router.json"
-        data = {"format": ROUTER_FORMAT, "version": ROUTER_VERSION, "routes": self.routes,
-                "weights": self.weights.tolist(), "bias": self.bias.tolist(), "lexical": LEXICAL_NAMES,
-                "lexical_mean": self.lexical_mean.tolist(), "lexical_scale": self.lexical_scale.tolist(),
-                "costs": self.costs, "cost_weight": self.cost_weight, "embeddings": self.embeddings,
-                "trained": self.trained}  # fmt: skip
+        data = {"format": ROUTER_FORMAT, "version": ROUTER_VERSION, "routes": self.routes, "classes": self.classes,
+                "weights": self.weights.tolist(), "bias": self.bias.tolist(), "quality": self.quality.tolist(),
+                "lexical": LEXICAL_NAMES, "lexical_mean": self.lexical_mean.tolist(),
+                "lexical_scale": self.lexical_scale.tolist(), "costs": self.costs, "cost_weight": self.cost_weight,
+                "embeddings": self.embeddings, "trained": self.trained}  # fmt: skip
         file.write_text(json.dumps(data, indent=1), encoding="utf-8")
         return file
 
@@ -352,13 +376,15 @@ class RouterModel:
                               "write one with modular-rag train-router") from None  # fmt: skip
         if data.get("format") != ROUTER_FORMAT or data.get("version") != ROUTER_VERSION:
             raise ConfigError("operators.route.params.model", f"{file} is not a {ROUTER_FORMAT} v{ROUTER_VERSION} "
-                              f"model (format {data.get('format')!r}, version {data.get('version')!r})")  # fmt: skip
+                              f"model (format {data.get('format')!r}, version {data.get('version')!r}); train it "
+                              "again with modular-rag train-router")  # fmt: skip
         if data.get("lexical") != LEXICAL_NAMES:
             raise ConfigError("operators.route.params.model", f"{file} was trained on other lexical features; "
                               "train it again with this version")  # fmt: skip
-        return cls(list(data["routes"]), np.asarray(data["weights"]), np.asarray(data["bias"]),
-                   np.asarray(data["lexical_mean"]), np.asarray(data["lexical_scale"]), dict(data["costs"]),
-                   float(data["cost_weight"]), str(data.get("embeddings", "")), dict(data.get("trained", {})))
+        return cls(list(data["routes"]), list(data["classes"]), np.asarray(data["weights"]),
+                   np.asarray(data["bias"]), np.asarray(data["quality"]), np.asarray(data["lexical_mean"]),
+                   np.asarray(data["lexical_scale"]), dict(data["costs"]), float(data["cost_weight"]),
+                   str(data.get("embeddings", "")), dict(data.get("trained", {})))  # fmt: skip
 
 
 class LearnedRouterParams(RouterParams):
@@ -368,9 +394,10 @@ class LearnedRouterParams(RouterParams):
 
 @operator("orchestration", "routing", "learned", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
 def learned_router(params: LearnedRouterParams, providers: Providers) -> Operator:
-    """Learned routing (Adaptive-RAG's idea, offline): per route, a logistic regression over the query's embedding
-    and cheap lexical features, trained by ``modular-rag train-router`` on what each route retrieved for training
-    questions; picks the best expected quality for its cost. The trace gives every route's expected quality."""
+    """Learned routing (Adaptive-RAG's idea, offline): a classifier of what the question needs (by default one
+    passage or several) over the embedding of its normalised form (no letter case, no punctuation) and cheap lexical
+    features, and each route's measured quality per kind of question, both from ``modular-rag train-router``;
+    picks the best expected quality for its cost. The trace gives every route's expected quality."""
     from modular_rag.errors import ConfigError
 
     model = RouterModel.load(params.model)
@@ -381,7 +408,8 @@ def learned_router(params: LearnedRouterParams, providers: Providers) -> Operato
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
-        p = model.probabilities(model.features(providers.encoder.encode_query(query), query)[None, :])
+        vector = providers.encoder.encode_query(normalize_question(query))
+        p = model.probabilities(model.features(vector, query)[None, :])
         chosen = model.routes[int(model.decide(p)[0])]
         note("learned: expected quality " + ", ".join(f"{r} {v:.2f}" for r, v in zip(model.routes, p[0].tolist(),
                                                                                         strict=True)))  # fmt: skip

@@ -1,11 +1,18 @@
-"""Train the learned router (``modular-rag train-router``): run every candidate flow on the training questions, fit per
-flow a logistic regression predicting its quality on a question (from the question's embedding and cheap lexical
-features), and choose on held-out training questions how much cost counts against expected quality. Each question's
-label (for the reported accuracy) is the cheapest flow that reached the best quality on it.
+"""Train the learned router (``modular-rag train-router``), in the manner of Adaptive-RAG: run every candidate flow
+on the training questions, learn to tell what kind of question each is, and measure what each flow achieves for each
+kind; at run time a route's expected quality is its quality per kind weighted by the question's kind probabilities.
 
-The training split is divided into fit and validation parts (seeded); the regularisation and the cost weight are
-chosen on validation, then the model is fitted again on the whole training split. Nothing here reads the split the
-flows are finally reported on (``modular-rag eval`` on dev does that).
+The kinds (``classes``) are, by default, how many relevant passages a training question has in the qrels: one, or
+two and more (``passages``): a property of the question's information need, which its wording shows (Adaptive-RAG
+labels the questions no strategy answers by the same inductive bias: single-hop or multi-hop). When every training
+question has one relevant passage, the kinds are the routes themselves (``outcome``): a question's kind is the
+cheapest flow that reached the best quality on it, Adaptive-RAG's own labels. The classifier is a softmax regression
+over the embedding of the normalised question (:func:`modular_rag.text.normalize_question`: no letter case, no
+punctuation) and case-free lexical features, so a mix whose sources differ by letter case cannot teach it case.
+
+The L2 penalty and the cost weight are chosen by k-fold cross-validation over the training questions (every
+question is scored by a model that did not see it), then the model is fitted again on all of them. Nothing here reads
+the split the flows are finally reported on (``modular-rag eval`` on dev does that).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,7 +30,8 @@ from modular_rag.errors import ConfigError
 from modular_rag.eval.datasets import BeirDataset
 from modular_rag.eval.runner import FlowResult, QueryRecord, dataset_providers, evaluate_flow
 
-__all__ = ["query_quality", "RouterTraining", "train_router", "fit_logistic", "routed_config"]
+__all__ = ["query_quality", "RouterTraining", "train_router", "fit_logistic", "fit_softmax", "routed_config",
+           "question_classes", "choose_operating_point"]
 
 
 def query_quality(record: QueryRecord, relevant: Mapping[str, int], metric: str) -> float:
@@ -43,31 +51,64 @@ def query_quality(record: QueryRecord, relevant: Mapping[str, int], metric: str)
 def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float) -> tuple[np.ndarray, float]:
     """Logistic regression with an L2 penalty on the weights (L-BFGS), on targets in [0, 1] (soft targets allowed):
     ``(weights d, bias)``."""
+    w, b = fit_softmax(x, np.column_stack([1.0 - y, y]), l2)
+    return w[1] - w[0], float(b[1] - b[0])
+
+
+def fit_softmax(x: np.ndarray, y: np.ndarray, l2: float) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax (multinomial logistic) regression with an L2 penalty on the weights (L-BFGS).
+
+    Args:
+        x: Features, ``n x d``.
+        y: Class targets, ``n x c``, each row a distribution (one-hot or soft).
+        l2: The penalty.
+
+    Returns:
+        ``(weights c x d, bias c)``.
+    """
     from scipy.optimize import minimize
 
+    from operators.routing import softmax
+
     n, d = x.shape
+    c = y.shape[1]
 
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        w, b = theta[:d], theta[d]
-        p = 1.0 / (1.0 + np.exp(-np.clip(x @ w + b, -30.0, 30.0)))
-        value = -float(np.sum(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))) / n + l2 * float(w @ w)
-        grad = np.concatenate([x.T @ (p - y) / n + 2 * l2 * w, [float(np.sum(p - y)) / n]])
-        return value, grad
+        w, b = theta[: c * d].reshape(c, d), theta[c * d :]
+        p = softmax(x @ w.T + b)
+        value = -float(np.sum(y * np.log(p + 1e-12))) / n + l2 * float(np.sum(w * w))
+        grad_w = (p - y).T @ x / n + 2 * l2 * w
+        return value, np.concatenate([grad_w.ravel(), (p - y).sum(axis=0) / n])
 
-    theta = minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", options={"maxiter": 500}).x
-    return theta[:d], float(theta[d])
+    theta = minimize(loss, np.zeros(c * (d + 1)), jac=True, method="L-BFGS-B", options={"maxiter": 500}).x
+    return theta[: c * d].reshape(c, d), theta[c * d :]
 
 
-def _fit_routes(x: np.ndarray, targets: np.ndarray, l2: float) -> tuple[np.ndarray, np.ndarray]:
-    """One logistic regression per route (column of ``targets``): ``(weights k x d, bias k)``."""
-    fits = [fit_logistic(x, targets[:, k], l2) for k in range(targets.shape[1])]
-    return np.vstack([w for w, _ in fits]), np.asarray([b for _, b in fits])
+ClassKind = Literal["auto", "passages", "outcome"]
+
+
+def question_classes(relevant: Sequence[int], labels: Sequence[str], kind: ClassKind = "auto") -> tuple[list[str], str]:
+    """Each training question's kind, and which definition was used.
+
+    Args:
+        relevant: How many relevant passages each question has (from the qrels).
+        labels: Each question's cheapest route that reached the best quality.
+        kind: ``passages`` (one passage / two and more), ``outcome`` (the label), or ``auto``: passages when both
+            kinds occur among the questions, else outcome.
+
+    Returns:
+        ``(class per question, the kind used)``.
+    """
+    passages = ["1 passage" if r <= 1 else "2+ passages" for r in relevant]
+    if kind == "passages" or (kind == "auto" and len(set(passages)) > 1):
+        return passages, "passages"
+    return list(labels), "outcome"
 
 
 @dataclass
 class RouterTraining:
-    """What ``train_router`` measured: per config its quality and cost on the training questions, the validation
-    figures of the chosen router next to each config's, and where it wrote the model."""
+    """What ``train_router`` measured: per config its quality and cost on the training questions, the cross-validated
+    figures of the chosen router next to each config's, the kinds of questions, and where it wrote the model."""
 
     routes: list[str]
     costs: dict[str, float]
@@ -79,12 +120,41 @@ class RouterTraining:
     model_file: Path
     config_file: Path
     grid: list[dict[str, float]] = field(default_factory=list)
+    question_labels: dict[str, str] = field(default_factory=dict)
+    classes: str = "passages"
+    class_accuracy: float = 0.0
 
 
-def _split(ids: Sequence[str], fraction: float, seed: int) -> set[str]:
-    """A seeded share of the ids (by hash), for validation."""
-    order = sorted(ids, key=lambda q: hashlib.sha256(f"router:{seed}:{q}".encode()).hexdigest())
-    return set(order[: max(1, round(len(order) * fraction))])
+def _folds(ids: Sequence[str], k: int, seed: int) -> np.ndarray:
+    """A seeded fold number per id (by hash), 0 to k-1."""
+    return np.asarray([int(hashlib.sha256(f"router:{seed}:{q}".encode()).hexdigest(), 16) % k for q in ids])
+
+
+def _class_quality(targets: np.ndarray, onehot: np.ndarray) -> np.ndarray:
+    """Each route's mean quality per class (``k x c``); a class with no questions gets the routes' overall mean."""
+    counts = onehot.sum(axis=0)
+    overall = targets.mean(axis=0)
+    per = (targets.T @ onehot) / np.where(counts > 0, counts, 1.0)
+    return np.where(counts[None, :] > 0, per, overall[:, None])
+
+
+def choose_operating_point(
+    grid: Sequence[Mapping[str, float]], costs: Mapping[str, float], best_single: float, *,
+    max_cost_ratio: float | None, max_quality_loss: float | None,
+) -> Mapping[str, float]:  # fmt: skip
+    """The operating point (a row of ``grid``: quality and cost of one l2 / cost weight) by the rule asked for: the
+    cheapest within ``max_quality_loss`` of the best single flow, else the best quality whose cost is at most
+    ``max_cost_ratio`` of the costliest flow's (the best overall when none fits)."""
+    if max_quality_loss is not None:
+        within = [g for g in grid if g["quality"] >= best_single - max_quality_loss]
+        if within:
+            return min(within, key=lambda g: (g["cost"], -g["quality"]))
+    else:
+        ceiling = (max_cost_ratio if max_cost_ratio is not None else 1.0) * max(costs.values())
+        within = [g for g in grid if g["cost"] <= ceiling + 1e-9]
+        if within:
+            return max(within, key=lambda g: (g["quality"], -g["cost"]))
+    return max(grid, key=lambda g: (g["quality"], -g["cost"]))
 
 
 def routed_config(routes: Mapping[str, FlowConfig], model_file: Path, fallback: str, name: str) -> dict[str, Any]:
@@ -108,7 +178,8 @@ def train_router(
     out: str | Path,
     *,
     quality: str = "all@5",
-    validation: float = 0.3,
+    classes: ClassKind = "auto",
+    folds: int = 5,
     seed: int = 0,
     max_cost_ratio: float | None = 0.6,
     max_quality_loss: float | None = None,
@@ -122,25 +193,33 @@ def train_router(
         configs: Route name -> candidate flow config (cheapest first is not required: costs are measured).
         out: Folder for ``router.json`` and ``routed.yaml``.
         quality: What a route must achieve for a question (:func:`query_quality`).
-        validation: Share of the training questions held out to choose the regularisation and the cost weight.
-        seed: Seeds that split.
-        max_cost_ratio: The operating point chosen on validation is the best quality whose mean cost is at most
-            this share of the costliest flow's (when ``max_quality_loss`` is not given).
-        max_quality_loss: Instead, the cheapest operating point whose validation quality is within this of the best
-            single flow's.
+        classes: The kinds of questions the classifier tells apart (:func:`question_classes`).
+        folds: Cross-validation folds over the training questions, to choose the L2 penalty and the cost weight.
+        seed: Seeds the folds.
+        max_cost_ratio: The operating point is the best cross-validated quality whose mean cost is at most this
+            share of the costliest flow's (when ``max_quality_loss`` is not given).
+        max_quality_loss: Instead, the cheapest operating point whose cross-validated quality is within this of the
+            best single flow's.
         progress: Progress bars while the flows run.
         log: Receives one line per step.
 
     Returns:
         The measurements and the files written.
+
+    Raises:
+        ConfigError: With fewer than two candidate flows, fewer than two folds, or fewer questions than folds.
     """
     from modular_rag.tables import format_table
+    from modular_rag.text import normalize_question
     from operators.routing import RouterModel, lexical_features
 
     say = log or (lambda line: None)
     names = list(configs)
     if len(names) < 2:
         raise ConfigError("--config", "a router needs at least two candidate flows")
+    if folds < 2 or len(dataset.queries) < folds:
+        raise ConfigError("--folds", f"cross-validation needs at least 2 folds and a question per fold (got {folds} "
+                                     f"folds, {len(dataset.queries)} questions)")  # fmt: skip
     results: dict[str, FlowResult] = {}
     env = None
     for name, config in configs.items():
@@ -159,52 +238,62 @@ def train_router(
     for q in qids:
         top = max(quality_of[n][q] for n in names)
         labels[q] = names.index(next(n for n in by_cost if quality_of[n][q] >= top))
-    vectors = env.encoder.encode([q.text for q in dataset.queries]).astype(np.float64)
+    relevant = [sum(1 for s in dataset.qrels.get(q, {}).values() if s > 0) for q in qids]
+    kinds, kind = question_classes(relevant, [names[labels[q]] for q in qids], classes)
+    class_names = sorted(set(kinds))
+    onehot = np.asarray([[float(k == c) for c in class_names] for k in kinds])
+    say(f"question kinds ({kind}): " + ", ".join(f"{c} {int(onehot[:, i].sum())}" for i, c in enumerate(class_names)))
+    vectors = env.encoder.encode([normalize_question(q.text) for q in dataset.queries]).astype(np.float64)
     lexical = np.asarray([lexical_features(q.text) for q in dataset.queries])
     mean, scale = lexical.mean(axis=0), lexical.std(axis=0) + 1e-6
     x = np.hstack([vectors, (lexical - mean) / scale])
     y = np.asarray([labels[q] for q in qids])
     targets = np.asarray([[quality_of[n][q] for n in names] for q in qids])
-    held = _split(qids, validation, seed)
-    val = np.asarray([q in held for q in qids])
+    fold = _folds(qids, folds, seed)
 
-    def measure(choice: np.ndarray, mask: np.ndarray) -> dict[str, float]:
-        ids = [q for q, m in zip(qids, mask, strict=True) if m]
-        picks = [names[c] for c in choice]
-        return {"quality": float(np.mean([quality_of[p][q] for p, q in zip(picks, ids, strict=True)])),
-                "cost": float(np.mean([costs[p] for p in picks]))}  # fmt: skip
+    def measure(choice: np.ndarray) -> dict[str, float]:
+        return {"quality": float(np.mean(targets[np.arange(len(choice)), choice])),
+                "cost": float(np.mean([costs[names[c]] for c in choice]))}  # fmt: skip
 
-    singles = {n: {"quality": float(np.mean([quality_of[n][q] for q in held])), "cost": costs[n]} for n in names}
+    singles = {n: {"quality": float(np.mean(targets[:, i])), "cost": costs[n]} for i, n in enumerate(names)}
     best_single = max(v["quality"] for v in singles.values())
-    grid = []
+    grid: list[dict[str, float]] = []
+    held_out: dict[float, tuple[np.ndarray, np.ndarray]] = {}
     for l2 in (1e-3, 1e-2, 1e-1):
-        w, b = _fit_routes(x[~val], targets[~val], l2)
-        model = RouterModel(names, w, b, mean, scale, costs)
-        probs = model.probabilities(x[val])
-        for cost_weight in np.round(np.arange(0.0, 1.001, 0.02), 2).tolist():
+        expected = np.zeros_like(targets)
+        kind_p = np.zeros_like(onehot)
+        for f in range(folds):
+            fit, test = fold != f, fold == f
+            if not test.any():
+                continue
+            w, b = fit_softmax(x[fit], onehot[fit], l2)
+            model = RouterModel(names, class_names, w, b, _class_quality(targets[fit], onehot[fit]), mean, scale,
+                                costs)  # fmt: skip
+            kind_p[test] = model.class_probabilities(x[test])
+            expected[test] = model.probabilities(x[test])
+        held_out[l2] = (expected, kind_p)
+        model = RouterModel(names, class_names, np.zeros((len(class_names), x.shape[1])), np.zeros(len(class_names)),
+                            np.zeros((len(names), len(class_names))), mean, scale, costs)  # fmt: skip
+        for cost_weight in np.round(np.arange(0.0, 1.0005, 0.005), 3).tolist():
             model.cost_weight = cost_weight
-            got = measure(model.decide(probs), val)
-            grid.append({"l2": l2, "cost_weight": cost_weight, **got})
-    if max_quality_loss is not None:
-        within = [g for g in grid if g["quality"] >= best_single - max_quality_loss]
-        pick = lambda pool: min(pool, key=lambda g: (g["cost"], -g["quality"]))  # noqa: E731
-    else:
-        ceiling = (max_cost_ratio if max_cost_ratio is not None else 1.0) * max(costs.values())
-        within = [g for g in grid if g["cost"] <= ceiling + 1e-9]
-        pick = lambda pool: max(pool, key=lambda g: (g["quality"], -g["cost"]))  # noqa: E731
-    chosen = pick(within) if within else max(grid, key=lambda g: (g["quality"], -g["cost"]))
-    say(f"chosen on validation: l2 {chosen['l2']}, cost weight {chosen['cost_weight']}: quality "
+            grid.append({"l2": l2, "cost_weight": cost_weight, **measure(model.decide(expected))})
+    chosen = choose_operating_point(grid, costs, best_single, max_cost_ratio=max_cost_ratio,
+                                    max_quality_loss=max_quality_loss)  # fmt: skip
+    say(f"chosen by {folds}-fold cross-validation: l2 {chosen['l2']}, cost weight {chosen['cost_weight']}: quality "
         f"{chosen['quality']:.3f} at cost {chosen['cost']:.2f} (best single flow {best_single:.3f})")  # fmt: skip
-    w, b = _fit_routes(x[~val], targets[~val], chosen["l2"])
-    check = RouterModel(names, w, b, mean, scale, costs, chosen["cost_weight"])
-    accuracy = float(np.mean(check.decide(check.probabilities(x[val])) == y[val]))
-    w, b = _fit_routes(x, targets, chosen["l2"])  # the shipped model learns from every training question
-    model = RouterModel(names, w, b, mean, scale, costs, chosen["cost_weight"],
-                        embeddings=configs[names[0]].providers.embeddings.model_dump_json(),
+    expected, kind_p = held_out[chosen["l2"]]
+    check = RouterModel(names, class_names, np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), mean, scale, costs,
+                        chosen["cost_weight"])  # fmt: skip
+    accuracy = float(np.mean(check.decide(expected) == y))
+    class_accuracy = float(np.mean(kind_p.argmax(axis=1) == onehot.argmax(axis=1)))
+    w, b = fit_softmax(x, onehot, chosen["l2"])  # the shipped model learns from every training question
+    model = RouterModel(names, class_names, w, b, _class_quality(targets, onehot), mean, scale, costs,
+                        chosen["cost_weight"], embeddings=configs[names[0]].providers.embeddings.model_dump_json(),
                         trained={"dataset": dataset.name, "split": dataset.split, "questions": len(qids),
-                                 "quality": quality, "labels": {n: int(np.sum(y == i)) for i, n in enumerate(names)},
-                                 "validation": {"questions": int(val.sum()), "chosen": chosen, "singles": singles,
-                                                "accuracy": accuracy}})  # fmt: skip
+                                 "quality": quality, "classes": kind,
+                                 "labels": {n: int(np.sum(y == i)) for i, n in enumerate(names)},
+                                 "cross_validation": {"folds": folds, "chosen": chosen, "singles": singles,
+                                                      "accuracy": accuracy, "class_accuracy": class_accuracy}})
     folder = Path(out)
     model_file = model.save(folder)
     import yaml
@@ -214,8 +303,9 @@ def train_router(
     config_file.write_text(yaml.safe_dump(routed, sort_keys=False), encoding="utf-8")
     rows = [[n, f"{singles[n]['quality']:.3f}", f"{singles[n]['cost']:.2f}"] for n in names]
     rows.append(["routed", f"{chosen['quality']:.3f}", f"{chosen['cost']:.2f}"])
-    say(format_table(["on validation", quality, "retrievals + LLM calls / q"], rows))
+    say(format_table([f"{folds}-fold cross-validation", quality, "retrievals + LLM calls / q"], rows))
     return RouterTraining(names, costs, {n: int(np.sum(y == i)) for i, n in enumerate(names)}, chosen["l2"],
                           chosen["cost_weight"], {**singles, "routed": {"quality": chosen["quality"],
                                                                          "cost": chosen["cost"]}},
-                          accuracy, model_file, config_file, grid)  # fmt: skip
+                          accuracy, model_file, config_file, grid, {q: names[labels[q]] for q in qids}, kind,
+                          class_accuracy)  # fmt: skip

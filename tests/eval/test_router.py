@@ -22,9 +22,11 @@ HOPPING = {"pattern": "linear", "name": "hopping", "operators": {
 
 
 def _model(cost_weight: float) -> RouterModel:
+    """Two kinds of questions; the hopping route is better on the second kind, which every question belongs to."""
     d = 384 + len(LEXICAL_NAMES)
-    return RouterModel(["cheap", "hopping"], np.zeros((2, d)), np.array([0.0, 0.5]), np.zeros(len(LEXICAL_NAMES)),
-                       np.ones(len(LEXICAL_NAMES)), {"cheap": 1.0, "hopping": 4.0}, cost_weight)  # fmt: skip
+    return RouterModel(["cheap", "hopping"], ["1 passage", "2+ passages"], np.zeros((2, d)), np.array([0.0, 5.0]),
+                       np.array([[0.9, 0.5], [0.9, 0.8]]), np.zeros(len(LEXICAL_NAMES)), np.ones(len(LEXICAL_NAMES)),
+                       {"cheap": 1.0, "hopping": 4.0}, cost_weight)  # fmt: skip
 
 
 @pytest.mark.unit
@@ -37,7 +39,7 @@ def test_the_decision_weighs_expected_quality_against_cost(tmp_path: Path) -> No
     assert file.name == "router.json" and RouterModel.load(tmp_path / "router").cost_weight == 0.5
     data = json.loads(file.read_text())
     file.write_text(json.dumps({**data, "version": 999}))
-    with pytest.raises(ConfigError, match="is not a modular-rag-router v2 model"):
+    with pytest.raises(ConfigError, match="is not a modular-rag-router v3 model"):
         RouterModel.load(file)
 
 
@@ -47,7 +49,7 @@ def test_train_router_writes_a_model_and_a_routed_flow_that_runs(tmp_path: Path,
     from modular_rag.eval.router import train_router
 
     report = train_router(load_demo(), {"cheap": load_config(CHEAP), "hopping": load_config(HOPPING)},
-                          tmp_path / "router", validation=0.3)  # fmt: skip
+                          tmp_path / "router", folds=3)  # fmt: skip
     assert report.costs == {"cheap": 1.0, "hopping": 4.0}  # retrievals per question, measured
     assert sum(report.labels.values()) == 24 and report.model_file.exists()
     assert set(report.validation) == {"cheap", "hopping", "routed"}
@@ -73,3 +75,37 @@ def test_a_model_routing_to_unknown_routes_is_refused(tmp_path: Path, demo_dir: 
               "params": {"fallback": "a", "routes": {"a": {"flow": CHEAP}, "b": {"flow": HOPPING}}}}  # fmt: skip
     with pytest.raises(ConfigError, match=r"routes to \['cheap', 'hopping'\], which are not routes of this flow"):
         build_flow(config)
+
+
+def _cased_like_a_benchmark(question: str, multi_hop: bool) -> str:
+    """NQ-open's form for single-passage questions (lower case, no question mark), HotpotQA's for multi-hop ones."""
+    return question if multi_hop else question.lower().rstrip("?")
+
+
+@pytest.mark.integration
+def test_the_learned_router_does_not_read_letter_case(tmp_path: Path, demo_dir: Path) -> None:
+    """A training mix whose casing follows the route (NQ-style lower-case single-hop questions, cased multi-hop ones)
+    must not teach the router letter case: the same questions lower-cased or title-cased route the same way, so
+    held-out routing accuracy moves by at most 0.02."""
+    from modular_rag.eval.datasets import BeirDataset, Query, load_demo
+    from modular_rag.eval.router import train_router
+    from modular_rag.providers import Providers
+
+    demo = load_demo()
+    queries = [Query(q.id, _cased_like_a_benchmark(q.text, q.extra.get("kind") == "multi-hop"), q.answers, q.extra)
+               for q in demo.queries]  # fmt: skip
+    mix = BeirDataset(demo.root, demo.split, queries, demo.qrels)
+    report = train_router(mix, {"cheap": load_config(CHEAP), "hopping": load_config(HOPPING)}, tmp_path / "router",
+                          folds=3)  # fmt: skip
+    model = RouterModel.load(report.model_file)
+    encoder = Providers(load_config(CHEAP).providers).encoder
+    asked = [q.text for q in demo.queries]
+    labels = [report.question_labels[q.id] for q in demo.queries]
+
+    def accuracy(texts: list[str]) -> float:
+        return float(np.mean([a == b for a, b in zip(model.route(encoder, texts), labels, strict=True)]))
+
+    as_asked = accuracy(asked)
+    assert abs(accuracy([t.lower() for t in asked]) - as_asked) <= 0.02
+    assert abs(accuracy([t.title() for t in asked]) - as_asked) <= 0.02
+    assert model.route(encoder, asked) == model.route(encoder, [t.upper() for t in asked])

@@ -54,6 +54,7 @@ def router_file(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from operators.routing import LEXICAL_NAMES, RouterModel
 
     d = 384 + len(LEXICAL_NAMES)
-    model = RouterModel(["exact", "open"], np.zeros((2, d)), np.array([0.2, 0.1]), np.zeros(len(LEXICAL_NAMES)),
-                        np.ones(len(LEXICAL_NAMES)), {"exact": 2.0, "open": 1.0})  # fmt: skip
+    model = RouterModel(["exact", "open"], ["1 passage"], np.zeros((1, d)), np.zeros(1), np.array([[0.6], [0.5]]),
+                        np.zeros(len(LEXICAL_NAMES)), np.ones(len(LEXICAL_NAMES)),
+                        {"exact": 2.0, "open": 1.0})  # fmt: skip
     return model.save(tmp_path_factory.mktemp("router"))
