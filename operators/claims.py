@@ -5,8 +5,9 @@ A bag of words is not enough: "E07 means the motor was running for more than 10 
 passage it cites ("Error E07 means speed sensor signal lost. The display has not received a pulse from the wheel
 speed sensor for more than 10 seconds while the motor was running. ..."), but binds them wrongly. The rules check
 relations, each against the cited *sentences*, not the passage as a bag. An answer sentence's **value** is its
-content words the question does not have; its **frame** the words it shares with the question; its **names** the
-codes, numbers and names it holds (runs of capitalised words read as one name: "Harvard College").
+content words the question does not have (all of them when the question asks yes or no); its **frame** the words it
+shares with the question; its **names** the codes and names it holds (a run of capitalised words, "of" inside,
+is one name: "Harvard College", "University of Melbourne"; a unit after a number is none: "504 Wh").
 
 1. **Words** (on the whole entry): every number, code and name the answer sentence adds to the question is in the
    entry, and the sentence says something the question does not.
@@ -14,8 +15,8 @@ codes, numbers and names it holds (runs of capitalised words read as one name: "
    sentence (failing the words, an embedding cosine of at least ``semantic_threshold`` with it). The sentence is
    read with its antecedent (the sentence before it; the title for the first) when it opens with a pronoun or a
    possessive ("It", "They", "This", "Its") or with a definite description whose noun the antecedent names ("The
-   ground ..." after "The Melbourne Cricket Ground ..."), two steps back at most. An answer sentence joining facts
-   of several sentences passes when each of its clauses does.
+   ground ..." after "The Melbourne Cricket Ground ..."), two steps back at most, over asides in brackets. An
+   answer sentence joining facts of several sentences passes when each of its clauses does.
 3. **Subject with value**: that sentence, with its antecedent, names all the answer's names, those it repeats from
    the question included ("E07"); the antecedent lends names, not the relation (the answer's other frame words
    must not be found only there). A name missing there passes only as the document's topic: it is in the entry's
@@ -26,10 +27,12 @@ codes, numbers and names it holds (runs of capitalised words read as one name: "
    kind when the answer gives a number, a year or a quantity ("Harvard was formed in 1639": the sentence with 1639
    says "renamed", another "formed in 1636"), otherwise without the answer's value ("Buddhism is the fastest
    growing religion": another sentence says "Hinduism is the fastest growing religion"). Inside the carrying
-   sentence, the answer's number is the one nearest its other words, not another of the same kind ("the stem
-   bolts take 5 Nm and the seatpost clamp 6 Nm": not "the stem bolts take 6 Nm").
-5. **Negation**: the clause of the cited sentence that best matches a clause of the answer (the most of its names,
-   then of its value, then of its words; brackets are clauses of their own) is negated ("not", "no", "never",
+   sentence, the answer's number is in the clause that best matches the answer when that clause holds a number of
+   its kind ("a 28 mm road tyre ... 5.5 to 6.5 bar, while a 45 mm gravel tyre ... 2.5 to 3.5 bar"), and, when the
+   clause cannot tell, no number of its kind is nearer the answer's other words ("the stem bolts take 5 Nm and the
+   seatpost clamp 6 Nm": not "the stem bolts take 6 Nm").
+5. **Negation**: the clause of the cited sentence that best matches a clause of the answer (the most of its words,
+   then of its names, then of its value; brackets are clauses of their own) is negated ("not", "no", "never",
    "n't", "cannot", "except", ...) exactly when the answer's clause is ("not only", "not until" are no negations;
    "no more than" is a comparison: :func:`operators.relations.negated`).
 6. **Comparison direction**: the answer's clause takes no side of a scale (more/less, before/after, older/younger,
@@ -37,15 +40,18 @@ codes, numbers and names it holds (runs of capitalised words read as one name: "
    :data:`operators.relations.SCALES`) where that clause takes only the other.
 7. **Number with its unit**: a number the answer gives with a unit or a scale ("10 km", "25 km/h", "2.1 million")
    is in the cited sentence with that unit or bare, never only with another ("10 seconds", "2.1 billion").
-8. **Roles**: two names the answer relates by a word between them ("A defeated B") do not stand in the opposite
-   roles around that word in the cited sentence ("B defeated A"; a "by" after the word, a passive, swaps them).
+8. **Roles**: two names the answer relates by a verb between them ("A defeated B") do not stand in the opposite
+   roles around that verb in the cited sentence ("B defeated A"; a "by" after the verb, a passive, swaps them).
 
 A short answer that shares no word with its question ("1636 [1]", "Denver Broncos [1]") is read with the question:
-its frame is the question's words, its negation and comparisons are the question's (it is refused for a negated
-clause the question does not negate, not the other way round: a passage says "not" in other words too, "the
-insignificance of"), the sentence holding it must share a word with the question (or the entry's title must), and
-a quantity must be of the kind the question asks for (a mass for "weigh", not a length). The antecedent rule of
-3 does not apply to it.
+its frame is the question's words (rule 4), and a quantity must be of the kind the question plainly asks for (a
+mass for "weigh", not a length); the antecedent rule of 3 does not apply to it. An answer that states no
+relation of its own (no word of the question but names, no auxiliary, no negation: "Apollo 13", "Kublai Khan",
+"hold a set speed") has no polarity of its own either: which clause of a passage the question's "not" goes with
+is not something words can settle (questions paraphrase: "incapable of" for "could not"), so it is not refused
+for standing in a negated clause (rule 5 applies when it says "not" itself); its comparisons are its own words'.
+Numbers that could be the value instead (rule 4) are written in digits, are neither the answer's nor the
+question's, and have the value's unit when it has one; a number inside a code ("AS-501") is no value.
 
 What the rules cannot see (a paraphrase that changes the meaning without a polar word, a relation worded
 differently, a short answer bound to the wrong subject in words the question does not use) is the judge's. For an
@@ -108,6 +114,8 @@ class ClaimVerdict:
 _ANAPHORS = frozenset({"it", "they", "he", "she", "this", "these", "that", "those", "such", "its", "their", "his",
                        "her", "both"})  # fmt: skip
 _DEFINITE = frozenset({"the", "each", "every"})
+_AUXILIARY = re.compile(r"\b(?:is|are|was|were|be|been|being|has|have|had|do|does|did|can|could|will|would|shall|"
+                        r"should|may|might|must)\b", re.I)  # fmt: skip
 _NAME_JOINS = frozenset({"of", "de", "du", "von", "van", "la", "le", "del", "da"})
 
 
@@ -203,6 +211,8 @@ class _Claim:
     frame: frozenset[str]  # the words it relies on from the question (a short answer: the question's)
     names: tuple[tuple[str, ...], ...]  # runs of codes and names, folded
     short: bool  # a short answer sharing no word with the question, read with the question
+    given: frozenset[str]  # the question's numbers
+    asserts: bool  # it states a relation of its own, with a polarity (see _claim)
 
     @functools.cached_property
     def name_tokens(self) -> frozenset[str]:
@@ -239,7 +249,13 @@ def _claim(text: str, cues: QuestionCues, context: frozenset[str]) -> _Claim:
     short = not (reading.terms & asked) and len(text.split()) <= 8
     frame = asked if short else reading.terms & asked
     value = reading.terms if cues.expects == "yes_no" else reading.terms - asked  # a yes or no: all of it
-    return _Claim(reading, value, frozenset(frame), tuple(tuple(r) for r in runs), short)
+    names = terms(" ".join(t for run in runs for t in run))
+    own = {t for t in reading.terms & asked - names if not t[:1].isdigit()}
+    # a relation word of the question, an auxiliary or a negation: "Apollo 13", "Kublai Khan", "hold a set speed"
+    # state none (their polarity is the question's)
+    asserts = bool(own) or negated(text) or bool(_AUXILIARY.search(text))
+    return _Claim(reading, value, frozenset(frame), tuple(tuple(r) for r in runs), short,
+                  frozenset(_numbers(cues.text)), asserts)  # fmt: skip
 
 
 def _has_name(run: tuple[str, ...], parts: Sequence[Reading]) -> bool:
@@ -275,9 +291,17 @@ def _topic(claim: _Claim, missing: list[str], head: Reading | None, windows: lis
 
 
 def _values(claim: _Claim) -> list[Quantity]:
-    """The claim's numbers that are not in its frame, with their units."""
-    return [q for q in quantities(claim.text.text) if q.number in claim.text.numbers
-            and q.number not in {t for t in claim.frame if t[:1].isdigit()}]  # fmt: skip
+    """The claim's numbers that are its value, with their units: not the question's, not part of a code ("AS-501")."""
+    return [q for q in quantities(claim.text.text) if q.number in claim.text.numbers and q.number not in claim.given
+            and not any(q.number in t for t in claim.name_tokens)]  # fmt: skip
+
+
+def _rivals(claim: _Claim, value: Quantity | None, found: Sequence[Quantity], kinds: set[str]) -> list[Quantity]:
+    """The numbers of a cited sentence that could be the value instead: of the value's kind (and unit, when it has
+    one: "0.5 m" is no rival of "50 cm"), in digits, neither the claim's nor the question's."""
+    return [q for q in found if q.number not in claim.text.numbers and q.number not in claim.given and not q.spelled
+            and (value_kind(q) in kinds if value is None else value_kind(q) == value_kind(value)
+                 and (value.unit is None or q.unit == value.unit))]  # fmt: skip
 
 
 def _rival(claim: _Claim, at: _Window, windows: list[_Window], threshold: float) -> str | None:
@@ -289,8 +313,7 @@ def _rival(claim: _Claim, at: _Window, windows: list[_Window], threshold: float)
         if other.index == at.index or not claim.frame <= other.terms:
             continue
         if kinds:
-            rivals = [q for q in quantities(other.main.text) if q.number not in claim.text.numbers
-                      and value_kind(q) in kinds]  # fmt: skip
+            rivals = _rivals(claim, None, quantities(other.main.text), kinds)
             if rivals:
                 return f"rival: another cited sentence binds it to {rivals[0]}: {_quote(other.main.text)}"
         elif claim.new and sum(t in other.main.terms for t in claim.new) / len(claim.new) < threshold:
@@ -311,7 +334,7 @@ def _nearest(claim: _Claim, at: _Window) -> str | None:
     held = clause.numbers if clause is not None else frozenset()
     undecided = []
     for value in values:
-        rivals = [q for q in theirs if q.number not in claim.text.numbers and value_kind(q) == value_kind(value)]
+        rivals = _rivals(claim, value, theirs, set())
         inside = [q for q in rivals if q.number in held]
         if inside and value.number not in held:
             return f"binding: the cited clause has {inside[0]}, not {value}: {_quote(clause.text if clause else '')}"
@@ -333,7 +356,7 @@ def _nearest(claim: _Claim, at: _Window) -> str | None:
 
     for value in values:
         own = [q for q in theirs if q.number == value.number]
-        rivals = [q for q in theirs if q.number not in claim.text.numbers and value_kind(q) == value_kind(value)]
+        rivals = _rivals(claim, value, theirs, set())
         if own and rivals:
             nearest = min(rivals, key=distance)
             if distance(nearest) < min(distance(q) for q in own):
@@ -418,12 +441,11 @@ def _relations(claim: _Claim, window: _Window, cues: QuestionCues) -> str | None
         clause = _best_clause(part, claim, window.clauses())
         if clause is None:
             continue
-        ours, theirs = negated(part.text) != (claim.short and negated(cues.text)), negated(clause.text)
-        if ours != theirs and not (claim.short and ours):
+        ours, theirs = negated(part.text), negated(clause.text)
+        if ours != theirs and (ours or claim.asserts):  # a bare value's polarity is its question's: unread
             said = ("says not", "does not say not") if ours else ("says it is so", "says not")
             return f"negation: the answer {said[0]}, the cited sentence {said[1]}: {_quote(clause.text)}"
-        taken = sides(part.text) | (sides(cues.text) if claim.short else set())
-        against = sides(clause.text)
+        taken, against = sides(part.text), sides(clause.text)
         for dim, sign in sorted(taken):
             if (dim, -sign) in against and (dim, sign) not in against:
                 return f"comparison: the answer takes the other side ({dim}) of {_quote(clause.text)}"
@@ -451,8 +473,6 @@ def _bound(claim: _Claim, cues: QuestionCues, head: Reading | None, windows: lis
         elif borrowed:
             problem = (f"binding: the cited sentence says {sorted(borrowed)[0]!r} only of what it refers back to: "
                        f"{_quote(window.text)}")  # fmt: skip
-        elif claim.short and cues.terms and not terms(cues.text) & (window.terms | (head.terms if head else set())):
-            problem = f"binding: the cited sentence that says it is not about the question: {_quote(window.text)}"
         else:
             problem = (_rival(claim, window, windows, threshold) or _nearest(claim, window)
                        or _relations(claim, window, cues)) or ""  # fmt: skip

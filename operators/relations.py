@@ -174,12 +174,13 @@ def words(text: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Quantity:
     """A number (digits, no thousands commas) with the scale ("million") and the unit written with it, at word
-    ``at`` of :func:`words`."""
+    ``at`` of :func:`words`; ``spelled`` when written as a word ("two")."""
 
     number: str
     scale: str | None
     unit: str | None
     at: int
+    spelled: bool = False
 
     def __str__(self) -> str:
         return " ".join(p for p in (self.number, self.scale, self.unit) if p)
@@ -188,7 +189,7 @@ class Quantity:
 @functools.lru_cache(maxsize=8192)
 def quantities(text: str) -> tuple[Quantity, ...]:
     """The numbers of a text with their scales and units: "10 km", "25 km/h", "ten seconds" (``10 s``), "$8.7
-    billion", "136,000 square kilometres" (``sq km``)."""
+    billion", "136,000 square kilometres" (``sq km``), both ends of a range ("2 to 5 cm")."""
     found = words(text)
     out: list[Quantity] = []
     for i, word in enumerate(found):
@@ -201,9 +202,12 @@ def quantities(text: str) -> tuple[Quantity, ...]:
         square = j < len(found) and found[j] in ("square", "sq")
         j += square
         unit = _UNIT.get(found[j]) if j < len(found) else None
+        ahead = j + (j < len(found) and found[j] in ("to", "and", "or"))
+        if unit is None and scale is None and ahead + 1 < len(found) and found[ahead][:1].isdigit():
+            unit = _UNIT.get(found[ahead + 1])  # a range: "2 to 5 cm", "50–140 cm"
         if unit is None and i > 0 and found[i - 1] in ("$", "€", "£"):
             unit = _UNIT[found[i - 1]]
-        out.append(Quantity(number, scale, f"sq {unit}" if square and unit else unit, i))
+        out.append(Quantity(number, scale, f"sq {unit}" if square and unit else unit, i, not word[:1].isdigit()))
     return tuple(out)
 
 
