@@ -4,20 +4,24 @@ a chunk is indexed.
 
 A chunk *defines*, by rank:
 
-3. what it is about: its ``title`` (a BEIR title, front matter, the first heading, or the file name made readable),
-   the title without a trailing parenthesis ("Kiss and Tell (1945 film)" -> "Kiss and Tell") or a leading "The",
-   its front matter ``aliases`` (an option, never a need), its Markdown headings (every level), and the subject its
-   first sentence (or a section's) defines: "X is a/an/the ...", "X was ...", "X means ...", "X (born ...) is",
-   "X, a ...", a quoted opening ("\"Feel Good Inc\" is a song"), or a name that opens it when the title or a
-   heading agrees ("TW-550 Gravel specification sheet: The TW-550 Gravel went on sale ...");
-2. other names of those: the capitalised multi-word names and codes inside them ("Kestrel Harbour" in "Inside the
-   Kestrel Harbour factory", "E07", "TW-E1", "TP-4410"), either side of "X or Y", the subject without a title or a
-   suffix ("Captain Henry Hall", "Viglen Ltd"), the names in the parenthesis after it and what it is "known as";
-   for a person (a parenthesis with "born" or a year, or a quoted nickname) first and last name, the first two
-   names and nickname + last name ("Shirley Temple Black (born 1928) was" -> "Shirley Temple");
-1. weaker evidence: terms in bold (``**term**``), a name or code a later sentence defines ("TP-4420 is the ..."), a
-   name that opens the first sentence without the title agreeing ("John Newcombe defeated Ken Rosewall ..."), a
-   person's other given names with the last name and middle initials ("Evelyn Waugh", "Roger O. Egeberg").
+3. what it is about: a title someone wrote (a BEIR ``title``, front matter, the first Markdown heading), without a
+   trailing parenthesis ("Kiss and Tell (1945 film)" -> "Kiss and Tell") or a leading "The"; front matter
+   ``aliases`` (an option, never a need); its Markdown headings (every level); codes in those ("E07" in "E-bike
+   display error E07", "TP-4410", "TW-E1"); and, when there is no such title or the subject extends it ("Shirley
+   Temple Black (born 1928) was" under "Shirley Temple"), the subject its first sentence (or a section's) defines:
+   "X is a/an/the ...", "X was ...", "X means ...", "X (born ...) is", "X, a ...", a quoted opening ("\"Feel Good
+   Inc\" is a song"), with its other names: either side of "X or Y", without a title or a suffix ("Captain Henry
+   Hall", "Viglen Ltd"), what it is "known as", and a person's first and last name, first two names and nickname
+   with last name ("Shirley Temple", "Terry Richardson");
+2. what it names as its subject without being about it: a title that is only the file name ("display error e07"),
+   the subject of a titled chunk whose title does not name it ("Tara Strong is ..." under "Tara Strong
+   filmography"), codes in a subject, and the names in the parenthesis after it ("(formerly named Bell Labs)");
+1. weaker evidence: terms in bold (``**term**``), a name the first sentence only opens with ("John Newcombe defeated
+   Ken Rosewall ..."), a person's other given names with the last name and middle initials ("Evelyn Waugh", "Roger
+   O. Egeberg").
+
+Names that a title or a sentence only contains ("Kent County Cricket Club" in "Kent County Cricket Club in 2010")
+are not anchors of the chunk: it is about something else, and mentioning them is what a link follows.
 
 Anchors are folded word tuples (lower case, accents stripped, split on non-word characters): "TW-550 Gravel" is
 ``("tw", "550", "gravel")``, so a mention matches in any letter case.
@@ -52,6 +56,7 @@ _CLAUSE = frozenset(["to", "that", "which", "who", "whom", "whose", "when", "whe
                      "has", "have", "had", "we", "you", "they", "he", "she", "it", "i"])  # fmt: skip
 _SUFFIXES = frozenset(["jr", "sr", "ii", "iii", "iv", "ltd", "limited", "inc", "plc", "llc", "gmbh", "ag", "corp",
                        "co", "mbe", "obe", "cbe", "kbe", "dbe", "qc", "kc", "phd"])  # fmt: skip
+_GENERATIONS = frozenset(["jr", "sr", "ii", "iii", "iv"])
 _HONORIFICS = frozenset(["sir", "dame", "lord", "lady", "captain", "capt", "general", "gen", "colonel", "col", "major",
                          "admiral", "sergeant", "sergent", "lieutenant", "lt", "dr", "doctor", "professor", "prof",
                          "rev", "reverend", "father", "mr", "mrs", "ms", "judge", "senator", "president"])  # fmt: skip
@@ -70,27 +75,23 @@ _BOLD = re.compile(r"\*\*([^*\n]{2,80}?)\*\*|__([^_\n]{2,80}?)__")
 _CODE = re.compile(r"^(?=[^ ]*\d)(?=[^ ]*[A-Z])[A-Za-z0-9]+(?:[-/.][A-Za-z0-9]+)*$")
 _QUOTES = "\"'“”‘’«»"
 _PUNCT = _QUOTES + ",.;:!?()[]{}*_"
+_OPENING_MARKS = _QUOTES + "("
 _PERSON = re.compile(r"\bborn\b|\b\d{3,4}\b", re.IGNORECASE)
 
 Alias = tuple[str, ...]
 
 
-def _fold(word: str) -> str:
-    """Lower case without accents (an ASCII word only needs lower-casing)."""
-    return word.lower() if word.isascii() else _fold_accented(word)
-
-
-@lru_cache(maxsize=65536)
-def _fold_accented(word: str) -> str:
-    decomposed = unicodedata.normalize("NFKD", word)
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
+@lru_cache(maxsize=1)
+def _combining() -> dict[int, None]:
+    """The combining marks of the Basic Multilingual Plane, for ``str.translate`` to delete."""
+    return {c: None for c in range(0x10000) if unicodedata.combining(chr(c))}
 
 
 def words_of(text: str) -> list[str]:
-    """The folded words of ``text`` (an ASCII text is lower-cased whole)."""
-    if text.isascii():
-        return _WORD.findall(text.lower())
-    return [_fold(w) for w in _WORD.findall(text)]
+    """The folded words of ``text``: lower case, accents stripped (``Ivo Andrić`` -> ``ivo``, ``andric``)."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKD", text).translate(_combining())
+    return _WORD.findall(text.lower())
 
 
 def _alias(name: str) -> Alias:
@@ -99,23 +100,20 @@ def _alias(name: str) -> Alias:
 
 def aliases_of(title: str, extra: Sequence[str] = ()) -> set[Alias]:
     """A title's aliases as folded word tuples: the title, without a trailing parenthesis, either without a leading
-    "The", and ``extra`` names."""
+    "The" (or "A", "An"), and ``extra`` names."""
     out: set[Alias] = set()
     for name in (title, _TRAILING_PARENTHESIS.sub("", title).strip(), *extra):
         words = _alias(name)
         if words:
             out.add(words)
-            if len(words) > 1 and words[0] == "the":
+            if len(words) > 1 and words[0] in ("the", "a", "an"):
                 out.add(words[1:])
     return out
 
 
 def _is_code(word: str) -> bool:
-    return bool(_CODE.match(word))
-
-
-def _is_name_word(word: str) -> bool:
-    return bool(word) and (word[0].isupper() or word[0].isdigit() or _is_code(word))
+    """A word of letters and digits with a capital letter: "E07", "TW-E1", "TP-4410", "A5117"."""
+    return not word.isalpha() and bool(_CODE.match(word))
 
 
 def _names(text: str, *, sentence_start: bool = True) -> list[str]:
@@ -125,6 +123,8 @@ def _names(text: str, *, sentence_start: bool = True) -> list[str]:
     run: list[str] = []
 
     def close() -> None:
+        if not run:
+            return
         while run and (run[-1].lower() in _CONNECTORS):
             run.pop()
         words = [w.lower() for w in run if not w.isdigit()]
@@ -142,17 +142,22 @@ def _names(text: str, *, sentence_start: bool = True) -> list[str]:
 
     for n, raw in enumerate(text.split()):
         word = raw.strip(_PUNCT)
-        if raw[0] in _QUOTES + "(" and run:
+        if not word:
             close()
-        if _is_code(word):
-            out.append(word)
-        opens = n == 0 and sentence_start and word.lower() in _OPENERS
-        joins = bool(run) and word.lower() in _CONNECTORS and not raw.endswith(tuple(_PUNCT))  # "Kiss and Tell"
-        if (word and _is_name_word(word) and not opens) or joins:
+            continue
+        if word[0].isupper() or word[0].isdigit():
+            if raw[0] in _OPENING_MARKS:
+                close()
+            if _is_code(word):
+                out.append(word)
+            if n == 0 and sentence_start and word.lower() in _OPENERS:
+                continue
+            run.append(word)
+        elif run and word in _CONNECTORS and raw[-1] not in _PUNCT:  # "Kiss and Tell"
             run.append(word)
         else:
             close()
-        if raw[-1] in _PUNCT and run:
+        if raw[-1] in _PUNCT:
             close()
     close()
     return out
@@ -171,8 +176,11 @@ def _subject(line: str) -> tuple[str, str, bool] | None:
     plain = re.sub(r"^(?:The|A|An)\s+", "", _PARENTHESIS.sub("", head))
     candidates: list[tuple[str, bool]] = []
     copula = _COPULA.search(plain[:240])
-    if copula:
-        candidates.append((plain[: copula.start()].split(",")[0], True))
+    if copula:  # "X, which ..., was", or "Released in 2023, the X is"
+        parts = [p.strip() for p in plain[: copula.start()].split(",")]
+        last = re.sub(r"^(?:the|a|an)\s+", "", parts[-1], flags=re.IGNORECASE)
+        named = len(parts) > 1 and _names(last, sentence_start=False)[-1:] == [last]
+        candidates.append((last if named and _names(parts[0])[-1:] != [parts[0]] else parts[0], True))
     appositive = _APPOSITIVE.search(plain[:160])
     if appositive:
         candidates.append((plain[: appositive.start()], True))
@@ -195,16 +203,16 @@ def _subject(line: str) -> tuple[str, str, bool] | None:
 
 def _person_names(words: list[str], nick: list[str]) -> dict[str, int]:
     """Other names of a person's full name, with their rank: first and last name, the first two names ("Shirley
-    Temple Black" -> "Shirley Temple") and the nickname with the last name ("Terry Richardson") rank 2; another given
+    Temple Black" -> "Shirley Temple") and the nickname with the last name ("Terry Richardson") rank 3; another given
     name with the last ("Arthur Evelyn St John Waugh" -> "Evelyn Waugh") and middle initials ("Roger O. Egeberg",
     "H. L. Mencken") rank 1."""
     names = [w for w in words if w[:1].isupper()]
     if len(names) < 2:
         return {}
     given, last = names[:-1], names[-1]
-    out = {f"{names[0]} {last}": NAMED, f"{names[0]} {names[1]}": NAMED}
+    out = {f"{names[0]} {last}": ABOUT, f"{names[0]} {names[1]}": ABOUT}
     if nick:
-        out |= {f"{' '.join(nick)} {last}": NAMED, f"{nick[-1]} {last}": NAMED}
+        out |= {f"{' '.join(nick)} {last}": ABOUT, f"{nick[-1]} {last}": ABOUT}
     for g in given[1:4]:
         out.setdefault(f"{g} {last}", DEFINED)
     if len(given) > 1:
@@ -213,35 +221,38 @@ def _person_names(words: list[str], nick: list[str]) -> dict[str, int]:
     return out
 
 
-def _opening(line: str) -> dict[str, tuple[int, bool]]:
-    """What an opening sentence names: its subject (defined or only opening the sentence, see :func:`_subject`)
-    and other names of it (rank 2): either side of "X or Y", the subject without a title or a suffix ("Captain Henry
-    Hall", "Viglen Ltd"), a person's other names (see :func:`_person_names`), the names in the parenthesis after it
-    ("(formerly named Bell Labs)"), and what it is "known as"."""
+def _opening(line: str) -> dict[str, int]:
+    """What an opening sentence defines, with ranks: its subject (:func:`_subject`) and the other names of it: either
+    side of "X or Y", the subject without a title or a suffix ("Captain Henry Hall", "Viglen Ltd"), a person's other
+    names (:func:`_person_names`) and what it is "known as" (rank 3 when the sentence defines the subject, 1 when a
+    name only opens it); the names in the parenthesis after it ("(formerly named Bell Labs)") rank 2."""
     found = _subject(line)
     if found is None:
         return {}
     subject, parenthesis, defined = found
-    out = {subject: (ABOUT, defined)}
+    rank = ABOUT if defined else DEFINED
+    out = {subject: rank}
     alternatives = [n.strip(_PUNCT + " ") for n in subject.split(" or ")] if " or " in subject else []
     for name in [subject, *alternatives]:
         words = name.replace("\u201c", '"').replace("\u201d", '"').split()
-        while len(words) > 1 and words[-1].lower().strip(_PUNCT) in _SUFFIXES:
+        while len(words) > 1 and words[-1].lower().strip(_PUNCT) in _SUFFIXES:  # "Viglen Ltd", not "Henry III"
+            if len(words) == 2 and words[-1].lower().strip(_PUNCT) in _GENERATIONS:
+                break
             words.pop()
         while len(words) > 2 and words[0].lower().strip(_PUNCT) in _HONORIFICS:
             words.pop(0)
         plain = [w.strip(_PUNCT) for w in words if w[0] not in _QUOTES]
         nick = [w.strip(_QUOTES) for w in words if w[0] in _QUOTES or w[-1] in _QUOTES]
-        variants = {" ".join(words): NAMED, " ".join(plain): NAMED}
+        variants = {" ".join(words): rank, " ".join(plain): rank}
         if _PERSON.search(parenthesis) or nick:
-            variants = _person_names(plain, nick) | variants
-        for variant, rank in variants.items():
-            out.setdefault(variant, (rank, True))
+            variants = {v: min(r, rank) for v, r in _person_names(plain, nick).items()} | variants
+        for variant, r in variants.items():
+            out.setdefault(variant, r)
     for name in _names(parenthesis, sentence_start=False):
-        out.setdefault(name, (NAMED, True))
+        out.setdefault(name, min(NAMED, rank))
     known = _KNOWN_AS.search(line[:300])
     if known:
-        out.setdefault(known.group(1), (NAMED, True))
+        out.setdefault(known.group(1), rank)
     return out
 
 
@@ -266,10 +277,17 @@ def _first_sentences(text: str, title: str, opens_document: bool) -> list[str]:
     return out
 
 
+def _file_name(title: str, metadata: Mapping[str, Any]) -> bool:
+    """Whether ``title`` is only the chunk's file name (``display-error-e07.txt`` -> "display error e07")."""
+    path = str(metadata.get("path") or metadata.get("source") or "")
+    stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return bool(stem) and words_of(stem) == words_of(title)
+
+
 def chunk_anchors(text: str, metadata: Mapping[str, Any]) -> dict[Alias, int]:
-    """What one chunk defines: each anchor (folded word tuple) with its rank (3: the chunk is about it; 2: a name
-    or code inside those; 1: a bold term or a later definition). A function of the chunk alone, so it can be
-    computed when the chunk is indexed.
+    """What one chunk defines: each anchor (folded word tuple) with its rank (3: the chunk is about it; 2: it names
+    it as its subject without being about it; 1: weaker evidence, such as a bold term; see the module docstring). A
+    function of the chunk alone, so it can be computed when the chunk is indexed.
 
     Args:
         text: The chunk text.
@@ -286,37 +304,42 @@ def chunk_anchors(text: str, metadata: Mapping[str, Any]) -> dict[Alias, int]:
         if alias and out.get(alias, 0) < rank:
             out[alias] = rank
 
-    def about(name: str) -> None:
+    def about(name: str, *, rank: int = ABOUT, heading: bool = True) -> None:
         for alias in aliases_of(name):
-            if out.get(alias, 0) < ABOUT:
-                out[alias] = ABOUT
-        for part in _names(_TRAILING_PARENTHESIS.sub("", name)):
-            add(part, NAMED)
+            if out.get(alias, 0) < rank:
+                out[alias] = rank
+        for word in name.split():  # a code in a title names what the chunk is about ("Brake pad part TP-4410")
+            code = word.strip(_PUNCT)
+            if _is_code(code):
+                add(code, rank if heading else min(rank, NAMED))
 
     title = str(metadata.get("title") or "").strip()
+    written = bool(title) and not _file_name(title, metadata)  # a title someone wrote, not the file's name
     if title:
-        about(title)
+        about(title, rank=ABOUT if written else NAMED)
     extra = metadata.get("aliases") or ()
     for name in [a.strip() for a in extra.split(",")] if isinstance(extra, str) else [str(a) for a in extra]:
         if name:
             about(name)
-    for heading in _HEADING.findall(text):
-        about(heading.strip().strip("*_ "))
+    headings = [h.strip().strip("*_ ") for h in _HEADING.findall(text)]
+    for heading in headings:
+        about(heading)
+    named = [_alias(h) for h in ([title] if written else []) + headings]
     opens = int(metadata.get("position") or 0) == 0
     for line in _first_sentences(text, title, opens):
-        for name, (rank, defined) in _opening(line).items():
-            if rank < ABOUT:
-                add(name, rank)
-            elif defined or _alias(name) in out:  # a name opening the sentence is its subject when the title agrees
-                about(name)
+        names = _opening(line)
+        subject = _alias(next(iter(names), ""))
+        agrees = any(subject[: len(t)] == t for t in named if subject and t)  # "Shirley Temple Black" for "Shirley
+        # Temple"; not "Tara Strong" for "Tara Strong filmography", nor "Charlotte Hornets" for "List of ..."
+        for name, rank in names.items():
+            if agrees and rank in (ABOUT, DEFINED):  # the subject is what the title names
+                about(name, heading=False)
+            elif named:  # a titled chunk is about its title: another subject is only named
+                add(name, min(rank, NAMED))
+            elif rank == ABOUT:
+                about(name, heading=False)
             else:
-                add(name, DEFINED)
+                add(name, rank)
     for bold in _BOLD.finditer(text):
         add(bold.group(1) or bold.group(2), DEFINED)
-    for sentence in re.split(r"(?<=[.!?])\s+", text)[1:]:
-        copula = _COPULA.search(sentence[:120])
-        if copula:
-            for name in _names(sentence[: copula.start()]):
-                if sentence.lstrip(_QUOTES).startswith(name) or sentence.startswith(("The " + name, "the " + name)):
-                    add(name, DEFINED)
     return out

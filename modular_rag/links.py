@@ -14,8 +14,9 @@ defines itself (two documents that share a heading are peers, not a bridge). A q
 define an anchor it mentions (:meth:`LinkTable.named_in`), lowercase or not.
 
 **Too generic to follow**: an anchor shorter than ``min_chars`` (codes excepted), made of stop words or numbers only,
-or defined by or mentioned in more documents than ``max(min_documents, max_share * documents)`` ("Overview",
-"Introduction", "Tidewater Cycles" in a corpus of its own manuals) is dropped.
+defined by more than ``max(min_documents, max_share * documents)`` documents ("Overview", "Introduction" headings),
+or mentioned in more than ``max(min_documents, max_share * chunks)`` chunks ("Tidewater Cycles" in a corpus of its
+own manuals, "United States" in Wikipedia) is dropped.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class LinkTable:
     max_words: int = 1
     _dropped: list[str] = field(default_factory=list, repr=False)
     _prefixes: set[Alias] = field(default_factory=set, repr=False)
-    _firsts: set[str] = field(default_factory=set, repr=False)
+    _firsts: set[Alias] = field(default_factory=set, repr=False)
+    _singles: set[str] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self._index()
@@ -68,7 +70,8 @@ class LinkTable:
     def _index(self) -> None:
         """Every prefix of every anchor, so a mention scan extends a match only while some anchor can still match."""
         self._prefixes = {alias[:n] for alias in self.table for n in range(1, len(alias) + 1)}
-        self._firsts = {alias[0] for alias in self.table}
+        self._firsts = {alias[:2] for alias in self.table if len(alias) > 1}  # where a mention may start: its first
+        self._singles = {alias[0] for alias in self.table if len(alias) == 1}  # two words, or a one-word anchor
 
     @classmethod
     def build(
@@ -81,6 +84,7 @@ class LinkTable:
         max_share: float = 0.01,
         min_documents: int = 5,
         max_mentions: int | None = None,
+        sample: int = 20_000,
         anchors: Sequence[Mapping[Alias, int]] | None = None,
     ) -> LinkTable:
         """Build the table and the graph from chunk texts and metadata (see :func:`chunk_anchors`; ``doc_id`` keeps
@@ -91,17 +95,22 @@ class LinkTable:
             metadatas: Their metadata, in the same order.
             digest: The index digest the table belongs to.
             min_chars: Anchors shorter than this are dropped (codes such as "E07" excepted).
-            max_share: An anchor defined by or mentioned in more than ``max_share`` of the documents (and more than
-                ``min_documents``) is too generic to follow.
-            min_documents: The least such a cut allows, for small corpora.
-            max_mentions: A fixed cut on documents instead of the share (``None``: the share).
+            max_share: An anchor defined by more than this share of the documents, or mentioned in more than this
+                share of the chunks, is too generic to follow.
+            min_documents: The least number of documents (chunks) that cut allows, for small corpora.
+            max_mentions: A fixed number instead of the share (``None``: the share).
+            sample: Mentions are counted in every k-th chunk when there are more chunks than this (the share is
+                estimated from about ``sample`` chunks).
             anchors: Each chunk's :func:`chunk_anchors`, when computed already (at index time).
 
         Returns:
             The link table.
         """
         documents = [str(m.get("doc_id", i)) for i, m in enumerate(metadatas)]
-        limit = max_mentions if max_mentions is not None else max(min_documents, max_share * len(set(documents)))
+
+        def limit(count: int) -> float:
+            return max_mentions if max_mentions is not None else max(min_documents, max_share * count)
+
         ranked: dict[Alias, dict[int, int]] = {}
         for i, meta in enumerate(metadatas):
             for alias, rank in (anchors[i] if anchors is not None else chunk_anchors(texts[i], meta)).items():
@@ -109,26 +118,22 @@ class LinkTable:
                     ranked.setdefault(alias, {})[i] = rank
         table: dict[Alias, frozenset[int]] = {}
         dropped: list[str] = []
+        generic_definers = limit(len(set(documents)))
         for alias, ranks in ranked.items():
             top = max(ranks.values())
             definers = frozenset(i for i, r in ranks.items() if r == top)
-            if len({documents[i] for i in definers}) > limit:
+            if len(definers) > generic_definers and len({documents[i] for i in definers}) > generic_definers:
                 dropped.append(" ".join(alias))
             else:
                 table[alias] = definers
         links = cls(table, [], documents, digest, max((len(a) for a in table), default=1))
-        mentioned: Counter[Alias] = Counter()
-        per_document: dict[str, set[Alias]] = {}
-        for doc, text in zip(documents, texts, strict=True):
-            per_document.setdefault(doc, set()).update(a for a, _ in links.mentions(text))
-        for aliases in per_document.values():
-            mentioned.update(aliases)
-        generic = {a for a, n in mentioned.items() if n > limit}
-        dropped += [" ".join(a) for a in generic]
+        step = max(1, -(-len(texts) // sample))
+        mentioned = Counter(a for i in range(0, len(texts), step) for a in {a for a, _ in links.mentions(texts[i], i)})
+        generic = [a for a, n in mentioned.items() if n * step > limit(len(texts))]
         for alias in generic:
             del links.table[alias]
         links._index()
-        links._dropped = sorted(dropped)
+        links._dropped = sorted(dropped + [" ".join(a) for a in generic])
         links.outlinks = [frozenset().union(*(hit for _, hit in links.mentions(text, exclude=i))) for i, text in
                           enumerate(texts)]  # fmt: skip
         return links
@@ -148,13 +153,13 @@ class LinkTable:
         anchor wins where they overlap. With ``exclude`` (a chunk position), its document's chunks and the anchors it
         defines itself are left out (a shorter anchor inside one of those may still match)."""
         folded = words_of(text)
-        table, prefixes, firsts = self.table, self._prefixes, self._firsts
+        table, prefixes, firsts, singles = self.table, self._prefixes, self._firsts, self._singles
         out: list[tuple[Alias, frozenset[int]]] = []
         end = len(folded)
-        i = 0
-        while i < end:
-            if folded[i] not in firsts:
-                i += 1
+        done = 0  # words before this are inside a mention already found
+        pairs = zip(folded, [*folded[1:], ""], strict=True)
+        for i in [i for i, pair in enumerate(pairs) if pair in firsts or pair[0] in singles]:
+            if i < done:
                 continue
             n = 1  # the longest run of words from here that some anchor starts with, then the longest anchor in it
             while i + n < end and tuple(folded[i : i + n + 1]) in prefixes:
@@ -167,11 +172,9 @@ class LinkTable:
                     if hit:
                         break
                 n -= 1
-            if not n:
-                i += 1
-                continue
-            out.append((found, hit))
-            i += n
+            if n:
+                out.append((found, hit))
+                done = i + n
         return out
 
     def named_in(self, text: str) -> set[int]:
