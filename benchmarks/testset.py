@@ -53,13 +53,20 @@ FLOWS: dict[str, tuple[str, dict[str, Any]]] = {
     "iterative-links": ("hotpotqa-iterative-links", {}),
     "branching-passages": ("hotpotqa-branching-passages", {}),
 }  # fmt: skip
-"""The fixed list of flows ranked on every dataset: (config in configs/, operator overrides)."""
+"""The fixed list of flows ranked on every dataset: (config in configs/, operator overrides); plus ``router``, the
+learned router over ``hybrid-rrf`` and ``link-hop`` that ``train-router`` fits on the test set's train split."""
+ROUTES = ("hybrid-rrf", "link-hop")
 METRIC = {"scifact": "ndcg@10", "hotpotqa": "all@5", "squad_expmrc": "ndcg@10"}
 SPACE = {"scifact": "benchmarks/spaces/retrieval-documents.yaml", "squad_expmrc":
          "benchmarks/spaces/retrieval-documents.yaml", "hotpotqa": None}  # fmt: skip
-FIT_GRID = [{"drop": 0.0, "max_words": 16}] + [{"drop": d, "max_words": w, "focus": f} for f in ("random", "rare")
-                                                for d in (0.25, 0.5) for w in (10, 16)]  # fmt: skip
-"""Maker settings compared by ``--fit`` (on SciFact's training claims)."""
+FIT_GRID: list[dict[str, Any]] = [{"drop": 0.0, "max_words": 16}] + [
+    {"drop": d, "max_words": w, "focus": f} for f in ("random", "rare") for d in (0.25, 0.5) for w in (10, 16)] + [
+    {"drop": 0.5, "max_words": 16, "lead": 3}, {"drop": 0.5, "max_words": 16, "title_words": 4}] + [
+    {"drop": d, "max_words": 16, "swap": w, **extra} for d, w, extra in (
+        (0.25, 0.3, {}), (0.25, 0.5, {}), (0.5, 0.5, {}), (0.0, 0.5, {}), (0.25, 0.7, {}),
+        (0.25, 0.5, {"bridge_share": 0.5}))]  # fmt: skip
+"""Maker settings compared by ``--fit`` (on SciFact's training claims); ``bridge_share`` is the bridge maker's share
+against 1 for each of the others."""
 WORK = ROOT / ".modular_rag" / "testset-bench"
 
 
@@ -78,10 +85,11 @@ def flow_config(name: str) -> Any:
 
 def makers_config(settings: dict[str, Any] | None = None, size: int = 400) -> dict[str, Any]:
     """The LLM-free makers with ``settings`` (drop, max_words) applied to each; the default settings when None."""
-    settings = settings or {}
-    bridge = {k: v for k, v in settings.items() if k != "max_words"}  # its max_words counts passage B's words
+    settings = dict(settings or {})
+    share = settings.pop("bridge_share", 1.0)
+    bridge = {k: v for k, v in settings.items() if k not in ("max_words", "lead")}  # its max_words: B's words
     return {"makers": [{"name": "inverse_cloze", "params": settings}, {"name": "fact_question", "params": settings},
-                       {"name": "bridge", "params": bridge}], "size": size}
+                       {"name": "bridge", "params": bridge, "share": share}], "size": size}
 
 
 def score(configs: dict[str, Any], datasets: dict[str, Any], metric: str,
@@ -122,7 +130,7 @@ def fit(args: argparse.Namespace) -> int:
           f"synthetic sets of {args.size} (scored on their dev split)")
     base = score(configs, {"real": real}, "ndcg@10")
     print("  real train: " + ", ".join(f"{n} {v['real']:.3f}" for n, v in base.items()))
-    for settings in FIT_GRID:
+    for settings in FIT_GRID[args.fit_from:]:
         out = WORK / "fit" / "-".join(f"{k}{v}" for k, v in settings.items())
         make_testset(Path(args.root) / "scifact", out, makers_config(settings, args.size))
         syn = load_beir(out)
@@ -136,6 +144,17 @@ def fit(args: argparse.Namespace) -> int:
 
 def _mean(table: dict[str, dict[str, float]], key: str) -> float:
     return sum(v[key] for v in table.values()) / len(table)
+
+
+def _router(ds: str, syn: Path, configs: dict[str, Any], metric: str) -> Any:
+    """The learned router over :data:`ROUTES`, trained on the synthetic set's train split (``train-router``)."""
+    from modular_rag.config import load_config
+    from modular_rag.eval.datasets import load_beir
+    from modular_rag.eval.router import train_router
+
+    training = train_router(load_beir(syn, split="train"), {n: configs[n] for n in ROUTES}, WORK / f"router-{ds}",
+                            quality="all@5" if metric == "all@5" else "recall@5")  # fmt: skip
+    return load_config(training.config_file)
 
 
 def _tune(ds: str, syn: Path, metric: str, budget: str) -> Path:
@@ -173,8 +192,9 @@ def run(args: argparse.Namespace) -> int:
         if args.save:
             (keep / ds).mkdir(parents=True, exist_ok=True)
             shutil.copy(out / "report.md", keep / ds / "report.md")
+        flows = {**configs, "router": _router(ds, out, configs, metric)}
         full: dict[str, dict[str, dict[str, float]]] = {}
-        table = score(configs, {"synthetic": syn, "real": real}, metric, full)
+        table = score(flows, {"synthetic": syn, "real": real}, metric, full)
         ranked = sorted(table, key=lambda n: -table[n]["real"])
         syn_rank = {n: i + 1 for i, n in enumerate(sorted(table, key=lambda n: -table[n]["synthetic"]))}
         print(f"{'flow':<20} {'synthetic':>9} {'rank':>4} {'real':>7} {'rank':>4}   real recall@5, ms/q")
@@ -184,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         tau, same = agreement(table, "synthetic", "real")
         best_real = table[ranked[0]]["real"]
         print(f"Kendall tau {tau:.3f}; same top flow: {same}; best by real labels: {ranked[0]} {best_real:.3f}")
-        rec = recommend(syn, list(configs.items()), quality=metric, progress=False)
+        rec = recommend(syn, list(flows.items()), quality=metric, progress=False)
         assert rec.best is not None
         pick = table[rec.best.name]["real"]
         print(f"recommend on the synthetic set picks {rec.best.name}: real {pick:.3f} ({pick - best_real:+.3f})")
@@ -239,6 +259,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-tune", action="store_true")
     parser.add_argument("--llm-sample", type=int, default=0, help="LLM-maker questions on the local model (0: none)")
     parser.add_argument("--fit", action="store_true", help="compare maker settings on SciFact's training claims")
+    parser.add_argument("--fit-from", type=int, default=0, help="start --fit at this entry of FIT_GRID")
 
 
 if __name__ == "__main__":

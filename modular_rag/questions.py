@@ -71,6 +71,8 @@ class PassageSet:
         if len(self.position) != len(self.passages):
             raise ValueError("passage ids must be unique")
         self._sentences: dict[int, list[tuple[int, int]]] = {}
+        self.derived: dict[str, Any] = {}
+        """What makers derive from the passages and share (a vocabulary's vectors, ...), by a key they choose."""
 
     def __len__(self) -> int:
         return len(self.passages)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from pydantic import Field
@@ -45,6 +46,7 @@ _NUMBER = re.compile(r"(?<![^\s(\"'])\d+(?:[.,]\d+)*(?:\s?%|\s(?:percent|per cen
                      r"(?![^\s.,;:)\"'])")  # fmt: skip
 _NAME = re.compile(r"(?<![^\s(\"'])[A-Z][\w'-]*(?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][\w'-]*){0,3}(?![^\s.,;:)\"'])")
 _TOKEN = re.compile(r"[^\W_]+(?:[-'./][^\W_]+)*")
+_PART = re.compile(r"\w+")  # how the link table splits a name into words ("TW-550" -> "tw", "550")
 _BLANK = "___"
 WH = {"number": "How many", "date": "When", "name": "Who"}
 """The wh-word a question about each answer type starts with."""
@@ -81,12 +83,13 @@ def typed_spans(sentence: str, types: Sequence[str], exclude: str = "") -> list[
 def surface(
     text: str, rng: random.Random, *, answer: tuple[int, int] | None = None, blank: bool = False,
     forbid: frozenset[str] = frozenset(), drop: float = 0.3, max_words: int = 16, min_content: int = 3,
-    rarity: Mapping[str, int] | None = None,
+    rarity: Mapping[str, int] | None = None, swap: float = 0.0, synonym: Callable[[str], str | None] | None = None,
 ) -> str:  # fmt: skip
     """A sentence reworded as a query: the ``answer`` span cut out (or replaced by ``___`` with ``blank``), words
     whose lower case is in ``forbid`` removed, cut to ``max_words`` words around the answer (or from a seeded start),
     and each content word left out with probability ``drop`` while more than ``min_content`` remain; with ``rarity``
-    (passages per word), the share ``drop`` of the content words left out is the rarest ones instead."""
+    (passages per word), the share ``drop`` of the content words left out is the rarest ones instead. Each content
+    word kept is then replaced by ``synonym(word)`` with probability ``swap`` (when it has one)."""
     words: list[str] = []
     at = -1
     for m in _TOKEN.finditer(text):
@@ -100,7 +103,7 @@ def surface(
             at = len(words)
             if blank:
                 words.append(_BLANK)
-        if m.group(0).lower() not in forbid:
+        if not forbid or not forbid & set(_PART.findall(m.group(0).lower())):
             words.append(m.group(0))
     if len(words) > max_words:
         if at >= 0:
@@ -119,6 +122,10 @@ def surface(
             break
         if rng.random() < drop:
             dropped.add(i)
+    if synonym is not None and swap > 0:
+        for i in content:
+            if i not in dropped and rng.random() < swap:
+                words[i] = synonym(words[i]) or words[i]
     return " ".join(w for i, w in enumerate(words) if i not in dropped)
 
 
@@ -139,7 +146,7 @@ def _alias_words(title: str) -> frozenset[str]:
     """The lower-cased content words of a title (without a trailing parenthesis), which a bridge question must
     not say."""
     base = re.sub(r"\s*\([^)]*\)\s*$", "", title)
-    return frozenset(w.lower() for w in _TOKEN.findall(base) if w.lower() not in ENGLISH_STOPWORDS)
+    return frozenset(w for w in _PART.findall(base.lower()) if w not in ENGLISH_STOPWORDS)
 
 
 class SurfaceParams(OperatorParams):
@@ -148,10 +155,63 @@ class SurfaceParams(OperatorParams):
     min_words: int = Field(6, ge=3, description="sentences with fewer words are not used")
     focus: str = Field("random", pattern="^(random|rare)$",
                        description="which content words are left out: random ones, or the rarest in the corpus")
+    lead: int = Field(0, ge=0, description="use only the passage's first this many sentences (0: any sentence)")
+    title_words: int = Field(0, ge=0, le=20, description="words of the passage's title the question also says (after "
+                                                         "the same leaving out)")  # fmt: skip
+    swap: float = Field(0.0, ge=0.0, le=1.0, description="share of the kept content words replaced by their nearest "
+                        "neighbour in the corpus vocabulary by the embedder (another word, another stem): the "
+                        "vocabulary mismatch of a question written in other words")  # fmt: skip
+    vocabulary: int = Field(10000, ge=100, description="swap: the most frequent corpus words a neighbour is taken "
+                                                       "from")  # fmt: skip
 
 
 def _rarity(passages: PassageSet, params: SurfaceParams) -> Mapping[str, int] | None:
     return passages.df if params.focus == "rare" else None
+
+
+def _synonyms(passages: PassageSet, params: SurfaceParams, providers: Providers) -> Callable[[str], str | None] | None:
+    """``word -> its nearest neighbour`` among the corpus's ``vocabulary`` most frequent content words (by the
+    embedder's cosine; not the word's own stem, not a word containing it), built once per passage set."""
+    if params.swap <= 0:
+        return None
+    key = f"synonyms:{params.vocabulary}"
+    if key not in passages.derived:
+        from modular_rag.text import Analyzer
+
+        stem = Analyzer()
+        ranked = sorted(passages.df.items(), key=lambda kv: -kv[1])
+        words = [w for w, n in ranked if n >= 2 and w.isalpha() and len(w) > 3 and w not in ENGLISH_STOPWORDS]
+        words = words[: params.vocabulary]
+        vectors = providers.encoder.encode(words) if words else None
+        stems = [tuple(stem(w)) for w in words]
+
+        @lru_cache(maxsize=100_000)
+        def nearest(word: str) -> str | None:
+            low = word.lower()
+            if vectors is None or not low.isalpha() or len(low) <= 3:
+                return None
+            own = tuple(stem(low))
+            sims = vectors @ providers.encoder.encode([low])[0]
+            for j in sims.argsort()[::-1][:10]:
+                if stems[j] != own and low not in words[j] and words[j] not in low:
+                    return words[j]
+            return None
+
+        passages.derived[key] = nearest
+    return passages.derived[key]  # type: ignore[no-any-return]
+
+
+def _sentences(passages: PassageSet, i: int, params: SurfaceParams) -> list[tuple[int, int]]:
+    spans = passages.sentences(i)
+    return spans[: params.lead] if params.lead else spans
+
+
+def _titled(text: str, title: str, params: SurfaceParams, rng: random.Random, rarity: Any) -> str:
+    """``text`` with up to ``title_words`` words of ``title`` before it (none when ``title_words`` is 0)."""
+    if not params.title_words or not title:
+        return text
+    named = surface(title, rng, drop=params.drop, max_words=params.title_words, min_content=1, rarity=rarity)
+    return f"{named}: {text}" if named else text
 
 
 @operator("testset", "question_making", "inverse_cloze", port=Port.QUESTION)
@@ -165,12 +225,14 @@ def inverse_cloze(params: SurfaceParams, providers: Providers) -> QuestionMaker:
             if len(out) >= n:
                 break
             p = passages[i]
-            spans = [s for s in passages.sentences(i) if len(p.text[s[0] : s[1]].split()) >= params.min_words]
+            spans = [s for s in _sentences(passages, i, params) if len(p.text[s[0] : s[1]].split()) >= params.min_words]
             if not spans:
                 continue
             s, e = rng.choice(spans)
             text = surface(p.text[s:e], rng, drop=params.drop, max_words=params.max_words,
-                           rarity=_rarity(passages, params))
+                           rarity=_rarity(passages, params), swap=params.swap,
+                           synonym=_synonyms(passages, params, providers))  # fmt: skip
+            text = _titled(text, p.title, params, rng, _rarity(passages, params))
             out.append(Question(text, "inverse_cloze", (p.id,), "", "sentence", (Span(p.id, s, e),),
                                 {"sentence": p.text[s:e]}))  # fmt: skip
         return out
@@ -211,12 +273,14 @@ def fact_question(params: FactParams, providers: Providers) -> QuestionMaker:
             if len(out) >= n:
                 break
             p = passages[i]
-            fact = _fact(p.text, passages.sentences(i), params, rng, exclude=p.title)
+            fact = _fact(p.text, _sentences(passages, i, params), params, rng, exclude=p.title)
             if fact is None:
                 continue
             s, e, kind, a, b = fact
             body = surface(p.text[s:e], rng, answer=(a - s, b - s), blank=params.form == "cloze", drop=params.drop,
-                           max_words=params.max_words, rarity=_rarity(passages, params))  # fmt: skip
+                           max_words=params.max_words, rarity=_rarity(passages, params), swap=params.swap,
+                           synonym=_synonyms(passages, params, providers))  # fmt: skip
+            body = _titled(body, p.title, params, rng, _rarity(passages, params))
             out.append(Question(_ask(body, kind, params.form), params.form, (p.id,), p.text[a:b], kind,
                                 (Span(p.id, a, b),), {"sentence": p.text[s:e]}))  # fmt: skip
         return out
@@ -258,23 +322,26 @@ def bridge(params: BridgeParams, providers: Providers) -> QuestionMaker:
                 b = passages[j]
                 forbid = _alias_words(b.title) | frozenset(alias)
                 fact = _fact(b.text, passages.sentences(j), wh_params, rng, exclude=b.title)
+                named = f" {' '.join(alias)} "
                 bridge_sentence = next((a.text[s:e] for s, e in passages.sentences(i)
-                                        if " ".join(alias) in " ".join(w.lower() for w in
-                                                                      _TOKEN.findall(a.text[s:e]))), None)  # fmt: skip
+                                        if named in f" {' '.join(_PART.findall(a.text[s:e].lower()))} "),
+                                       None)  # fmt: skip
                 if fact is None or bridge_sentence is None:
                     continue
                 s, e, kind, x, y = fact
-                if set(w.lower() for w in _TOKEN.findall(b.text[x:y])) & forbid:
+                if set(_PART.findall(b.text[x:y].lower())) & forbid:
                     continue  # the answer is the bridge entity itself: a one-hop question
                 rarity = _rarity(passages, params)
+                synonym = _synonyms(passages, params, providers)
                 asked = surface(b.text[s:e], rng, answer=(x - s, y - s), forbid=forbid, drop=params.drop,
-                                max_words=params.max_words, min_content=2, rarity=rarity)  # fmt: skip
-                context = surface(bridge_sentence, rng, forbid=forbid, drop=params.drop,
-                                  max_words=params.context_words, min_content=2, rarity=rarity)  # fmt: skip
-                named = f" in {a.title}" if params.name_first and a.title and a.title.lower() not in context.lower() \
+                                max_words=params.max_words, min_content=2, rarity=rarity, swap=params.swap,
+                                synonym=synonym)  # fmt: skip
+                context = surface(bridge_sentence, rng, forbid=forbid, drop=params.drop, max_words=params.context_words,
+                                  min_content=2, rarity=rarity, swap=params.swap, synonym=synonym)  # fmt: skip
+                where = f" in {a.title}" if params.name_first and a.title and a.title.lower() not in context.lower() \
                     else ""  # fmt: skip
-                text = f"{WH[kind]} {asked}, the one{named} {context}?"
-                if forbid & {w.lower() for w in _TOKEN.findall(text)}:
+                text = f"{WH[kind]} {asked}, the one{where} {context}?"
+                if forbid & set(_PART.findall(text.lower())):
                     continue
                 used.add((i, j))
                 out.append(Question(text, "bridge", (a.id, b.id), b.text[x:y], kind, (Span(b.id, x, y),),

@@ -19,8 +19,6 @@ from modular_rag.questions import Passage, PassageSet, Question, Span, Verdict, 
 from modular_rag.registry import OperatorInfo, Port, catalogue, get_operator
 from tests.conftest import DEMO, ScriptedChat
 
-pytestmark = pytest.mark.unit
-
 # operator name -> params for the contract run
 CASES: dict[str, dict[str, Any]] = {
     "inverse_cloze": {"drop": 0.3},
@@ -61,12 +59,14 @@ def _testset_operators() -> list[OperatorInfo]:
     return [i for i in catalogue() if i.port in (Port.QUESTION, Port.CHECK)]
 
 
+@pytest.mark.unit
 def test_every_testset_operator_has_a_contract_case() -> None:
     names = {i.name for i in _testset_operators()}
     assert {"inverse_cloze", "fact_question", "bridge", "llm", "answer_in_passage", "closed_book"} <= names
     assert not names - set(CASES), f"add contract cases for: {names - set(CASES)}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("info", [i for i in _testset_operators() if i.port is Port.QUESTION], ids=lambda i: i.name)
 def test_maker_keeps_its_contract(info: OperatorInfo, passages: PassageSet, env: Providers) -> None:
     maker = info.factory(info.params.model_validate(CASES[info.name]), env)
@@ -82,6 +82,7 @@ def test_maker_keeps_its_contract(info: OperatorInfo, passages: PassageSet, env:
     assert questions == maker(passages, 6, random.Random(0)), "the same seed must make the same questions"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("info", [i for i in _testset_operators() if i.port is Port.CHECK], ids=lambda i: i.name)
 def test_check_keeps_its_contract(info: OperatorInfo, passages: PassageSet, env: Providers) -> None:
     maker = get_operator(Port.QUESTION, "fact_question")
@@ -93,6 +94,7 @@ def test_check_keeps_its_contract(info: OperatorInfo, passages: PassageSet, env:
     assert len(verdicts) == len(questions) and all(isinstance(v, Verdict) for v in verdicts)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("port", [Port.QUESTION, Port.CHECK])
 def test_unknown_name_lists_the_valid_ones(port: Port) -> None:
     with pytest.raises(RegistryError, match="valid names: none, .*answer_in_passage|valid names: none, .*bridge"):
@@ -103,6 +105,7 @@ def _one(text: str = "The Loopcell plant opened in 2019 in Ghent.") -> PassageSe
     return PassageSet([Passage("p1", "Loopcell", text)])
 
 
+@pytest.mark.unit
 def test_a_question_whose_answer_is_not_in_its_passage_is_dropped() -> None:
     check = get_operator(Port.CHECK, "answer_in_passage")
     passages = _one()
@@ -114,6 +117,7 @@ def test_a_question_whose_answer_is_not_in_its_passage_is_dropped() -> None:
         assert verdicts[1].reason == "answer not in the cited passage"
 
 
+@pytest.mark.unit
 def test_not_verbatim_drops_a_copied_question_unless_its_kind_may_copy() -> None:
     check = get_operator(Port.CHECK, "not_verbatim")
     passages = _one("The Loopcell plant in Ghent opened in 2019 and recovers lithium, cobalt and nickel from cells.")
@@ -124,6 +128,7 @@ def test_not_verbatim_drops_a_copied_question_unless_its_kind_may_copy() -> None
     assert allowed([copied], passages)[0].keep
 
 
+@pytest.mark.unit
 def test_dedup_drops_near_duplicates() -> None:
     check = get_operator(Port.CHECK, "dedup")
     passages = _one()
@@ -133,6 +138,7 @@ def test_dedup_drops_near_duplicates() -> None:
     assert [v.keep for v in check.factory(check.params(), Providers())([a, b, c], passages)] == [True, False, True]
 
 
+@pytest.mark.unit
 def test_typed_spans_and_the_reworded_question() -> None:
     from operators.questions import surface, typed_spans
 
@@ -146,6 +152,7 @@ def test_typed_spans_and_the_reworded_question() -> None:
     assert "in ___ with" in blank
 
 
+@pytest.mark.unit
 def test_rare_focus_leaves_out_the_rarest_words() -> None:
     from operators.questions import surface
 
@@ -154,12 +161,34 @@ def test_rare_focus_leaves_out_the_rarest_words() -> None:
     assert surface(sentence, random.Random(0), drop=0.4, rarity=rarity) == "The plant in opened and recovers"
 
 
+@pytest.mark.unit
+def test_swap_replaces_kept_content_words() -> None:
+    from operators.questions import surface
+
+    sentence = "The Loopcell plant opened"
+    swapped = surface(sentence, random.Random(0), drop=0.0, swap=1.0, synonym=lambda w: f"{w.lower()}-like")
+    assert swapped == "The loopcell-like plant-like opened-like"
+
+
+@pytest.mark.integration
+def test_a_swapped_word_is_a_neighbour_by_the_embedder(passages: PassageSet) -> None:
+    from operators.questions import _synonyms
+
+    maker = get_operator(Port.QUESTION, "inverse_cloze")
+    nearest = _synonyms(passages, maker.params(swap=0.5, vocabulary=300), Providers())
+    assert nearest is not None
+    other = nearest("battery")  # a real neighbour from the demo corpus, by the bundled embedder: not the same stem
+    assert other and other != "battery" and not other.startswith("batter")
+
+
+@pytest.mark.unit
 def test_sentence_spans_are_offsets_into_the_text() -> None:
     text = "First one here. Second: 2.5 km long!\n\nA new paragraph"
     assert [text[s:e] for s, e in sentence_spans(text)] == ["First one here.", "Second: 2.5 km long!",
                                                             "A new paragraph"]  # fmt: skip
 
 
+@pytest.mark.unit
 def test_bridge_questions_do_not_name_the_second_passage(tmp_path: Path) -> None:
     docs = [Passage("film", "Kiss and Tell", "Kiss and Tell is a 1945 comedy film starring Shirley Temple as Corliss "
                     "Archer. It was directed by Richard Wallace."),  # fmt: skip
