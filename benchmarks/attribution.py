@@ -1,6 +1,6 @@
 """The attribution check's two error rates: the misreadings it passes, and the correct answers it rejects.
 
-    .venv/bin/python benchmarks/attribution.py [--root ../shared/datasets] [--save]
+    .venv/bin/python benchmarks/attribution.py [--root ../shared/datasets] [--judge] [--save]
 
 1. **Misreadings** (``tests/operators/data/misreadings.jsonl``): answers written from demo and SQuAD passages' own
    words that misread them (subject bound to another value, negation, comparison direction, unit, rival value,
@@ -16,6 +16,9 @@
 3. **False rejections on NQ-open** (``nq_open_oracle``, 1,858 dev questions, never read while writing the rules):
    the quote and the short answer of every question whose gold answer is in its gold passage.
 4. **Cost**: the check's time per answer (no model call; the embedding fallback is on, as in the operators).
+5. With ``--judge``, **the judge model alone** (``judge: llm``'s question, asked of the template's chat model, the
+   bundled SmolLM2-135M by default) on every answer of the misreadings set, against its whole passage and whatever
+   the rules say: the share it says "no" to, misreadings and correct answers apart (one LLM call each).
 
 The check runs with the operators' defaults (``support_threshold`` 0.6, ``semantic_threshold`` 0.8 with the
 bundled embedder); misreadings are also checked on words alone (``semantic_threshold: null``).
@@ -173,11 +176,44 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(["answer", "split", "answers", "rejected", "share"],
                        _rows(counts, rejected, ("quote", "short"), ("all",))))  # fmt: skip
     print(f"\nthe check's time: {1000 * seconds:.2f} ms per answer (SQuAD quote and short, no model call)")
+    if args.judge:
+        _judge_alone(env)
     return 0
 
 
+def _judge_alone(env: Any) -> None:
+    """The judge's question about every fixture answer (against its whole passage), without the rules."""
+    from modular_rag.tables import format_table
+    from modular_rag.trace import metered
+    from operators.generation import (
+        DATA_RULE,
+        JUDGE_PROMPT,
+        SUPPORTED_QUESTION,
+        ask_model_yes_no,
+        format_evidence,
+        strip_citations,
+    )
+    from tests.operators.misreadings import cases, evidence_for
+
+    said: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}
+    start = time.perf_counter()
+    with metered() as meter:
+        for case in cases():
+            prompt = JUDGE_PROMPT.format(context=f"{format_evidence(evidence_for(case.passage))}\n{DATA_RULE}\n\n",
+                                         query=case.question, answer=f"Answer: {strip_citations(case.answer)}",
+                                         ask=SUPPORTED_QUESTION)  # fmt: skip
+            reply, _ = ask_model_yes_no(env, prompt)
+            said[case.correct][reply or "unclear"] += 1
+    rows = [["correct" if correct else "misreading", sum(c.values()), c["no"], c["yes"], c["unclear"],
+             f"{c['no'] / max(sum(c.values()), 1):.3f}"] for correct, c in sorted(said.items())]  # fmt: skip
+    print(f"\nThe judge alone ({env.config.llm.name} chat model, {meter.llm_calls} calls, "
+          f"{(time.perf_counter() - start) / max(meter.llm_calls, 1):.1f} s each), whole passage, without the rules:")
+    print(format_table(["answers", "n", "no", "yes", "unclear", "rejected"], rows))
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    del parser  # no options of its own
+    parser.add_argument("--judge", action="store_true", help="also ask the template's chat model the judge's question "
+                                                             "about every answer of the misreadings set")  # fmt: skip
 
 
 def main() -> int:

@@ -114,8 +114,6 @@ class ClaimVerdict:
 _ANAPHORS = frozenset({"it", "they", "he", "she", "this", "these", "that", "those", "such", "its", "their", "his",
                        "her", "both"})  # fmt: skip
 _DEFINITE = frozenset({"the", "each", "every"})
-_AUXILIARY = re.compile(r"\b(?:is|are|was|were|be|been|being|has|have|had|do|does|did|can|could|will|would|shall|"
-                        r"should|may|might|must)\b", re.I)  # fmt: skip
 _NAME_JOINS = frozenset({"of", "de", "du", "von", "van", "la", "le", "del", "da"})
 
 
@@ -201,6 +199,9 @@ def _windows(entry: Evidence) -> tuple[Reading | None, list[_Window]]:
 
 # --- the answer sentence ------------------------------------------------------------------------------------------
 
+_AUXILIARY = re.compile(r"\b(?:is|are|was|were|be|been|being|has|have|had|do|does|did|can|could|will|would|shall|"
+                        r"should|may|might|must)\b", re.I)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class _Claim:
@@ -226,6 +227,8 @@ class _Claim:
 
 
 def _claim(text: str, cues: QuestionCues, context: frozenset[str]) -> _Claim:
+    """Read an answer sentence against its question; ``context`` (the distinctive tokens of the cited text and the
+    question) tells a name that starts the sentence from a capitalised first word ("Labor is strongest ...")."""
     reading = read(text)
     asked = terms(cues.text)
     runs: list[list[str]] = []
