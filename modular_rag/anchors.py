@@ -260,7 +260,7 @@ def _first_sentences(text: str, title: str, opens_document: bool) -> list[str]:
     """The opening lines whose first sentence defines a subject: the body's first line (when the chunk opens its
     document) and the first line after each Markdown heading."""
     lines = text.splitlines()
-    if title and lines and lines[0].strip() == title:
+    if title and lines and lines[0].strip() == title:  # the title a chunker put first, on its own line
         lines = lines[1:]
     out: list[str] = []
     expect = opens_document

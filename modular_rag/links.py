@@ -35,9 +35,10 @@ __all__ = ["LinkTable", "aliases_of", "chunk_anchors"]
 
 _STOP = frozenset(["a", "an", "the", "of", "and", "or", "in", "on", "at", "to", "for", "by", "with", "from", "is",
                    "was", "are", "as", "be", "it", "its", "this", "that"])  # fmt: skip
-VERSION = 2
-"""Version of the saved table; 2: anchors from the documents themselves, definers by rank, case-insensitive
-mentions."""
+VERSION = 3
+"""Version of the saved table (a table saved by another version is rebuilt): 2, anchors from the documents
+themselves, definers by rank, case-insensitive mentions; 3, a titled chunk is about its title, no names inside
+titles."""
 
 
 def _kept(alias: Alias, min_chars: int) -> bool:
