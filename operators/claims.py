@@ -418,8 +418,8 @@ _VERB = re.compile(r"[a-z]+(?:ed|es|s)|won|beat|led|took|gave|sold|bought|wrote|
 def _roles(claim: _Claim, window: _Window) -> str | None:
     """Rule 8: two names around a relating verb in the opposite roles, or None."""
     tokens, main = list(claim.text.tokens), list(window.main.tokens)
-    placed = sorted((ours, theirs, run) for run in claim.names
-                    if (ours := _ends(run, tokens)) and (theirs := _ends(run, main)))  # fmt: skip
+    placed = sorted((here, there, run) for run in claim.names
+                    if (here := _ends(run, tokens)) and (there := _ends(run, main)))  # fmt: skip
     for (a, pa, run_a), (b, pb, run_b) in zip(placed, placed[1:], strict=False):
         if pa[1] == pb[1]:
             continue
