@@ -180,6 +180,13 @@ def test_html_headings_stay_in_the_text_as_markdown_headings(tmp_path: Path) -> 
 
 
 @pytest.mark.unit
+def test_anchors_computed_per_chunk_beforehand_build_the_same_table() -> None:
+    built = LinkTable.build(TEXTS, METAS)
+    given = LinkTable.build(TEXTS, METAS, anchors=[chunk_anchors(t, m) for t, m in zip(TEXTS, METAS, strict=True)])
+    assert (given.table, given.outlinks) == (built.table, built.outlinks)
+
+
+@pytest.mark.unit
 def test_a_table_saved_by_another_version_is_rebuilt(tmp_path: Path) -> None:
     links = LinkTable.build(TEXTS, METAS, digest="d")
     links.save(tmp_path / "x.links.json")
