@@ -271,9 +271,9 @@ def _has_name(run: tuple[str, ...], parts: Sequence[Reading]) -> bool:
 
 
 def _missing(claim: _Claim, window: _Window) -> list[str]:
-    """The claim's names and numbers the window does not hold."""
+    """The claim's names and the numbers it writes in digits ("one another" is no number) the window does not hold."""
     names = [" ".join(run) for run in claim.names if not _has_name(run, window.parts)]
-    return names + sorted(claim.text.numbers - window.numbers)
+    return names + sorted({q.number for q in quantities(claim.text.text) if not q.spelled} - window.numbers)
 
 
 # --- the rules ----------------------------------------------------------------------------------------------------
@@ -467,22 +467,23 @@ def _bound(claim: _Claim, cues: QuestionCues, head: Reading | None, windows: lis
         candidates = [w for _, w in scored if w.index in near]
     if not candidates:
         return None, f"at most {scored[0][0] if scored else 0.0:.0%} of its new words in one cited sentence"
-    why = ""
+    why: tuple[int, str] = (-1, "")  # the reason of the candidate that went furthest (a named subject first)
     for window in candidates:
         missing = _missing(claim, window)
         borrowed = set() if claim.short else claim.relation & (window.terms - window.main.terms)
         if missing and not _topic(claim, missing, head, windows, window):
-            problem = f"binding: the cited sentence that says it does not name {missing[0]!r}: {_quote(window.text)}"
+            problem = (0, f"binding: the cited sentence that says it does not name {missing[0]!r}: "
+                          f"{_quote(window.text)}")  # fmt: skip
         elif borrowed:
-            problem = (f"binding: the cited sentence says {sorted(borrowed)[0]!r} only of what it refers back to: "
-                       f"{_quote(window.text)}")  # fmt: skip
+            problem = (0, f"binding: the cited sentence says {sorted(borrowed)[0]!r} only of what it refers back "
+                          f"to: {_quote(window.text)}")  # fmt: skip
         else:
-            problem = (_rival(claim, window, windows, threshold) or _nearest(claim, window)
-                       or _relations(claim, window, cues)) or ""  # fmt: skip
-        if not problem:
+            problem = (1, _rival(claim, window, windows, threshold) or _nearest(claim, window)
+                       or _relations(claim, window, cues) or "")  # fmt: skip
+        if not problem[1]:
             return window, ""
-        why = why or problem
-    return None, why
+        why = max(why, problem, key=lambda p: p[0])
+    return None, why[1]
 
 
 def _close(text: str, windows: list[_Window], providers: Providers | None, threshold: float | None) -> set[int]:
