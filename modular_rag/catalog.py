@@ -1,0 +1,285 @@
+"""The catalog: what a question needs from the corpus besides vectors, read by key, never loaded whole.
+
+One SQLite file (WAL mode, so several processes read while one writes) beside the index holds:
+
+* ``chunks``: every chunk's position (the row number the BM25 postings use), id, document id, text and metadata
+  (JSON), once. A reader asks for the chunks of some ids or positions; nothing enumerates them at query time.
+* ``terms``: each analysed term's document frequency, and ``stats``: the number of chunks and their total length in
+  terms, so any process reads BM25's IDF and average length without the corpus or the postings.
+* ``fields``: the metadata fields the chunks have, with each value type's count (what a filter may name).
+* ``anchors`` and ``mentions``: the link table's rows (:mod:`modular_rag.links`): what each chunk defines and which
+  anchors its text mentions, computed for each chunk when it is added, removed with it.
+
+Writes happen in transactions; a reader sees the state before or after a write, never half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Catalog", "StoredChunk"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, doc_id TEXT NOT NULL,
+                                   text TEXT NOT NULL, meta TEXT NOT NULL, length INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks (doc_id);
+CREATE TABLE IF NOT EXISTS terms (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS stats (key TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fields (name TEXT NOT NULL, type TEXT NOT NULL, n INTEGER NOT NULL,
+                                   PRIMARY KEY (name, type)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS anchors (anchor TEXT NOT NULL, pos INTEGER NOT NULL, rank INTEGER NOT NULL,
+                                    PRIMARY KEY (anchor, pos)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS anchors_pos ON anchors (pos);
+CREATE TABLE IF NOT EXISTS mentions (pos INTEGER NOT NULL, anchor TEXT NOT NULL,
+                                     PRIMARY KEY (pos, anchor)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS mentions_anchor ON mentions (anchor);
+"""
+
+_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict,
+                           "NoneType": type(None)}  # fmt: skip
+_BATCH = 900
+"""Ids per ``IN (...)`` clause: below SQLite's default limit of 999 variables."""
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk as the catalog holds it."""
+
+    pos: int
+    id: str
+    doc_id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+def _chunk(row: Sequence[Any]) -> StoredChunk:
+    return StoredChunk(int(row[0]), str(row[1]), str(row[2]), str(row[3]), json.loads(row[4]))
+
+
+class Catalog:
+    """Chunks, term statistics, metadata fields and link-table rows in one SQLite file.
+
+    Args:
+        path: The file; ``None`` keeps the catalog in memory (one process).
+    """
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path) if self.path else ":memory:", check_same_thread=False,
+                                   isolation_level=None, timeout=60.0)  # fmt: skip
+        self._lock = threading.RLock()
+        with self._lock:
+            if self.path is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+
+    def __repr__(self) -> str:
+        return f"Catalog({str(self.path) if self.path else ':memory:'})"
+
+    # ------------------------------------------------------------------------------------------------------ writes
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``: other writers wait, readers see the state before it)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def add_chunks(
+        self,
+        chunks: Sequence[tuple[str, str, str, Mapping[str, Any]]],
+        lengths: Sequence[int],
+        terms: Iterable[Iterable[str]],
+        db: sqlite3.Connection,
+    ) -> list[int]:
+        """Add chunks ``(id, doc_id, text, metadata)`` with their lengths in terms and their analysed term sets, in
+        the open transaction ``db``; their document frequencies, the statistics and the fields follow. Returns the
+        positions they were given (after every position in use). Ids must not be stored yet."""
+        start = self.next_position(db)
+        rows = [(start + i, cid, doc, text, json.dumps(dict(meta), ensure_ascii=False), n)
+                for i, ((cid, doc, text, meta), n) in enumerate(zip(chunks, lengths, strict=True))]  # fmt: skip
+        db.executemany("INSERT INTO chunks (pos, id, doc_id, text, meta, length) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        df: Counter[str] = Counter()
+        for found in terms:
+            df.update(set(found))
+        db.executemany("INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + "
+                       "excluded.df", df.items())  # fmt: skip
+        self._bump(db, len(rows), sum(lengths))
+        self._count_fields(db, [meta for *_, meta in chunks], +1)
+        return [r[0] for r in rows]
+
+    def remove_chunks(self, positions: Sequence[int], terms: Iterable[Iterable[str]], db: sqlite3.Connection) -> None:
+        """Remove the chunks at ``positions`` (with their analysed term sets, to take their document frequencies
+        back) and their link-table rows, in the open transaction ``db``."""
+        if not positions:
+            return
+        gone = self.at(positions, db=db)
+        df: Counter[str] = Counter()
+        for found in terms:
+            df.update(set(found))
+        db.executemany("UPDATE terms SET df = df - ? WHERE term = ?", [(n, t) for t, n in df.items()])
+        db.execute("DELETE FROM terms WHERE df <= 0")
+        lengths = sum(int(r[0]) for r in self._in(db, "SELECT length FROM chunks WHERE pos IN ({})", positions))
+        self._bump(db, -len(gone), -lengths)
+        self._count_fields(db, [c.metadata for c in gone], -1)
+        for part in _parts(positions):
+            marks = ",".join("?" * len(part))
+            db.execute(f"DELETE FROM chunks WHERE pos IN ({marks})", part)
+            db.execute(f"DELETE FROM anchors WHERE pos IN ({marks})", part)
+            db.execute(f"DELETE FROM mentions WHERE pos IN ({marks})", part)
+
+    def _bump(self, db: sqlite3.Connection, chunks: int, length: int) -> None:
+        db.executemany("INSERT INTO stats (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + "
+                       "excluded.value", [("chunks", chunks), ("length", length)])  # fmt: skip
+
+    @staticmethod
+    def _count_fields(db: sqlite3.Connection, metas: Sequence[Mapping[str, Any]], sign: int) -> None:
+        seen: Counter[tuple[str, str]] = Counter((k, type(v).__name__) for m in metas for k, v in m.items())
+        db.executemany("INSERT INTO fields (name, type, n) VALUES (?, ?, ?) ON CONFLICT (name, type) DO UPDATE SET "
+                       "n = n + excluded.n", [(k, t, sign * n) for (k, t), n in seen.items()])  # fmt: skip
+        db.execute("DELETE FROM fields WHERE n <= 0")
+
+    def set_anchors(self, rows: Iterable[tuple[str, int, int]], db: sqlite3.Connection) -> None:
+        """Record ``(anchor, position, rank)``: what a chunk defines."""
+        db.executemany("INSERT OR REPLACE INTO anchors (anchor, pos, rank) VALUES (?, ?, ?)", rows)
+
+    def set_mentions(self, rows: Iterable[tuple[int, str]], db: sqlite3.Connection) -> None:
+        """Record ``(position, anchor)``: an anchor a chunk's text mentions."""
+        db.executemany("INSERT OR IGNORE INTO mentions (pos, anchor) VALUES (?, ?)", rows)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self.transaction() as db:
+            for table in ("chunks", "terms", "stats", "fields", "anchors", "mentions"):
+                db.execute(f"DELETE FROM {table}")
+
+    # ------------------------------------------------------------------------------------------------------- reads
+
+    def _read(self, sql: str, args: Sequence[Any] = (), db: sqlite3.Connection | None = None) -> list[Any]:
+        with self._lock:
+            return (db or self._db).execute(sql, args).fetchall()
+
+    def _in(self, db: sqlite3.Connection | None, sql: str, values: Sequence[Any]) -> list[Any]:
+        """Rows of ``sql`` (with one ``IN ({})``) over ``values``, in parts SQLite accepts."""
+        out: list[Any] = []
+        for part in _parts(values):
+            out.extend(self._read(sql.format(",".join("?" * len(part))), part, db))
+        return out
+
+    def count(self) -> int:
+        """Chunks held."""
+        return int(self._read("SELECT COUNT(*) FROM chunks")[0][0])
+
+    def next_position(self, db: sqlite3.Connection | None = None) -> int:
+        """The position the next added chunk gets (positions are never reused)."""
+        return int(self._read("SELECT COALESCE(MAX(pos) + 1, 0) FROM chunks", db=db)[0][0])
+
+    def stats(self) -> tuple[int, float]:
+        """``(chunks, total length in terms)`` as BM25 sees the corpus."""
+        got = dict(self._read("SELECT key, value FROM stats"))
+        return int(got.get("chunks", 0)), float(got.get("length", 0.0))
+
+    def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
+        """The document frequency of each term (0 for a term no chunk has)."""
+        found = dict(self._in(None, "SELECT term, df FROM terms WHERE term IN ({})", list(dict.fromkeys(terms))))
+        return {t: int(found.get(t, 0)) for t in terms}
+
+    def get(self, ids: Sequence[str], db: sqlite3.Connection | None = None) -> dict[str, StoredChunk]:
+        """The stored chunks of these ids (ids not held are left out)."""
+        rows = self._in(db, "SELECT pos, id, doc_id, text, meta FROM chunks WHERE id IN ({})", list(ids))
+        return {r[1]: _chunk(r) for r in rows}
+
+    def at(self, positions: Sequence[int], db: sqlite3.Connection | None = None) -> list[StoredChunk]:
+        """The chunks at these positions, in the order given (positions not held are left out)."""
+        rows = self._in(db, "SELECT pos, id, doc_id, text, meta FROM chunks WHERE pos IN ({})", [int(p) for p in
+                                                                                                 positions])
+        by = {int(r[0]): _chunk(r) for r in rows}
+        return [by[int(p)] for p in positions if int(p) in by]
+
+    def positions(self, ids: Sequence[str], db: sqlite3.Connection | None = None) -> dict[str, int]:
+        """The position of each held id."""
+        return {r[0]: int(r[1]) for r in self._in(db, "SELECT id, pos FROM chunks WHERE id IN ({})", list(ids))}
+
+    def ids(self) -> Iterator[str]:
+        """Every held id, in position order (for a sync or a consistency check; never at query time)."""
+        last = -1
+        while True:
+            rows = self._read("SELECT pos, id FROM chunks WHERE pos > ? ORDER BY pos LIMIT 10000", (last,))
+            if not rows:
+                return
+            yield from (r[1] for r in rows)
+            last = int(rows[-1][0])
+
+    def scan(self, batch: int = 2000) -> Iterator[list[StoredChunk]]:
+        """Every chunk, in position order, in batches (for rebuilding what derives from the chunks)."""
+        last = -1
+        while True:
+            rows = self._read("SELECT pos, id, doc_id, text, meta FROM chunks WHERE pos > ? ORDER BY pos LIMIT ?",
+                              (last, batch))  # fmt: skip
+            if not rows:
+                return
+            yield [_chunk(r) for r in rows]
+            last = int(rows[-1][0])
+
+    def metadata_fields(self) -> dict[str, set[type]]:
+        """The metadata fields the chunks have, with the value types seen."""
+        out: dict[str, set[type]] = {}
+        for name, kind, _ in self._read("SELECT name, type, n FROM fields"):
+            out.setdefault(name, set()).add(_TYPES.get(kind, str))
+        return out
+
+    def anchors_of(self, positions: Sequence[int]) -> dict[int, dict[str, int]]:
+        """What each chunk defines: position -> {anchor: rank}."""
+        out: dict[int, dict[str, int]] = {}
+        for anchor, pos, rank in self._in(None, "SELECT anchor, pos, rank FROM anchors WHERE pos IN ({})",
+                                          [int(p) for p in positions]):  # fmt: skip
+            out.setdefault(int(pos), {})[anchor] = int(rank)
+        return out
+
+    def definers(self, anchors: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+        """The chunks that define each anchor: anchor -> [(position, rank)]."""
+        out: dict[str, list[tuple[int, int]]] = {}
+        for anchor, pos, rank in self._in(None, "SELECT anchor, pos, rank FROM anchors WHERE anchor IN ({})",
+                                          list(anchors)):  # fmt: skip
+            out.setdefault(anchor, []).append((int(pos), int(rank)))
+        return out
+
+    def mentioned_by(self, positions: Sequence[int]) -> dict[int, list[str]]:
+        """The anchors each chunk mentions: position -> [anchor]."""
+        out: dict[int, list[str]] = {}
+        for pos, anchor in self._in(None, "SELECT pos, anchor FROM mentions WHERE pos IN ({})",
+                                    [int(p) for p in positions]):  # fmt: skip
+            out.setdefault(int(pos), []).append(anchor)
+        return out
+
+    def mention_counts(self, anchors: Sequence[str]) -> dict[str, int]:
+        """How many chunks mention each anchor."""
+        rows = self._in(None, "SELECT anchor, COUNT(*) FROM mentions WHERE anchor IN ({}) GROUP BY anchor",
+                        list(anchors))  # fmt: skip
+        return {a: int(rows_n) for a, rows_n in rows}
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+
+def _parts(values: Sequence[Any]) -> Iterator[list[Any]]:
+    for i in range(0, len(values), _BATCH):
+        yield list(values[i : i + _BATCH])

@@ -1,0 +1,435 @@
+"""BM25 postings on disk, in segments, opened memory-mapped: what a search engine keeps, and nothing else.
+
+A segment holds the postings of the chunks added together (a contiguous range of catalog positions): its sorted
+terms, and per term the positions of the chunks that contain it with the term's frequency there, plus each chunk's
+length in terms. The postings hold no texts and no statistics: document frequencies, the number of chunks and their
+total length live in the catalog (:class:`~modular_rag.catalog.Catalog`), so BM25's weights are computed at query
+time (``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``) from what is current, and adding or removing
+chunks never rewrites the other segments' postings: an add writes one new segment, a removal records the removed
+positions (tombstones) in the manifest. When there are more than ``max_segments`` segments, the two adjacent ones
+with the fewest postings are merged (dropping removed chunks), so the number stays bounded and the work per add
+stays near what was added.
+
+Files (a folder): ``manifest.json`` (the segments, the tombstones' file, a generation number, replaced atomically)
+and one folder per segment of ``.npy`` arrays opened with ``mmap_mode="r"``: a process that opens the index reads
+the manifest and maps the arrays; the pages a query touches are all it reads. A reader sees a new manifest (another
+process added chunks) at its next query.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Segment", "SegmentedBM25", "write_segment"]
+
+MANIFEST = "manifest.json"
+VERSION = 1
+_DENSE_ABOVE = 50_000
+"""Queries with more postings than this are summed into an array over all positions instead of sorted."""
+
+
+@dataclass
+class Segment:
+    """One segment's arrays (memory-mapped when opened from disk).
+
+    Attributes:
+        name: Its folder's name.
+        start, end: The catalog positions it covers, ``[start, end)``.
+        terms: Its terms, UTF-8 bytes, sorted.
+        indptr: The postings of ``terms[i]`` are ``docs[indptr[i]:indptr[i + 1]]`` (positions, ascending) with
+            frequencies ``tfs[...]``.
+        lens: The length in terms of each position in ``[start, end)``.
+    """
+
+    name: str
+    start: int
+    end: int
+    terms: np.ndarray
+    indptr: np.ndarray
+    docs: np.ndarray
+    tfs: np.ndarray
+    lens: np.ndarray
+
+    @property
+    def postings(self) -> int:
+        """How many postings it holds."""
+        return int(len(self.docs))
+
+    def find(self, term: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """The positions holding ``term`` and its frequencies there (empty when the segment lacks it)."""
+        i = int(np.searchsorted(self.terms, term))
+        if i >= len(self.terms) or self.terms[i] != term:
+            return _EMPTY_I, _EMPTY_F
+        a, b = int(self.indptr[i]), int(self.indptr[i + 1])
+        return self.docs[a:b], self.tfs[a:b]
+
+    @classmethod
+    def open(cls, folder: Path, start: int, end: int) -> Segment:
+        """Map a segment written by :func:`write_segment`."""
+        load: Callable[[str], np.ndarray] = lambda n: np.load(folder / f"{n}.npy", mmap_mode="r")  # noqa: E731
+        return cls(folder.name, start, end, load("terms"), load("indptr"), load("docs"), load("tfs"), load("lens"))
+
+
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+_EMPTY_F = np.zeros(0, dtype=np.uint16)
+
+
+def write_segment(folder: Path, start: int, terms_per_chunk: Sequence[Sequence[str]]) -> Segment:
+    """Write the postings of the chunks at positions ``start, start + 1, ...`` (their analysed terms, in order) as a
+    segment folder, and return it mapped.
+
+    Counting is a sort of (term, chunk) pairs in numpy, not a Python loop per posting.
+    """
+    folder.mkdir(parents=True, exist_ok=False)
+    n = len(terms_per_chunk)
+    lengths = np.fromiter(map(len, terms_per_chunk), dtype=np.int64, count=n)
+    vocab: dict[str, int] = {}
+    ids = np.fromiter((vocab.setdefault(t, len(vocab)) for t in chain.from_iterable(terms_per_chunk)), dtype=np.int64,
+                      count=int(lengths.sum()))  # fmt: skip
+    order_of_terms = np.asarray(sorted(range(len(vocab)), key=list(vocab).__getitem__), dtype=np.int64)
+    rank = np.empty(len(vocab), dtype=np.int64)
+    rank[order_of_terms] = np.arange(len(vocab))
+    local = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    keys = rank[ids] * max(n, 1) + local
+    uniq, counts = np.unique(keys, return_counts=True)
+    term_of, doc_of = np.divmod(uniq, max(n, 1))
+    indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+    np.add.at(indptr, term_of + 1, 1)
+    np.cumsum(indptr, out=indptr)
+    words = list(vocab)
+    sorted_terms = np.array([words[i].encode("utf-8") for i in order_of_terms.tolist()], dtype=np.bytes_)
+    if not len(sorted_terms):
+        sorted_terms = np.zeros(0, dtype="S1")
+    tf_type = np.uint16 if not len(counts) or counts.max() <= np.iinfo(np.uint16).max else np.uint32
+    arrays = {"terms": sorted_terms, "indptr": indptr, "docs": (doc_of + start).astype(np.int64),
+              "tfs": counts.astype(tf_type), "lens": lengths.astype(np.int32)}  # fmt: skip
+    for name, array in arrays.items():
+        np.save(folder / f"{name}.npy", array)
+    _fsync_dir(folder)
+    return Segment.open(folder, start, start + n)
+
+
+def _merge(folder: Path, parts: Sequence[Segment], removed: np.ndarray) -> Segment:
+    """One segment holding the postings of adjacent ``parts`` without the ``removed`` positions."""
+    folder.mkdir(parents=True, exist_ok=False)
+    terms = np.unique(np.concatenate([np.asarray(p.terms) for p in parts]))
+    start, end = parts[0].start, parts[-1].end
+    counts = np.zeros(len(terms) + 1, dtype=np.int64)
+    docs_out: list[np.ndarray] = []
+    tfs_out: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    for part in parts:  # postings of each part, keyed by the merged term column, then ordered by (column, position)
+        col = np.searchsorted(terms, np.asarray(part.terms))
+        sizes = np.diff(np.asarray(part.indptr))
+        docs, tfs = np.asarray(part.docs), np.asarray(part.tfs)
+        keep = ~np.isin(docs, removed) if len(removed) else np.ones(len(docs), dtype=bool)
+        cols.append(np.repeat(col, sizes)[keep])
+        docs_out.append(docs[keep])
+        tfs_out.append(tfs[keep])
+    col_all, docs_all, tfs_all = np.concatenate(cols), np.concatenate(docs_out), np.concatenate(tfs_out)
+    order = np.lexsort((docs_all, col_all))
+    col_all, docs_all, tfs_all = col_all[order], docs_all[order], tfs_all[order]
+    np.add.at(counts, col_all + 1, 1)
+    indptr = np.cumsum(counts)
+    present = np.diff(indptr) > 0  # terms whose every posting was removed go
+    new_terms = terms[present]
+    new_indptr = np.concatenate([[0], np.cumsum(np.diff(indptr)[present])]).astype(np.int64)
+    lens = np.concatenate([np.asarray(p.lens) for p in parts]).astype(np.int32)
+    if len(removed):
+        gone = removed[(removed >= start) & (removed < end)]
+        lens[gone - start] = 0
+    arrays = {"terms": new_terms if len(new_terms) else np.zeros(0, dtype="S1"), "indptr": new_indptr,
+              "docs": docs_all.astype(np.int64), "tfs": tfs_all, "lens": lens}  # fmt: skip
+    for name, array in arrays.items():
+        np.save(folder / f"{name}.npy", array)
+    _fsync_dir(folder)
+    return Segment.open(folder, start, end)
+
+
+def _fsync_dir(folder: Path) -> None:
+    for file in folder.iterdir():
+        with open(file, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
+class SegmentedBM25:
+    """BM25 search over a folder of segments, with statistics from the caller (the catalog).
+
+    Args:
+        folder: Where the segments and the manifest live (created when missing).
+        k1, b: BM25's parameters.
+        max_segments: More segments than this and the two adjacent ones with the fewest postings merge.
+    """
+
+    backend = "segments"
+
+    def __init__(self, folder: str | Path, *, k1: float = 1.2, b: float = 0.75, max_segments: int = 12) -> None:
+        self.folder = Path(folder)
+        self.k1, self.b, self.max_segments = k1, b, max_segments
+        self._lock = threading.RLock()
+        self._seen: tuple[int, int] | None = None
+        self._segments: list[Segment] = []
+        self._removed = np.zeros(0, dtype=np.int64)
+        self._generation = 0
+        self._next = 0
+
+    # ------------------------------------------------------------------------------------------------------ state
+
+    def _manifest_file(self) -> Path:
+        return self.folder / MANIFEST
+
+    def refresh(self) -> None:
+        """Read the manifest again if it changed since it was read (another process wrote it)."""
+        file = self._manifest_file()
+        try:
+            st = file.stat()
+        except FileNotFoundError:
+            with self._lock:
+                self._seen, self._segments, self._removed, self._generation, self._next = None, [], _EMPTY_I, 0, 0
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._seen:
+            return
+        with self._lock:
+            data = json.loads(file.read_text(encoding="utf-8"))
+            if data.get("version") != VERSION:
+                raise ValueError(f"{file} was written by another version of the postings format "
+                                 f"({data.get('version')!r}, this one reads {VERSION}); rebuild the index")  # fmt: skip
+            self._segments = [Segment.open(self.folder / s["name"], s["start"], s["end"]) for s in data["segments"]]
+            removed = data.get("removed")
+            self._removed = np.load(self.folder / removed) if removed else _EMPTY_I
+            self._generation, self._next = int(data["generation"]), int(data["next"])
+            self._seen = stamp
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every change (readers key caches on it)."""
+        self.refresh()
+        return self._generation
+
+    @property
+    def next_position(self) -> int:
+        """The first position no segment covers: where the next added chunks start."""
+        self.refresh()
+        return self._next
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The segments, in position order."""
+        self.refresh()
+        return list(self._segments)
+
+    @property
+    def removed(self) -> np.ndarray:
+        """Positions removed since their segment was written (sorted)."""
+        self.refresh()
+        return self._removed
+
+    def _write_manifest(self, segments: Sequence[Segment], removed: np.ndarray, next_position: int) -> None:
+        """Replace the manifest atomically (the tombstones in their own file, named by generation)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        generation = self._generation + 1
+        removed_name = ""
+        if len(removed):
+            removed_name = f"removed-{generation}.npy"
+            np.save(self.folder / removed_name, np.asarray(removed, dtype=np.int64))
+        data = {"version": VERSION, "generation": generation, "next": int(next_position), "k1": self.k1, "b": self.b,
+                "segments": [{"name": s.name, "start": s.start, "end": s.end} for s in segments],
+                "removed": removed_name}  # fmt: skip
+        tmp = self.folder / f".{MANIFEST}.{uuid.uuid4().hex}"
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._manifest_file())
+        self._seen = None
+        self.refresh()
+        self._collect(segments, removed_name)
+
+    def _collect(self, segments: Sequence[Segment], removed_name: str) -> None:
+        """Delete segment folders and tombstone files the manifest no longer names (readers that mapped them keep
+        their open maps: unlinking a mapped file leaves the mapping valid on POSIX)."""
+        keep = {s.name for s in segments} | {removed_name, MANIFEST}
+        for path in self.folder.iterdir():
+            if path.name not in keep and not path.name.startswith("."):
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+    # ----------------------------------------------------------------------------------------------------- writing
+
+    def add(self, start: int, terms_per_chunk: Sequence[Sequence[str]]) -> None:
+        """Add the postings of chunks at positions ``start ...`` (which must be :attr:`next_position`), as one new
+        segment, then merge while there are too many."""
+        with self._lock:
+            self.refresh()
+            if start != self._next:
+                raise ValueError(f"chunks must be added at position {self._next} (the postings end there); got {start}")
+            if not terms_per_chunk:
+                return
+            segment = write_segment(self.folder / f"seg-{uuid.uuid4().hex[:12]}", start, terms_per_chunk)
+            segments, removed = self._merged([*self._segments, segment], self._removed)
+            self._write_manifest(segments, removed, start + len(terms_per_chunk))
+
+    def remove(self, positions: Sequence[int]) -> None:
+        """Record positions as removed (their postings stop counting at once; a later merge drops them)."""
+        if not len(positions):
+            return
+        with self._lock:
+            self.refresh()
+            removed = np.union1d(self._removed, np.asarray(positions, dtype=np.int64))
+            segments, removed = self._merged(list(self._segments), removed)
+            self._write_manifest(segments, removed, self._next)
+
+    def _merged(self, segments: list[Segment], removed: np.ndarray) -> tuple[list[Segment], np.ndarray]:
+        """Merge adjacent segments with the fewest postings while there are more than ``max_segments``; tombstones
+        no segment covers any more are dropped."""
+        while len(segments) > self.max_segments:
+            sizes = [a.postings + b.postings for a, b in zip(segments, segments[1:], strict=False)]
+            i = int(np.argmin(sizes))
+            merged = _merge(self.folder / f"seg-{uuid.uuid4().hex[:12]}", segments[i : i + 2], removed)
+            segments[i : i + 2] = [merged]
+            inside = (removed >= merged.start) & (removed < merged.end)
+            removed = removed[~inside]
+        return segments, removed
+
+    def compact(self) -> None:
+        """Merge every segment into one, dropping removed positions."""
+        with self._lock:
+            self.refresh()
+            if len(self._segments) <= 1 and not len(self._removed):
+                return
+            if not self._segments:
+                return
+            merged = _merge(self.folder / f"seg-{uuid.uuid4().hex[:12]}", self._segments, self._removed)
+            self._write_manifest([merged], _EMPTY_I, self._next)
+
+    def clear(self) -> None:
+        """Remove every segment."""
+        with self._lock:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self._seen, self._segments, self._removed, self._generation, self._next = None, [], _EMPTY_I, 0, 0
+
+    # ----------------------------------------------------------------------------------------------------- reading
+
+    def _weights(self, idf: float, tfs: np.ndarray, lens: np.ndarray, avgdl: float) -> np.ndarray:
+        freq = tfs.astype(np.float32)
+        norm = self.k1 * (1.0 - self.b + self.b * lens.astype(np.float32) / np.float32(avgdl)) + freq
+        return (np.float32(idf) * freq * np.float32(self.k1 + 1.0) / norm).astype(np.float32)
+
+    def _postings(self, term: str, avgdl: float, idf: float) -> tuple[np.ndarray, np.ndarray]:
+        """Positions holding ``term`` in every segment, with their BM25 weights."""
+        key = term.encode("utf-8")
+        docs_all: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        for seg in self._segments:
+            docs, tfs = seg.find(key)
+            if len(docs):
+                docs = np.asarray(docs)
+                docs_all.append(docs)
+                weights.append(self._weights(idf, np.asarray(tfs), np.asarray(seg.lens)[docs - seg.start], avgdl))
+        if not docs_all:
+            return _EMPTY_I, np.zeros(0, dtype=np.float32)
+        return np.concatenate(docs_all), np.concatenate(weights)
+
+    def top_k(
+        self, terms: Sequence[str], k: int, idf: Mapping[str, float], avgdl: float, *,
+        allowed: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The ``k`` best positions for analysed query ``terms`` and their scores (descending; ties by position).
+
+        Args:
+            terms: The analysed query (a repeated term counts again, as in BM25's query term frequency).
+            k: How many.
+            idf: Each distinct term's IDF (from the catalog's statistics).
+            avgdl: The chunks' average length in terms.
+            allowed: Sorted positions a filter admits (``None``: all).
+        """
+        with self._lock:
+            self.refresh()
+            counts: dict[str, int] = {}
+            for t in terms:
+                counts[t] = counts.get(t, 0) + 1
+            docs_all, weights = [], []
+            for term, mult in counts.items():
+                docs, w = self._postings(term, avgdl, idf.get(term, 0.0))
+                if len(docs):
+                    docs_all.append(docs)
+                    weights.append(w * np.float32(mult))
+            removed = self._removed
+        if not docs_all:
+            return _EMPTY_I, np.zeros(0, dtype=np.float32)
+        docs, w = np.concatenate(docs_all), np.concatenate(weights)
+        if len(docs_all) == 1:
+            positions, scores = docs, w
+        elif len(docs) > _DENSE_ABOVE:  # many postings: sum into an array over positions, O(postings + positions)
+            summed = np.bincount(docs, weights=w)
+            positions = np.flatnonzero(summed)
+            scores = summed[positions].astype(np.float32)
+        else:  # few: sort them, O(postings log postings)
+            positions, inverse = np.unique(docs, return_inverse=True)
+            scores = np.bincount(inverse, weights=w).astype(np.float32)
+        keep = np.ones(len(positions), dtype=bool)
+        if len(removed):
+            keep &= ~np.isin(positions, removed, assume_unique=False)
+        if allowed is not None:
+            keep &= np.isin(positions, allowed)
+        positions, scores = positions[keep], scores[keep]
+        if len(scores) > k:
+            cut = np.partition(scores, len(scores) - k)[len(scores) - k]
+            mask = scores >= cut
+            positions, scores = positions[mask], scores[mask]
+        order = np.lexsort((positions, -scores))[:k]
+        return positions[order], scores[order]
+
+    def score(self, terms: Sequence[str], positions: Sequence[int], idf: Mapping[str, float],
+              avgdl: float) -> np.ndarray:  # fmt: skip
+        """The BM25 scores of the chunks at ``positions`` for analysed ``terms`` (0 for removed or unknown ones)."""
+        want = np.asarray(positions, dtype=np.int64)
+        out = np.zeros(len(want), dtype=np.float32)
+        if not len(want):
+            return out
+        with self._lock:
+            self.refresh()
+            counts: dict[str, int] = {}
+            for t in terms:
+                counts[t] = counts.get(t, 0) + 1
+            for term, mult in counts.items():
+                key = term.encode("utf-8")
+                for seg in self._segments:
+                    inside = (want >= seg.start) & (want < seg.end)
+                    if not inside.any():
+                        continue
+                    docs, tfs = seg.find(key)
+                    if not len(docs):
+                        continue
+                    at = np.searchsorted(docs, want[inside])
+                    at = np.minimum(at, len(docs) - 1)
+                    hit = np.asarray(docs)[at] == want[inside]
+                    idx = np.flatnonzero(inside)[hit]
+                    tf = np.asarray(tfs)[at[hit]]
+                    lens = np.asarray(seg.lens)[want[idx] - seg.start]
+                    out[idx] += self._weights(idf.get(term, 0.0), tf, lens, avgdl) * np.float32(mult)
+            if len(self._removed):
+                out[np.isin(want, self._removed)] = 0.0
+        return out
+
+
+def lucene_idf(df: int, n: int) -> float:
+    """Lucene's BM25 IDF, never negative: ``log(1 + (N - df + 0.5) / (df + 0.5))``."""
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+def describe(folder: Path) -> dict[str, Any]:
+    """The manifest of a postings folder (for messages and benchmarks)."""
+    file = folder / MANIFEST
+    return json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}

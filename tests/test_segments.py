@@ -1,0 +1,113 @@
+"""Segmented BM25 postings on disk and the catalog beside them: the same results as an exhaustive scorer over the
+live chunks, after adds, removals, merges and a compaction; a second reader sees a writer's changes; the catalog
+reads by key."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modular_rag.catalog import Catalog
+from modular_rag.segments import SegmentedBM25, lucene_idf
+from modular_rag.sparse import PostingsBM25
+
+WORDS = [f"w{i}" for i in range(300)]
+
+
+def _corpus(n: int, seed: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [[rng.choice(WORDS[: rng.randint(20, 300)]) for _ in range(rng.randint(3, 40))] for _ in range(n)]
+
+
+def _stats(docs: list[list[str]]) -> tuple[dict[str, int], int, float]:
+    df: dict[str, int] = {}
+    for terms in docs:
+        for t in set(terms):
+            df[t] = df.get(t, 0) + 1
+    return df, len(docs), sum(map(len, docs)) / len(docs)
+
+
+def _agrees(seg: SegmentedBM25, live: dict[int, list[str]], queries: list[list[str]]) -> None:
+    """Top 10 and scores equal to an exhaustive BM25 over the live chunks, for every query."""
+    positions = sorted(live)
+    docs = [live[p] for p in positions]
+    ref = PostingsBM25.build(docs, idf="lucene")
+    df, n, avgdl = _stats(docs)
+    for q in queries:
+        idf = {t: lucene_idf(df.get(t, 0), n) for t in q}
+        want, want_scores = ref.top_k(q, 10)
+        got, got_scores = seg.top_k(q, 10, idf, avgdl)
+        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
+        assert [positions[i] for i in want] == got.tolist()
+        np.testing.assert_allclose(seg.score(q, got.tolist(), idf, avgdl), got_scores, rtol=1e-5)
+
+
+@pytest.mark.unit
+def test_segments_score_like_an_exhaustive_bm25_through_adds_removals_merges_and_compaction(tmp_path: Path) -> None:
+    corpus = _corpus(400, seed=0)
+    queries = [random.Random(i).sample(WORDS[:60], 3) for i in range(40)]
+    seg = SegmentedBM25(tmp_path / "bm25", max_segments=3)
+    live: dict[int, list[str]] = {}
+    for start in range(0, 400, 50):  # eight adds: merges keep at most three segments
+        seg.add(start, corpus[start : start + 50])
+        live.update({start + i: t for i, t in enumerate(corpus[start : start + 50])})
+    assert len(seg.segments) == 3 and seg.next_position == 400
+    _agrees(seg, live, queries)
+    gone = random.Random(1).sample(sorted(live), 120)
+    seg.remove(gone)
+    for p in gone:
+        del live[p]
+    _agrees(seg, live, queries)
+    seg.add(400, corpus[:30])  # the same texts again, at new positions
+    live.update({400 + i: t for i, t in enumerate(corpus[:30])})
+    _agrees(seg, live, queries)
+    seg.compact()
+    assert len(seg.segments) == 1 and not len(seg.removed)
+    _agrees(seg, live, queries)
+    with pytest.raises(ValueError, match="must be added at position 430"):
+        seg.add(0, corpus[:1])
+
+
+@pytest.mark.unit
+def test_a_reader_sees_what_another_writer_added(tmp_path: Path) -> None:
+    corpus = _corpus(60, seed=2)
+    writer, reader = SegmentedBM25(tmp_path / "bm25"), SegmentedBM25(tmp_path / "bm25")
+    writer.add(0, corpus[:30])
+    assert reader.next_position == 30
+    writer.add(30, corpus[30:])
+    writer.remove([3])
+    assert reader.next_position == 60 and reader.removed.tolist() == [3]
+    first = [corpus[0][0]]
+    got, _ = reader.top_k(first, 100, {first[0]: 1.0}, 10.0)
+    assert 0 in got.tolist() and 3 not in got.tolist()
+
+
+@pytest.mark.unit
+def test_the_catalog_reads_chunks_statistics_and_fields_by_key(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path / "catalog.sqlite")
+    chunks = [("c1", "d1", "Error E07 means speed sensor signal lost.", {"year": 2023, "source": "faq"}),
+              ("c2", "d1", "Slide the magnet back.", {"year": 2023}),
+              ("c3", "d2", "Frames are welded.", {"source": "blog"})]  # fmt: skip
+    terms = [["error", "e07", "speed"], ["slide", "magnet"], ["frame", "weld"]]
+    with catalog.transaction() as db:
+        assert catalog.add_chunks(chunks, [3, 2, 2], terms, db) == [0, 1, 2]
+    assert catalog.count() == 3 and catalog.stats() == (3, 7.0)
+    assert catalog.get(["c3", "nope"])["c3"].metadata == {"source": "blog"}
+    assert [c.id for c in catalog.at([2, 0])] == ["c3", "c1"]
+    assert catalog.document_frequencies(["error", "weld", "absent"]) == {"error": 1, "weld": 1, "absent": 0}
+    assert catalog.metadata_fields() == {"year": {int}, "source": {str}}
+    with catalog.transaction() as db:
+        catalog.set_anchors([("e07", 0, 3)], db)
+        catalog.set_mentions([(1, "e07")], db)
+        catalog.remove_chunks([0], [terms[0]], db)
+    assert catalog.count() == 2 and catalog.stats() == (2, 4.0)
+    assert catalog.document_frequencies(["error"]) == {"error": 0}
+    assert catalog.definers(["e07"]) == {} and catalog.mentioned_by([1]) == {1: ["e07"]}
+    assert catalog.metadata_fields() == {"year": {int}, "source": {str}}
+    with catalog.transaction() as db:
+        assert catalog.add_chunks([("c4", "d3", "New.", {})], [1], [["new"]], db) == [3]  # positions are not reused
+    other = Catalog(tmp_path / "catalog.sqlite")  # another process's view of the same file
+    assert sorted(other.ids()) == ["c2", "c3", "c4"]
