@@ -76,6 +76,7 @@ from operators.relations import (
     Reading,
     asked_kind,
     clauses,
+    digits,
     is_unit,
     negated,
     quantities,
@@ -273,7 +274,7 @@ def _has_name(run: tuple[str, ...], parts: Sequence[Reading]) -> bool:
 def _missing(claim: _Claim, window: _Window) -> list[str]:
     """The claim's names and the numbers it writes in digits ("one another" is no number) the window does not hold."""
     names = [" ".join(run) for run in claim.names if not _has_name(run, window.parts)]
-    return names + sorted({q.number for q in quantities(claim.text.text) if not q.spelled} - window.numbers)
+    return names + sorted(digits(claim.text.text) - window.numbers)
 
 
 # --- the rules ----------------------------------------------------------------------------------------------------

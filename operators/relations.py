@@ -11,12 +11,13 @@ import re
 from dataclasses import dataclass
 
 from modular_rag.text import NUMBER_WORDS, Analyzer, fold
-from operators.attribution import _YEAR, _numbers
+from operators.attribution import _NUMBER, _YEAR, _numbers
 
 __all__ = [
     "Reading",
     "read",
     "terms",
+    "digits",
     "clauses",
     "words",
     "negated",
@@ -37,6 +38,11 @@ _TOKEN = re.compile(r"[^\W_]+(?:[-./][^\W_]+)*")  # the tokens of distinctive_to
 def terms(text: str) -> frozenset[str]:
     """Analysed terms (stemmed, stop words dropped), number words as digits."""
     return frozenset(NUMBER_WORDS.get(t, t) for t in _ANALYZER(text))
+
+
+def digits(text: str) -> frozenset[str]:
+    """The numbers a text writes in digits (no thousands commas; not "5th", "1990s", "e07"; not "one")."""
+    return frozenset(m.group(0).replace(",", "") for m in _NUMBER.finditer(text))
 
 
 @dataclass(frozen=True)
