@@ -73,9 +73,10 @@ def _linked(passages: PassageSet, i: int) -> tuple[str, int] | None:
 
 @operator("testset", "question_making", "llm", port=Port.QUESTION, needs_llm=True)
 def llm_questions(params: LLMMakerParams, providers: Providers) -> QuestionMaker:
-    """LLM questions from the configured model, one call each: single-hop, multi-hop over two linked passages,
-    comparison of two passages' subjects, and unanswerable (no gold passage); the model's answer is located in the
-    gold passages (the ``answer_in_passage`` check drops it when it is not there). (LLM)"""
+    """LLM questions from the configured model, one call each (a second for the answer when the reply has none):
+    single-hop, multi-hop over two linked passages, comparison of two passages' subjects, and unanswerable (no gold
+    passage); the model's answer is located in the gold passages (the ``answer_in_passage`` check drops it when it is
+    not there). (LLM)"""
     for kind in params.kinds:
         if kind not in PROMPTS:
             raise ValueError(f"unknown question kind {kind!r}; kinds: {', '.join(PROMPTS)}")
