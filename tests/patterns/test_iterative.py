@@ -125,7 +125,7 @@ def test_evidence_hops_never_repeat_a_query_and_pair_hits_with_the_passage_the_q
     from tests.conftest import fake_env
 
     env = fake_env(demo_dir)
-    by_doc = {m["doc_id"]: c for c, m in zip(env.index.sparse.ids, env.index.sparse.metadatas, strict=True)}
+    by_doc = {h["metadata"]["doc_id"]: h["chunk_id"] for h in env.index.search_dense("bike", 100)}
     award, distractor, history, ebike = (by_doc[d] for d in ("coastline-design-award-2022", "warranty-policy-2019",
                                                              "company-history", "tw-e1-ebike-manual"))  # fmt: skip
     question = "Which e-bike did the company behind the award winner make first?"
@@ -153,17 +153,42 @@ def test_evidence_hops_never_repeat_a_query_and_pair_hits_with_the_passage_the_q
     assert set(ranked[:2]) == {history, ebike}  # the pair the last search made: (the passage it came from, its hit)
 
 
+CHAIN = {  # a prize names a kettle, the kettle's page names its maker, the maker's page names the town
+    "harrow-prize.md": ("Harrow Bridge Prize 2021", "The Harrow Bridge Prize 2021 for household design went to the "
+                        "Vellum Kettle, chosen from forty entries by a jury of five."),
+    "vellum-kettle.md": ("Vellum Kettle", "The Vellum Kettle is a stovetop kettle with a folding handle. It is cast "
+                         "by Orrin Forge and sold in three sizes."),
+    "orrin-forge.md": ("Orrin Forge", "Orrin Forge is a family foundry in the harbour town of Calder Bay, founded in "
+                       "1902."),
+    "tide-tables.md": ("Tide tables", "Tide tables give the times of high and low water for each day of the year."),
+    "bread-ovens.md": ("Bread ovens", "A brick bread oven holds its heat for hours after the fire is raked out."),
+    "sail-care.md": ("Sail care", "Rinse a sail in fresh water and dry it loosely folded, never in direct sun."),
+}  # fmt: skip
+
+
 @pytest.mark.integration
-def test_link_hops_follow_a_chain_from_the_passages_the_last_round_found(demo_dir: Path) -> None:
-    """Round 3 hops from what round 2 found first (the company history), not again from round 1's best passage: the
-    chain award -> company history -> e-bike manual is followed to its third passage."""
-    question = "Which app releases support the first e-bike of the company whose gravel bike won the 2022 " \
-               "Coastline Design Award?"
-    retrieve = {"name": "hybrid", "params": {"k": 1, "pool": 5}}
-    out = build_flow(hop_config(demo_dir, "links", 3, retrieve, beam=1, k=4)).invoke({"query": question})
-    found = [h["metadata"]["doc_id"] for h in out["candidates"]]
-    assert len(out["rounds"][0]["chunk_ids"]) == 1 and "company-history" in found
-    assert "tw-e1-ebike-manual" in found  # three hops: award -> history -> e-bike
+def test_link_hops_follow_a_chain_from_the_passages_the_last_round_found(tmp_path: Path) -> None:
+    """Round 3 hops from what round 2 found first (the kettle), not again from round 1's best passage (the prize):
+    the chain prize -> kettle -> maker is followed to its third passage."""
+    from modular_rag.config import ChromaConfig, ProvidersConfig
+    from modular_rag.providers import Providers
+    from operators.indexing import index_paths
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, (title, text) in CHAIN.items():
+        (corpus / name).write_text(f"---\ntitle: {title}\n---\n\n{text}\n", encoding="utf-8")
+    store = {"name": "chroma", "path": str(tmp_path / "index"), "collection": "chain"}
+    index_paths([corpus], Providers(ProvidersConfig(vectorstore=ChromaConfig(**store))), progress=False)
+    config = {"pattern": "iterative", "providers": {"vectorstore": store},
+              "operators": {"retrieve": {"name": "hybrid", "params": {"k": 1, "pool": 3}}, "context": "none",
+                            "generate": "none", "judge": "none"},
+              "params": {"rounds": 3, "query_with": "links", "hop": {"beam": 1, "k": 4, "question_titles": False}}}
+    question = "In which town was the kettle that won the Harrow Bridge Prize 2021 cast?"
+    out = build_flow(config).invoke({"query": question})
+    titles = [h["metadata"]["title"] for h in out["candidates"]]
+    assert len(out["rounds"][0]["chunk_ids"]) == 1 and "Vellum Kettle" in titles
+    assert "Orrin Forge" in titles  # three hops: prize -> kettle -> forge
     assert sum(e["retrievals"] for e in out["ledger"]) == 2 + 1 + 1  # a search, then one lookup a round
 
 
