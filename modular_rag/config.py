@@ -38,10 +38,13 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     Tag,
     ValidationError,
     ValidatorFunctionWrapHandler,
     field_validator,
+    model_serializer,
+    model_validator,
 )
 
 from modular_rag.errors import ConfigError
@@ -121,6 +124,25 @@ class MiniLMConfig(StrictModel):
     name: Literal["minilm"] = "minilm"
     batch_size: int = Field(64, gt=0, le=4096)
     backend: EmbeddingBackend = Field("auto", description=_BACKEND_HELP)
+    precision: Literal["fp32", "int8"] = Field(
+        "fp32", description="fp32: the weights as trained; int8: int8 weight matrices on ONNX Runtime (about twice "
+        "the indexing throughput, vectors within cosine 0.99 of fp32; exported once from fp32 and checked against it)"
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _int8_runs_on_onnx(self) -> MiniLMConfig:
+        if self.precision == "int8" and self.backend == "torch":
+            raise ValueError("precision int8 runs on ONNX Runtime: backend must be auto or onnx (torch runs fp32)")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _fp32_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # fp32 is what every config meant before precision existed: leaving it out keeps the keys of indexes and
+        # caches made from this config's JSON (eval index folders among them) as they were
+        data: dict[str, Any] = handler(self)
+        if self.precision == "fp32":
+            data.pop("precision", None)
+        return data
 
 
 class SentenceTransformersConfig(StrictModel):

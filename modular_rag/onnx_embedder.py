@@ -6,9 +6,15 @@ and what ``modular-rag finetune`` writes) is exported once to ONNX, checked agai
 ``tokenizers``: a fraction of a second instead of the ~10 s that importing torch, transformers and
 sentence-transformers takes, and a query embeds several times faster.
 
+``precision="int8"`` runs a copy of that export with int8 weights (onnxruntime's dynamic quantisation of the
+weight matrices, per output channel; activations are quantised on the fly): about twice the throughput on a CPU
+with VNNI. It is made from the fp32 export once, kept beside it, and refused unless its vectors agree with the
+fp32 ones (cosine >= 0.99 on every text of a fixed set).
+
     from modular_rag.onnx_embedder import OnnxEncoder
     encoder = OnnxEncoder(minilm_path())          # exports on first use if no export is cached
     vectors = encoder.encode(["a chunk", "another"])
+    fast = OnnxEncoder(minilm_path(), precision="int8")
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -33,12 +39,23 @@ from modular_rag.encoders import LocalEncoder, l2_normalise
 from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.trace import record
 
-__all__ = ["OnnxEncoder", "UnsupportedModel", "ModelLayout", "read_layout", "export_onnx", "onnx_cache_home"]
+__all__ = [
+    "OnnxEncoder",
+    "UnsupportedModel",
+    "ModelLayout",
+    "Precision",
+    "read_layout",
+    "export_onnx",
+    "onnx_cache_home",
+]
 
 log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = 1
-"""Bumped when the exported graph changes, so older exports are not reused."""
+"""Bumped when the exported graph or its quantisation changes, so older exports are not reused."""
+
+Precision = Literal["fp32", "int8"]
+PRECISIONS: tuple[str, ...] = ("fp32", "int8")
 
 _PROBES = (
     "What does error code E07 mean on the e-bike display?",
@@ -46,6 +63,27 @@ _PROBES = (
     "ok",
 )
 _TOLERANCE = 1e-4  # largest absolute difference allowed between ONNX Runtime's and torch's token states
+INT8_MIN_COSINE = 0.99
+"""The int8 export is refused if any text of :data:`AGREEMENT_TEXTS` gets a vector with a lower cosine to its fp32
+vector."""
+AGREEMENT_TEXTS: tuple[str, ...] = (
+    _PROBES[0],
+    _PROBES[1],
+    "What is BRCA1?",
+    "who wrote the song that was number one in the uk when the berlin wall fell",
+    "Which magazine was started first, Arthur's Magazine or First for Women?",
+    "Vitamin D deficiency is associated with an increased risk of tuberculosis.",
+    "Alterations of the architecture of cerebral white matter in the developing human brain can affect cortical "
+    "development and result in functional disabilities.",
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France, named after the engineer "
+    "Gustave Eiffel, whose company designed and built it between 1887 and 1889.",
+    "Press and hold the power button for ten seconds to reset the controller; the LED blinks twice.",
+    "0.5 mg/kg IV q6h, max 4 doses (see Table 2).",
+    "def retrieve(query: str, k: int = 10) -> list[str]: return index.search(query, k)",
+)
+"""The fixed set of English texts the int8 export is checked on, embedded in one batch: questions, claims, passages,
+instructions, units, code and a text past the 256-token limit. One-word texts are not in it: the fewer the tokens,
+the more one rounding weighs ('ok' and 'yes' get cosine 0.96-0.98; a three-word question 0.99)."""
 
 
 class UnsupportedModel(ProviderError):
@@ -175,25 +213,36 @@ def _prune(kept: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def export_onnx(path: str | os.PathLike[str], *, cache: str | os.PathLike[str] | None = None) -> Path:
+def export_onnx(
+    path: str | os.PathLike[str], *, cache: str | os.PathLike[str] | None = None, precision: Precision = "fp32"
+) -> Path:
     """Export a sentence-transformers folder's transformer to ONNX, once; later calls return the cached file.
 
     The export is checked before it is kept: ONNX Runtime's token states on texts of other lengths than the
     traced one must match torch's to within 1e-4. Making one removes the cache's exports of earlier versions of
     the same weight files and exports whose weight files are gone (models fine-tuned into temporary folders).
+    The int8 export is quantised from the fp32 one (made first if needed), kept beside it as ``model.int8.onnx``,
+    and checked against it: the sentence vectors of :data:`AGREEMENT_TEXTS` must have cosine >=
+    :data:`INT8_MIN_COSINE` with their fp32 vectors.
 
     Args:
         path: The model folder.
         cache: The cache folder (default :func:`onnx_cache_home`).
+        precision: ``"fp32"`` (the weights as trained) or ``"int8"`` (int8 weight matrices).
 
     Returns:
-        The ``model.onnx`` file.
+        The ``model.onnx`` file, or ``model.int8.onnx`` for int8.
 
     Raises:
         UnsupportedModel: If the folder's modules are not ones the ONNX path runs.
         MissingDependencyError: If an export is needed and torch, transformers or onnx is not installed.
-        ProviderError: If the export fails or does not match torch.
+        ProviderError: If the export fails or does not match torch, if the int8 export's vectors do not agree with
+            the fp32 ones (the error names the lowest cosine), or if ``precision`` is not fp32 or int8.
     """
+    if precision not in PRECISIONS:
+        raise ProviderError(f"ONNX export precision {precision!r}: must be one of {', '.join(PRECISIONS)}")
+    if precision == "int8":
+        return _quantised(read_layout(path), export_onnx(path, cache=cache))
     layout = read_layout(path)
     target = _export_path(layout, Path(cache) if cache is not None else onnx_cache_home())
     if target.exists():
@@ -256,6 +305,64 @@ def export_onnx(path: str | os.PathLike[str], *, cache: str | os.PathLike[str] |
     return target
 
 
+def _quantised(layout: ModelLayout, source: Path) -> Path:
+    """The int8 copy of the fp32 export ``source``, made and checked once (see :func:`export_onnx`)."""
+    target = source.with_name("model.int8.onnx")
+    if target.exists():
+        return target
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"quantising {layout.root} to int8 needs onnx and onnxruntime (once per model): "
+            "pip install 'modular-rag[local]'; or use embeddings precision: fp32"
+        ) from exc
+    log.info("quantising %s to int8 at %s (once)", source, target)
+    partial = target.with_name(f"model.int8.{os.getpid()}.partial")
+    try:
+        with _without_preprocessing_hint():
+            # the weight matrices only (not the attention products of two activations, whose int8 rounding costs
+            # far more accuracy), one scale per output channel: cosine to fp32 0.992 at worst on SciFact abstracts,
+            # 0.90 with one scale per matrix
+            quantize_dynamic(source, partial, op_types_to_quantize=["MatMul"], per_channel=True,
+                             weight_type=QuantType.QInt8)  # fmt: skip
+        tokenizer = _tokenizer(layout)
+        fp32 = _embed(_session(source, threads=None), tokenizer, layout.pooling, AGREEMENT_TEXTS)
+        int8 = _embed(_session(partial, threads=None), tokenizer, layout.pooling, AGREEMENT_TEXTS)
+        cosines = (fp32 * int8).sum(axis=1)
+        worst = int(np.argmin(cosines))
+        if cosines[worst] < INT8_MIN_COSINE:
+            raise ProviderError(
+                f"int8 export of {layout.root} disagrees with fp32: cosine {cosines[worst]:.4f} on "
+                f"{AGREEMENT_TEXTS[worst][:60]!r} (at least {INT8_MIN_COSINE} needed); use embeddings precision: fp32"
+            )
+        os.replace(partial, target)
+    except ProviderError:
+        raise
+    except Exception as exc:
+        raise ProviderError(f"cannot quantise {source} to int8: {type(exc).__name__}: {exc}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+    return target
+
+
+@contextlib.contextmanager
+def _without_preprocessing_hint() -> Any:
+    """Silence the quantiser's advice, logged on the root logger, to pre-process the model first (shape inference
+    and graph rewrites); the export is quantised as it is, and its vectors are checked against fp32 instead."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Please consider to run pre-processing")
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
+
+
 def _input_names(model: Any) -> tuple[str, ...]:
     accepted = inspect.signature(model.forward).parameters
     return tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted)
@@ -285,6 +392,25 @@ def _feeds(tokenizer: Any, texts: Any, names: tuple[str, ...]) -> dict[str, np.n
     return feeds
 
 
+def _embed(session: Any, tokenizer: Any, pooling: str, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    """L2-normalised sentence vectors of ``texts`` from a session's token states, pooled as the model pools."""
+    names = tuple(i.name for i in session.get_inputs())
+    dim = int(session.get_outputs()[0].shape[-1])
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # sorted by length, so a batch pads little
+    out = np.empty((len(texts), dim), dtype=np.float32)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        feeds = _feeds(tokenizer, [texts[i] for i in rows], names)
+        states = session.run(None, feeds)[0]
+        if pooling == "cls":
+            pooled = states[:, 0]
+        else:
+            mask = feeds["attention_mask"][..., None].astype(np.float32)
+            pooled = (states * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        out[rows] = l2_normalise(pooled)
+    return out
+
+
 def _session(path: Path, threads: int | None) -> Any:
     try:
         import onnxruntime as ort
@@ -309,9 +435,12 @@ class OnnxEncoder(LocalEncoder):
         query_prefix: Text put before queries.
         threads: ONNX Runtime's intra-op threads (default: its own choice, the physical cores).
         cache: Where the ONNX export is kept (default :func:`onnx_cache_home`).
+        precision: ``"fp32"``: the same vectors as torch; ``"int8"``: int8 weights, about twice as fast, vectors
+            within cosine 0.99 of fp32 (see :func:`export_onnx`).
 
     Raises:
         UnsupportedModel: At construction, if the folder has modules the ONNX path does not run.
+        ProviderError: At construction, if ``precision`` is not fp32 or int8.
     """
 
     def __init__(
@@ -322,25 +451,25 @@ class OnnxEncoder(LocalEncoder):
         query_prefix: str = "",
         threads: int | None = None,
         cache: str | os.PathLike[str] | None = None,
+        precision: Precision = "fp32",
     ) -> None:
         super().__init__(path, batch_size=batch_size, query_prefix=query_prefix)
+        if precision not in PRECISIONS:
+            raise ProviderError(f"ONNX encoder precision {precision!r}: must be one of {', '.join(PRECISIONS)}")
         self.layout = read_layout(path)
         self.threads = threads
         self.cache = cache
+        self.precision = precision
 
     @cached_property
     def session(self) -> Any:
         """The ONNX Runtime session (the model is exported first if no export is cached)."""
-        return _session(export_onnx(self.path, cache=self.cache), self.threads)
+        return _session(export_onnx(self.path, cache=self.cache, precision=self.precision), self.threads)
 
     @cached_property
     def tokenizer(self) -> Any:
         """The model's fast tokenizer, truncating at its ``max_seq_length``."""
         return _tokenizer(self.layout)
-
-    @cached_property
-    def _names(self) -> tuple[str, ...]:
-        return tuple(i.name for i in self.session.get_inputs())
 
     @property
     def dim(self) -> int | None:
@@ -352,16 +481,4 @@ class OnnxEncoder(LocalEncoder):
         record(embed_calls=1)
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        out = np.empty((len(texts), self.dim or 0), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            feeds = _feeds(self.tokenizer, [texts[i] for i in rows], self._names)
-            states = self.session.run(None, feeds)[0]
-            if self.layout.pooling == "cls":
-                pooled = states[:, 0]
-            else:
-                mask = feeds["attention_mask"][..., None].astype(np.float32)
-                pooled = (states * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-            out[rows] = l2_normalise(pooled)
-        return out
+        return _embed(self.session, self.tokenizer, self.layout.pooling, texts, self.batch_size)

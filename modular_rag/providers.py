@@ -107,16 +107,17 @@ def _build_encoder(cfg: MiniLMConfig | SentenceTransformersConfig) -> LocalEncod
     out (then torch, with the reason logged)."""
     path = minilm_path() if isinstance(cfg, MiniLMConfig) else Path(cfg.path)
     prefix = cfg.query_prefix if isinstance(cfg, SentenceTransformersConfig) else ""
+    precision = cfg.precision if isinstance(cfg, MiniLMConfig) else "fp32"
     if cfg.backend != "torch" and path.is_dir():
         from modular_rag.onnx_embedder import OnnxEncoder
 
         try:
-            encoder = OnnxEncoder(path, batch_size=cfg.batch_size, query_prefix=prefix)
+            encoder = OnnxEncoder(path, batch_size=cfg.batch_size, query_prefix=prefix, precision=precision)
             if cfg.backend == "auto":
                 encoder.session  # noqa: B018 - export or load now, so a failure can fall back to torch
             return encoder
         except (ProviderError, MissingDependencyError) as exc:
-            if cfg.backend == "onnx":
+            if cfg.backend == "onnx" or precision != "fp32":  # torch would give other vectors than int8's
                 raise
             log.info("embeddings %s: ONNX backend unavailable (%s); using torch", path, exc)
     return SentenceEncoder(path, batch_size=cfg.batch_size, query_prefix=prefix)

@@ -1,4 +1,5 @@
-"""The ONNX Runtime embedder: same vectors as torch, exported once, and the folders it refuses."""
+"""The ONNX Runtime embedder: same vectors as torch, exported once, the folders it refuses, and the int8 export
+checked against fp32."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from modular_rag import demo_corpus_path
+from modular_rag import demo_corpus_path, onnx_embedder
 from modular_rag.config import MiniLMConfig, ProvidersConfig, SentenceTransformersConfig
 from modular_rag.errors import ProviderError
 from modular_rag.onnx_embedder import OnnxEncoder, UnsupportedModel, export_onnx, read_layout
@@ -104,3 +105,48 @@ def test_an_unwritable_cache_falls_back_to_torch_under_auto(tmp_path: Path, monk
     monkeypatch.setenv("MODULAR_RAG_MODEL_CACHE", str(blocked / "onnx"))
     config = ProvidersConfig(embeddings=MiniLMConfig(batch_size=63))  # not the process's shared default encoder
     assert type(Providers(config).encoder) is SentenceEncoder
+
+
+def _demo_questions() -> list[str]:
+    return ["What does error code E07 mean on the e-bike display?", "How do I reset the controller?",
+            "Which battery fits the TW-550?", "warranty period"]  # fmt: skip
+
+
+def test_int8_export_agrees_with_fp32_and_is_its_own_file() -> None:
+    config = ProvidersConfig(embeddings=MiniLMConfig(precision="int8"))
+    encoder = Providers(config).encoder
+    assert isinstance(encoder, OnnxEncoder) and encoder.precision == "int8" and encoder.dim == 384
+    fp32 = OnnxEncoder(minilm_path())
+    texts = [*_texts()[:-3], *_demo_questions()]  # the demo's documents, one far past the token limit, questions
+    got, expected = encoder.encode(texts), fp32.encode(texts)
+    cosines = (got * expected).sum(axis=1)
+    assert float(cosines.min()) >= 0.99, cosines
+    assert float(np.abs(got - expected).max()) > 1e-3  # int8 weights, not the fp32 graph again
+    for query in _demo_questions():
+        assert float(encoder.encode_query(query) @ fp32.encode_query(query)) >= 0.99
+    fp32_file = export_onnx(minilm_path())
+    int8_file = export_onnx(minilm_path(), precision="int8")
+    assert int8_file == fp32_file.with_name("model.int8.onnx")
+    assert int8_file.stat().st_size < 0.7 * fp32_file.stat().st_size
+
+
+def test_int8_export_that_disagrees_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fp32 = export_onnx(minilm_path())  # the cached fp32 export, linked into an empty cache: only int8 is made
+    (tmp_path / fp32.parent.name).mkdir()
+    (tmp_path / fp32.parent.name / "model.onnx").symlink_to(fp32)
+    monkeypatch.setattr(onnx_embedder, "INT8_MIN_COSINE", 0.99999)  # int8 rounding gives ~0.995
+    with pytest.raises(ProviderError, match=r"int8 export .* disagrees with fp32: cosine 0\.99\d\d .*precision: fp32"):
+        export_onnx(minilm_path(), cache=tmp_path, precision="int8")
+    assert sorted(p.name for p in (tmp_path / fp32.parent.name).iterdir()) == ["model.onnx"]  # nothing kept
+    with pytest.raises(ProviderError, match="precision 'int4': must be one of fp32, int8"):
+        export_onnx(minilm_path(), cache=tmp_path, precision="int4")  # type: ignore[arg-type]
+
+
+def test_precision_config() -> None:
+    # fp32 is left out of the config's JSON: eval index folders keyed by it keep the names they had before
+    assert MiniLMConfig().model_dump_json(exclude={"backend"}) == '{"name":"minilm","batch_size":64}'
+    assert MiniLMConfig(precision="int8").model_dump(exclude={"backend"}) == {
+        "name": "minilm", "batch_size": 64, "precision": "int8"}  # fmt: skip
+    assert MiniLMConfig.model_validate(MiniLMConfig(precision="int8").model_dump()).precision == "int8"
+    with pytest.raises(ValueError, match="precision int8 runs on ONNX Runtime: backend must be auto or onnx"):
+        MiniLMConfig(precision="int8", backend="torch")
