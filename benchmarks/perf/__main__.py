@@ -3,7 +3,8 @@ start-up. Each subcommand runs the things it compares side by side in one proces
 order), so the ratios hold on a noisy shared machine, and prints a table with the ratio against its target.
 
     .venv/bin/python -m benchmarks.perf overhead    [--dataset DIR] [--queries 300] [--retrieve hybrid,bm25]
-    .venv/bin/python -m benchmarks.perf indexing    [--dataset DIR] [--limit N]
+    .venv/bin/python -m benchmarks.perf indexing    [--dataset DIR] [--limit N] [--compare backends|precisions]
+                                                    [--datasets scifact,hotpotqa]
     .venv/bin/python -m benchmarks.perf sparse      [--dataset DIR] [--sizes 100000,1000000] [--queries 1019]
     .venv/bin/python -m benchmarks.perf concurrency [--queries 64] [--concurrency 16] [--latency 1.0]
                                                     [--slots 4] [--local-queries 16]
@@ -44,8 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("overhead", help="graph vs the same operator functions called directly")
     p.add_argument("--queries", type=int, default=300, help="SciFact queries (dev, then train); default 300")
     p.add_argument("--retrieve", default="hybrid,bm25", help="retrieval operators to compare (comma-separated)")
-    p = sub.add_parser("indexing", help="index_paths vs raw encode() on the SciFact corpus")
+    p = sub.add_parser("indexing", help="index_paths vs raw encode() on the SciFact corpus, or fp32 vs int8")
     p.add_argument("--limit", type=int, help="only the first N documents (default: all)")
+    p.add_argument("--compare", choices=("backends", "precisions"), default="backends",
+                   help="backends: onnx and torch against raw encode() on --dataset; precisions: the ONNX export in "
+                        "fp32 and int8 on each of --datasets")
+    p.add_argument("--datasets", default="scifact,hotpotqa",
+                   help="with --compare precisions: corpora (names beside --dataset's folder, or paths)")
     p = sub.add_parser("sparse", help="BM25 latency at 100k / 1M chunks: sparse vs rank_bm25")
     p.add_argument("--sizes", default="100000,1000000", help="corpus sizes in chunks (comma-separated)")
     p.add_argument("--queries", type=int, help="SciFact queries (default: all of dev + train)")
@@ -79,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     COMMANDS[args.command](args, out)
     if args.save:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        file = RESULTS / f"perf-{args.command}.txt"
+        file = RESULTS / f"perf-{out.name or args.command}.txt"
         command = "$ .venv/bin/python -m benchmarks.perf " + " ".join(shlex.quote(a) for a in argv)
         file.write_text(command + "\n" + "\n".join(out.lines) + "\n", encoding="utf-8")
         print(f"wrote {file.relative_to(ROOT)}")

@@ -23,6 +23,7 @@ class Report:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.name: str | None = None  # the results file's name when not the subcommand's (a variant of it)
 
     def __call__(self, text: str = "") -> None:
         print(text, flush=True)
