@@ -1,6 +1,19 @@
-"""``python -m benchmarks.perf sparse``: BM25 query latency (analysis + top 10) at 100k and 1M chunks for the default
-``sparse`` backend and ``rank_bm25``, the same queries interleaved; build time and memory (resident set growth while
-the index is held, and the postings' array bytes); and, on SciFact itself, whether both give the same top 10.
+"""``python -m benchmarks.perf sparse``: BM25 at 100k and 1M chunks, the kit's scorer (``modular_rag.sparse``:
+term-major postings with precomputed weights, MaxScore pruning) beside bm25s (``bm25s.BM25(k1, b, method="lucene")``,
+its numpy and, when numba is installed, its numba retrieval) and rank_bm25: query latency (top 10 of the analysed
+query terms) with the same queries interleaved in alternating order, build time, memory (resident set growth while
+the index is held, and the arrays' bytes), and exactness: how often each top 10 equals that of an exhaustive scorer.
+
+Every scorer is given the same analysed terms (the kit's analyzer: lower case, English stop words, Snowball stemmer),
+so what is compared is the scorers, not the tokenisers. The kit and bm25s use the same BM25: k1 1.2, b 0.75, Lucene's
+IDF ``log(1 + (N - df + 0.5) / (df + 0.5))`` (bm25s's lucene scores are the kit's divided by k1 + 1: the same
+ranking). rank_bm25 has only Okapi's IDF (its ``BM25Okapi``), so its exactness is checked on SciFact alone, against
+the kit's ``idf="okapi"``.
+
+The exhaustive scorer: every posting of each query term weighted in float64 from the raw term frequency and document
+length (the kit's postings arrays, whose lengths and frequencies are checked against the corpus), summed over all
+documents; a top 10 agrees with it when its documents' exhaustive scores equal the exhaustive top 10's scores to
+within 1e-5 (relative), so documents tied at the 10th place, or within float32 rounding of it, may be swapped.
 
 The synthetic corpus: the SciFact abstracts (title + text) analysed by the kit's analyzer; chunk ``i`` is a copy of
 abstract ``i mod 5183``. Copy 0 is the abstract itself; in copy ``r >= 1`` each term is replaced, with probability 0.2,
@@ -13,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import sys
@@ -81,30 +95,120 @@ def synthetic_corpus(base: Sequence[Sequence[str]], n: int, *, seed: int = 0, re
     return out
 
 
+K = 10
+"""Documents per query."""
+
+
+class _Bm25s:
+    """bm25s over the same analysed terms, retrieving through its public ``retrieve``; numpy scoring, or numba's
+    when ``numba`` is true (the same arrays: a second retriever reads the first one's index)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    @classmethod
+    def build(cls, corpus: Sequence[Sequence[str]], *, k1: float, b: float) -> _Bm25s:
+        import bm25s
+
+        model = bm25s.BM25(k1=k1, b=b, method="lucene", backend="numpy")
+        model.index(list(corpus), show_progress=False)
+        return cls(model)
+
+    def with_numba(self) -> _Bm25s:
+        import bm25s
+
+        model = bm25s.BM25(k1=self.model.k1, b=self.model.b, method="lucene", backend="numba")
+        for name in ("scores", "vocab_dict", "unique_token_ids_set", "nonoccurrence_array"):
+            setattr(model, name, getattr(self.model, name))
+        return _Bm25s(model)
+
+    def top_k(self, terms: Sequence[str], k: int) -> tuple[Any, Any]:
+        found = self.model.retrieve([list(terms)], k=k, show_progress=False, n_threads=0)
+        docs, scores = found.documents[0], found.scores[0]
+        return docs[scores > 0], scores[scores > 0]  # bm25s fills a top k with zero-score documents
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.model.scores[name].nbytes for name in ("data", "indices", "indptr"))
+
+
+class _Exhaustive:
+    """Every posting of the query's terms weighted in float64 from the raw frequencies and lengths (see the module
+    docstring); ``top_k`` and ``scores`` of any documents."""
+
+    def __init__(self, postings: Any, corpus: Sequence[Sequence[str]], *, k1: float = 1.2, b: float = 0.75) -> None:
+        import numpy as np
+
+        lengths = np.fromiter(map(len, corpus), dtype=np.int64, count=len(corpus))
+        if postings.doc_len is None or not np.array_equal(postings.doc_len, lengths):
+            raise AssertionError("the postings' document lengths are not the corpus's")
+        if int(postings.tf.sum()) != int(lengths.sum()):
+            raise AssertionError("the postings' term frequencies do not add up to the corpus's terms")
+        self.p, self.k1, self.b = postings, k1, b
+        self.norm = k1 * (1 - b + b * lengths / lengths.mean())
+
+    def scores(self, terms: Sequence[str]) -> Any:
+        import numpy as np
+
+        n = self.p.n_docs
+        total = np.zeros(n, dtype=np.float64)
+        for term in terms:  # a repeated term counts as often as it occurs, as in both scorers
+            col = self.p.vocab.get(term)
+            if col is None:
+                continue
+            start, end = int(self.p.indptr[col]), int(self.p.indptr[col + 1])
+            docs, tf = self.p.indices[start:end], self.p.tf[start:end].astype(np.float64)
+            idf = np.log(1.0 + (n - (end - start) + 0.5) / ((end - start) + 0.5))
+            total[docs] += idf * tf * (self.k1 + 1) / (tf + self.norm[docs])
+        return total
+
+    def agrees(self, full: Any, docs: Sequence[int]) -> bool:
+        """Whether ``docs`` are an exhaustive top 10 of the scores ``full`` (ties and float32 rounding allowed)."""
+        import numpy as np
+
+        best = np.sort(full[full > 0])[::-1][:K]
+        got = np.sort(full[np.asarray(docs, dtype=np.int64)])[::-1]
+        return len(got) == len(best) and bool(np.allclose(got, best, rtol=1e-5, atol=0))
+
+
 def run(args: argparse.Namespace, out: Report) -> None:
     import numpy as np
 
     from modular_rag.sparse import PostingsBM25, RankBM25
 
+    try:
+        import bm25s  # noqa: F401 - an optional comparison: pip install bm25s (and numba for its fast path)
+    except ImportError:
+        have_bm25s = False
+        out("bm25s is not installed (pip install bm25s numba): its rows are left out")
+    else:
+        have_bm25s = True
+    have_numba = have_bm25s and importlib.util.find_spec("numba") is not None
     base, analyzer = _analysed_scifact(args.dataset)
     queries = [analyzer(q) for q in scifact_queries(args.dataset, args.queries)]
     queries = [q for q in queries if q]
     out(f"base: SciFact, {len(base)} abstracts, {sum(map(len, base)) / len(base):.0f} terms each on average; "
-        f"{len(queries)} SciFact queries (dev + train), top 10")
+        f"{len(queries)} SciFact queries (dev + train), analysed once, the same terms given to every scorer; top {K}")
 
-    # 1. same top 10 on SciFact itself
+    # 1. on SciFact itself: rank_bm25 (Okapi IDF) against the kit's idf="okapi", bm25s against the kit's default
     okapi, reference, lucene = PostingsBM25.build(base, idf="okapi"), RankBM25(base), PostingsBM25.build(base)
-    same = overlap = 0
+    same = overlap = same_bm25s = 0
     worst = 0.0
+    small = _Bm25s.build(base, k1=lucene.k1, b=lucene.b) if have_bm25s else None
+    exhaustive = _Exhaustive(lucene, base)
     for q in queries:
-        (a, sa), (b, sb) = okapi.top_k(q, 10), reference.top_k(q, 10)
+        (a, sa), (b, sb) = okapi.top_k(q, K), reference.top_k(q, K)
         same += list(a) == list(b)
         worst = max(worst, float(np.max(np.abs(sa - sb) / np.maximum(np.abs(sb), 1e-9))) if len(sb) else 0.0)
-        overlap += len(set(lucene.top_k(q, 10)[0].tolist()) & set(b.tolist()))
-    out(f"SciFact: sparse (idf=okapi) and rank_bm25 give the same top 10, in the same order, for {same}/{len(queries)} "
-        f"queries (largest relative score difference {worst:.1e}); the default sparse (idf=lucene) shares "
-        f"{overlap / len(queries):.2f} of rank_bm25's top 10 on average")
-    del okapi, reference, lucene
+        overlap += len(set(lucene.top_k(q, K)[0].tolist()) & set(b.tolist()))
+        if small is not None:
+            same_bm25s += exhaustive.agrees(exhaustive.scores(q), small.top_k(q, K)[0])
+    out(f"SciFact: sparse (idf=okapi) and rank_bm25 give the same top {K}, in the same order, for "
+        f"{same}/{len(queries)} queries (largest relative score difference {worst:.1e}); the default sparse "
+        f"(idf=lucene) shares {overlap / len(queries):.2f} of rank_bm25's top {K} on average")  # fmt: skip
+    if small is not None:
+        out(f"SciFact: bm25s (lucene) gives the exhaustive top {K} for {same_bm25s}/{len(queries)} queries")
+    del okapi, reference, lucene, small, exhaustive
 
     rows = []
     notes = []
@@ -114,54 +218,72 @@ def run(args: argparse.Namespace, out: Report) -> None:
         corpus = synthetic_corpus(base, size, seed=args.seed)
         made = time.perf_counter() - t0
         label = f"{size:,} chunks ({sum(map(len, corpus)) / 1e6:.0f}M terms)"
+        builders: dict[str, Any] = {"sparse": lambda c: PostingsBM25.build(c)}
+        if have_bm25s:
+            builders["bm25s"] = lambda c: _Bm25s.build(c, k1=1.2, b=0.75)
+        builders["rank_bm25"] = RankBM25
         built: dict[str, tuple[Any, float, float]] = {}
-        for backend in ("sparse", "rank_bm25"):
+        for backend, build in builders.items():
             gc.collect()
             before = _rss_mb()
             t0 = time.perf_counter()
-            scorer: Any = PostingsBM25.build(corpus) if backend == "sparse" else RankBM25(corpus)
+            scorer: Any = build(corpus)
             seconds = time.perf_counter() - t0
             gc.collect()
             built[backend] = (scorer, seconds, _rss_mb() - before)
         fast: Any = built["sparse"][0]
-        fast.top_k(queries[0], 10)  # computes the MaxScore bounds once
+        fast.top_k(queries[0], K)  # computes the MaxScore bounds once
         prune_above = fast.prune_above
+        exhaustive = _Exhaustive(fast, corpus)
+        del corpus
+        gc.collect()
+        runs: dict[str, Any] = {"sparse": fast, "sparse, no pruning": fast}
+        if have_bm25s:
+            runs["bm25s (numpy)"] = built["bm25s"][0]
+            if have_numba:
+                runs["bm25s (numba)"] = built["bm25s"][0].with_numba()
+                runs["bm25s (numba)"].top_k(queries[0], K)  # compiles the jitted retrieval once
+        runs["rank_bm25"] = built["rank_bm25"][0]
         slow_n = min(len(queries), args.slow_queries if size > 200_000 else args.slow_queries * 5)
-        lat: dict[str, list[float]] = {"sparse": [], "sparse, no pruning": [], "rank_bm25": []}
-        agree = 0
+        lat: dict[str, list[float]] = {run: [] for run in runs}
+        agree: dict[str, int] = {run: 0 for run in runs if run != "rank_bm25"}
         for i, q in enumerate(queries):
-            runs = list(lat) if i < slow_n else ["sparse", "sparse, no pruning"]
-            tops = {}
-            for run in runs if i % 2 == 0 else runs[::-1]:
-                scorer = built["rank_bm25" if run == "rank_bm25" else "sparse"][0]
+            names = list(runs) if i < slow_n else [r for r in runs if r != "rank_bm25"]
+            full = exhaustive.scores(q)
+            for run in names if i % 2 == 0 else names[::-1]:
                 if run == "sparse, no pruning":
                     fast.prune_above = sys.maxsize
                 t0 = time.perf_counter()
-                tops[run] = scorer.top_k(q, 10)[0].tolist()
+                docs = runs[run].top_k(q, K)[0]
                 lat[run].append((time.perf_counter() - t0) * 1000)
                 fast.prune_above = prune_above
-            agree += tops["sparse"] == tops["sparse, no pruning"]
-        arrays = sum(a.nbytes for a in (fast.indptr, fast.indices, fast.data)) / 2**20
+                if run in agree:
+                    agree[run] += exhaustive.agrees(full, docs)
+        arrays = {"sparse": sum(a.nbytes for a in (fast.indptr, fast.indices, fast.data)) / 2**20}
+        if have_bm25s:
+            arrays["bm25s"] = built["bm25s"][0].nbytes / 2**20
         for run, values in lat.items():
-            backend = "rank_bm25" if run == "rank_bm25" else "sparse"
+            backend = run.split(" ")[0].rstrip(",")
             _, seconds, grew = built[backend]
+            own = run in ("sparse", "bm25s (numpy)", "rank_bm25")  # the other rows share their index
             speedup = _pct(lat["rank_bm25"], 50) / _pct(values[:slow_n], 50)
-            own = run != "sparse, no pruning"  # the unpruned rows share the sparse index
             rows.append([label, run, len(values), _pct(values, 50), _pct(values, 95), seconds if own else "",
-                         grew if own else "", round(speedup, 1) if run != "rank_bm25" else ""])  # fmt: skip
-        notes.append(f"{label}: corpus made in {made:.0f}s; postings arrays {arrays:,.0f} MiB; MaxScore top 10 "
-                     f"equals exhaustive scoring for {agree}/{len(queries)} queries; rank_bm25 timed on the first "
-                     f"{slow_n} queries")  # fmt: skip
+                         grew if own else "", round(arrays[backend]) if own and backend in arrays else "",
+                         f"{agree[run]}/{len(queries)}" if run in agree else "(okapi IDF)",
+                         round(speedup, 1) if run != "rank_bm25" else ""])  # fmt: skip
+        notes.append(f"{label}: corpus made in {made:.0f}s; rank_bm25 timed on the first {slow_n} queries")
         if size >= 1_000_000:
             p50 = _pct(lat["sparse"], 50)
             notes.append(f"target at {size:,} chunks: sparse p50 {p50:.2f} ms <= 10 ms: {verdict(p50 <= 10)}")
-        del built, corpus, fast, scorer
+        del built, runs, fast, scorer, exhaustive
         gc.collect()
     out()
-    out(table(["corpus", "backend", "queries", "p50 ms", "p95 ms", "build s", "RSS growth MiB",
-                "rank_bm25 p50 / this p50"], rows))  # fmt: skip
+    out(table(["corpus", "scorer", "queries", "p50 ms", "p95 ms", "build s", "RSS growth MiB", "arrays MiB",
+               f"exhaustive top {K}", "rank_bm25 p50 / this p50"], rows))  # fmt: skip
     for note in notes:
         out(note)
+    out("build: from the analysed term lists to a queryable index (bm25s: vocabulary, ids, CSC matrix of weights; "
+        "its numba rows read the numpy build's arrays); RSS growth: while the index is held, after garbage collection")
     out(f"process peak RSS: {_peak_rss_mb():,.0f} MiB")
 
 
