@@ -61,23 +61,27 @@ def _all_at_5(result: Any, qrels: dict[str, dict[str, int]], keep: set[str] | No
 
 
 def _link_stats(env: Any, dataset: Any, seconds: float) -> list[str]:
-    """Documents with an outlink, gold pairs linked (either way), build seconds."""
-    links, metas = env.index.links, env.index.sparse.metadatas
-    docs = [str(m.get("doc_id")) for m in metas]
-    linked_docs = {docs[i] for i, out in enumerate(links.outlinks) if out}
-    graph = {(docs[i], docs[j]) for i, out in enumerate(links.outlinks) for j in out}
+    """Documents with an outlink, gold pairs linked (either way), anchors, seconds to build the table in memory."""
+    held = [c for part in env.index.catalog.scan() for c in part]
+    docs = {c.id: c.doc_id for c in held}
+    outlinks = env.index.links.outlinks(list(docs))
+    linked_docs = {docs[c] for c, out in outlinks.items() if out}
+    graph = {(docs[a], docs[b]) for a, out in outlinks.items() for b in out}
     pairs = [sorted(g) for g in dataset.qrels.values() if len(g) == 2]
     joined = sum((a, b) in graph or (b, a) in graph for a, b in pairs)
-    return [f"{len(linked_docs)}/{len(set(docs))}", f"{joined}/{len(pairs)}", f"{len(links.table):,}", f"{seconds:.1f}"]
+    anchors = env.index.catalog.anchor_count()
+    return [f"{len(linked_docs)}/{len(set(docs.values()))}", f"{joined}/{len(pairs)}", f"{anchors:,}",
+            f"{seconds:.1f}"]  # fmt: skip
 
 
 def _timed_links(env: Any) -> float:
-    """Seconds to build the index's link table from its chunks (as ``KnowledgeIndex.links`` does when stale)."""
+    """Seconds to build the link table in memory over the index's chunks (``LinkTable.build``, the reference the
+    index's stored table equals)."""
     from modular_rag.links import LinkTable
 
-    sparse = env.index.sparse
+    held = [c for part in env.index.catalog.scan() for c in part]
     start = time.perf_counter()
-    LinkTable.build(sparse.texts, sparse.metadatas, digest=sparse.digest)
+    LinkTable.build([c.text for c in held], [c.metadata for c in held])
     return time.perf_counter() - start
 
 

@@ -2,16 +2,15 @@
 
     python -m modular_rag.bench retrieval --dataset ../shared/datasets/scifact [--limit N] [--presets a,b]
                                           [--embeddings MODEL_DIR] [--config FLOW.yaml]
-    python -m modular_rag.bench tune --dataset ../shared/datasets/scifact --split train [--embeddings MODEL_DIR]
     python -m modular_rag.bench holdout --dataset DIR --split train --fraction 0.2 --out NEW_DIR
     python -m modular_rag.bench patterns [--dataset demo|DIR] [--limit N] [--runs a,b]
     python -m modular_rag.bench datasets [--root ../shared/datasets] [--limit N] [--runs a,b]
 
 ``retrieval`` indexes the dataset's corpus once per embedder (cached) and runs each preset's retrieval over the
 queries in one process, side by side, printing nDCG@10, MRR@10, recall@10, recall@100 and milliseconds per query.
-Each preset runs with its own BM25 settings (``providers.sparse``) over the same dense vectors. ``tune`` grid-searches
-the hybrid retriever's settings on a tuning split (never dev); ``holdout`` splits a split's queries in two, to
-choose fine-tuning settings on queries the model did not train on.
+Each preset runs with its own BM25 settings (``providers.sparse``) over the same dense vectors. ``holdout`` splits a
+split's queries in two, to choose fine-tuning settings on queries the model did not train on. Flows are searched
+with ``modular-rag tune`` (the one tuning path).
 """
 
 from __future__ import annotations
@@ -113,97 +112,6 @@ def _retrieval(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"dataset": dataset.name, "split": dataset.split, "embeddings": args.embeddings,
                        "results": results}, fh, indent=2)  # fmt: skip
-    return 0
-
-
-def _floats(text: str, option: str) -> tuple[float, ...]:
-    from modular_rag.errors import ConfigError
-
-    try:
-        return tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(option, f"expected comma-separated numbers (got {text!r})") from None
-
-
-def _tune(args: argparse.Namespace) -> int:
-    import yaml
-
-    from modular_rag.config import OperatorSpec, ProvidersConfig, load_config
-    from modular_rag.errors import ConfigError
-    from modular_rag.eval.datasets import load_beir
-    from modular_rag.eval.runner import dataset_providers, run_retrieval
-    from modular_rag.eval.tuning import HybridGrid, channel_runs, hybrid_flow, tune_hybrid, tune_rerank
-    from modular_rag.tables import format_table
-
-    if args.split in ("", "dev", "test"):
-        raise ConfigError("--split", f"tuning on the {args.split or 'dev'} split would leak it into the settings "
-                                     "reported on it; tune on train or a holdout split (bench holdout)")  # fmt: skip
-    grid = HybridGrid(
-        k1=_floats(args.k1, "--k1"), b=_floats(args.b, "--b"), fusion=tuple(f for f in args.fusion.split(",") if f),
-        dense_weight=_floats(args.dense_weight, "--dense-weight"),
-        pool=tuple(int(p) for p in _floats(args.pool, "--pool")),
-    )  # fmt: skip
-    if min(grid.pool) < args.k:
-        raise ConfigError("--pool", f"every pool must be >= k ({args.k}); got {grid.pool}")
-    dataset = load_beir(args.dataset, split=args.split).limited(args.limit)
-    embeddings = _embeddings(args.embeddings)
-    providers = ProvidersConfig(embeddings=embeddings) if embeddings else ProvidersConfig()
-    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr))
-    chunker = OperatorSpec(name=args.chunker)
-    env = dataset_providers(dataset, providers, chunker=chunker, progress=not args.quiet, log=log)
-    runs = channel_runs(dataset, env, grid, progress=log)
-
-    def tick(done: int, total: int) -> None:
-        if done % 50 == 0 or done == total:
-            log(f"fusion settings: {done}/{total}")
-
-    ranked, singles = tune_hybrid(dataset, runs, grid, k=args.k, progress=tick)
-    head = ["setting", "nDCG@10", "MRR@10", "R@10", "R@100"]
-
-    def row(label: str, m: dict[str, float]) -> list[Any]:
-        return [label, m["ndcg@10"], m["mrr@10"], m["recall@10"], m["recall@100"]]
-
-    print(f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, chunker={args.chunker}, "
-          f"embeddings={args.embeddings or 'bundled all-MiniLM-L6-v2'}); {grid.size} hybrid settings")  # fmt: skip
-    print("\nsingle channels (depth k):")
-    print(format_table(head, [row(r.label, r.metrics) for r in singles]))
-    best_per = [next(r for r in ranked if r.setting and r.setting.fusion == f) for f in grid.fusion]
-    print("\nbest setting per fusion method:")
-    print(format_table(head, [row(r.label, r.metrics) for r in best_per]))
-    print(f"\ntop {min(args.top, len(ranked))} settings:")
-    print(format_table(head, [row(r.label, r.metrics) for r in ranked[: args.top]]))
-    best = ranked[0].setting
-    assert best is not None
-    rerank_rows = []
-    if args.rerank:
-        specs: list[dict[str, Any]] = [{"name": "embedding", "params": {"weight": w}}
-                                       for w in _floats(args.embedding_weight, "--embedding-weight")]
-        specs += [{"name": "mmr", "params": {"k": args.k, "lambda_mult": lam, "relevance": rel}}
-                  for rel in ("embedding", "score") for lam in _floats(args.mmr_lambda, "--mmr-lambda")]  # fmt: skip
-        rerank_rows = tune_rerank(dataset, env, runs, best, specs, k=args.k)
-        print(f"\nrerankers on the best setting ({best.label()}):")
-        print(format_table(head, [row("(none)", ranked[0].metrics)] + [row(r.label, r.metrics) for r in rerank_rows]))
-    flow = hybrid_flow(best, k=args.k, name="hybrid-tuned")
-    confirm = load_config(flow)
-    check = run_retrieval(confirm, dataset, dataset_providers(dataset, providers.model_copy(
-        update={"sparse": confirm.providers.sparse}), chunker=chunker, progress=False))  # fmt: skip
-    print(f"\nbest: {best.label()}: nDCG@10 {ranked[0].metrics['ndcg@10']:.4f} from the grid, "
-          f"{check.mean['ndcg@10']:.4f} from a real run of the flow below")  # fmt: skip
-    print(yaml.safe_dump(flow, sort_keys=False), end="")
-    for name in ("embedding", "mmr"):
-        rows = [r for r in rerank_rows if r.rerank and r.rerank["name"] == name]
-        if rows:
-            top = max(rows, key=lambda r: r.metrics["ndcg@10"])
-            print(f"best {name} reranker: {top.rerank}: nDCG@10 {top.metrics['ndcg@10']:.4f}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({
-                "dataset": dataset.name, "split": dataset.split, "embeddings": args.embeddings,
-                "singles": [{"label": r.label, **r.metrics} for r in singles],
-                "settings": [{"label": r.label, **vars(r.setting), **r.metrics} for r in ranked if r.setting],
-                "rerank": [{"label": r.label, "spec": r.rerank, **r.metrics} for r in rerank_rows],
-                "best": flow, "confirmed": check.mean,
-            }, fh, indent=2)  # fmt: skip
     return 0
 
 
@@ -325,25 +233,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_retrieval)
-    p = sub.add_parser("tune", help="grid-search hybrid settings (BM25 k1/b, fusion, weights, pool) on a split")
-    p.add_argument("--dataset", required=True, help="a BEIR-format folder")
-    p.add_argument("--split", default="train", help="the tuning split: train or a holdout prefix (never dev)")
-    p.add_argument("--embeddings", help="a sentence-transformers folder (default: the bundled MiniLM)")
-    p.add_argument("--chunker", default="document", help="chunker for the corpus (default: document)")
-    p.add_argument("--k", type=int, default=DEPTH, help=f"hits kept after fusion (default {DEPTH})")
-    p.add_argument("--k1", default="0.9,1.2,1.5", help="BM25 k1 values")
-    p.add_argument("--b", default="0.4,0.6,0.75,0.9", help="BM25 b values")
-    p.add_argument("--fusion", default="rrf,convex,weighted", help="fusion methods")
-    p.add_argument("--dense-weight", default="0.3,0.4,0.5,0.6,0.7", help="dense weights w (sparse gets 1 - w)")
-    p.add_argument("--pool", default="100,200", help="candidates per channel")
-    p.add_argument("--rerank", action="store_true", help="also tune embedding re-score and MMR on the best setting")
-    p.add_argument("--embedding-weight", default="0.1,0.2,0.3,0.5,0.7,1.0", help="embedding reranker weights")
-    p.add_argument("--mmr-lambda", default="0.5,0.7,0.8,0.9,0.95", help="MMR lambda values")
-    p.add_argument("--top", type=int, default=10, help="settings listed (default 10)")
-    p.add_argument("--limit", type=int, help="only the first N queries")
-    p.add_argument("--json", help="also write every setting's metrics to this JSON file")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_tune)
     p = sub.add_parser("holdout", help="split a split's queries in two BEIR splits of a new folder (shared corpus)")
     p.add_argument("--dataset", required=True, help="a BEIR-format folder")
     p.add_argument("--split", default="train", help="the split to divide (default: train)")

@@ -41,6 +41,7 @@ CREATE INDEX IF NOT EXISTS anchors_pos ON anchors (pos);
 CREATE TABLE IF NOT EXISTS mentions (pos INTEGER NOT NULL, anchor TEXT NOT NULL,
                                      PRIMARY KEY (pos, anchor)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS mentions_anchor ON mentions (anchor);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict,
@@ -114,13 +115,17 @@ class Catalog:
         start = self.next_position(db)
         rows = [(start + i, cid, doc, text, json.dumps(dict(meta), ensure_ascii=False), n)
                 for i, ((cid, doc, text, meta), n) in enumerate(zip(chunks, lengths, strict=True))]  # fmt: skip
+        docs = list(dict.fromkeys(doc for _, doc, *_ in chunks))
+        known = {r[0] for r in self._in(db, "SELECT DISTINCT doc_id FROM chunks WHERE doc_id IN ({})", docs)}
         db.executemany("INSERT INTO chunks (pos, id, doc_id, text, meta, length) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        self._bump(db, "documents", len(set(docs) - known))
         df: Counter[str] = Counter()
         for found in terms:
             df.update(set(found))
         db.executemany("INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + "
                        "excluded.df", df.items())  # fmt: skip
-        self._bump(db, len(rows), sum(lengths))
+        self._bump(db, "chunks", len(rows))
+        self._bump(db, "length", sum(lengths))
         self._count_fields(db, [meta for *_, meta in chunks], +1)
         return [r[0] for r in rows]
 
@@ -136,17 +141,28 @@ class Catalog:
         db.executemany("UPDATE terms SET df = df - ? WHERE term = ?", [(n, t) for t, n in df.items()])
         db.execute("DELETE FROM terms WHERE df <= 0")
         lengths = sum(int(r[0]) for r in self._in(db, "SELECT length FROM chunks WHERE pos IN ({})", positions))
-        self._bump(db, -len(gone), -lengths)
+        self._bump(db, "chunks", -len(gone))
+        self._bump(db, "length", -lengths)
         self._count_fields(db, [c.metadata for c in gone], -1)
         for part in _parts(positions):
             marks = ",".join("?" * len(part))
             db.execute(f"DELETE FROM chunks WHERE pos IN ({marks})", part)
             db.execute(f"DELETE FROM anchors WHERE pos IN ({marks})", part)
             db.execute(f"DELETE FROM mentions WHERE pos IN ({marks})", part)
+        docs = list({c.doc_id for c in gone})
+        still = {r[0] for r in self._in(db, "SELECT DISTINCT doc_id FROM chunks WHERE doc_id IN ({})", docs)}
+        self._bump(db, "documents", -len(set(docs) - still))
 
-    def _bump(self, db: sqlite3.Connection, chunks: int, length: int) -> None:
+    @staticmethod
+    def _bump(db: sqlite3.Connection, key: str, by: float) -> None:
+        """Add to a statistic (and to ``generation``, which every write changes)."""
         db.executemany("INSERT INTO stats (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + "
-                       "excluded.value", [("chunks", chunks), ("length", length)])  # fmt: skip
+                       "excluded.value", [(key, by), ("generation", 1)])  # fmt: skip
+
+    def raise_stat(self, key: str, value: float, db: sqlite3.Connection) -> None:
+        """Set a statistic to ``value`` if that is higher than what it holds (the longest anchor's words, say)."""
+        db.execute("INSERT INTO stats (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
+                   "MAX(value, excluded.value)", (key, value))  # fmt: skip
 
     @staticmethod
     def _count_fields(db: sqlite3.Connection, metas: Sequence[Mapping[str, Any]], sign: int) -> None:
@@ -166,8 +182,32 @@ class Catalog:
     def clear(self) -> None:
         """Forget everything."""
         with self.transaction() as db:
-            for table in ("chunks", "terms", "stats", "fields", "anchors", "mentions"):
+            for table in ("chunks", "terms", "stats", "fields", "anchors", "mentions", "settings"):
                 db.execute(f"DELETE FROM {table}")
+
+    def setting(self, key: str) -> str | None:
+        """A setting the catalog was written with (the analyzer that made its term statistics, say)."""
+        rows = self._read("SELECT value FROM settings WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def set_setting(self, key: str, value: str, db: sqlite3.Connection) -> None:
+        """Record a setting."""
+        db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, value))
+
+    def recount_terms(self, lengths: Mapping[int, int], terms: Iterable[Iterable[str]], db: sqlite3.Connection,
+                      *, first: bool) -> None:  # fmt: skip
+        """Replace the term statistics (a new analyzer): with ``first``, clear them; then count the given chunks'
+        term sets and lengths (by position) in."""
+        if first:
+            db.execute("DELETE FROM terms")
+            db.execute("DELETE FROM stats WHERE key = 'length'")
+        df: Counter[str] = Counter()
+        for found in terms:
+            df.update(set(found))
+        db.executemany("INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + "
+                       "excluded.df", df.items())  # fmt: skip
+        db.executemany("UPDATE chunks SET length = ? WHERE pos = ?", [(n, p) for p, n in lengths.items()])
+        self._bump(db, "length", sum(lengths.values()))
 
     # ------------------------------------------------------------------------------------------------------- reads
 
@@ -192,8 +232,13 @@ class Catalog:
 
     def stats(self) -> tuple[int, float]:
         """``(chunks, total length in terms)`` as BM25 sees the corpus."""
-        got = dict(self._read("SELECT key, value FROM stats"))
+        got = self.stat_values()
         return int(got.get("chunks", 0)), float(got.get("length", 0.0))
+
+    def stat_values(self) -> dict[str, float]:
+        """Every statistic: ``chunks``, ``documents``, ``length``, ``generation`` (changed by every write), and what
+        others keep there (``max_words``: the longest anchor's words)."""
+        return {str(k): float(v) for k, v in self._read("SELECT key, value FROM stats")}
 
     def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
         """The document frequency of each term (0 for a term no chunk has)."""
@@ -226,9 +271,10 @@ class Catalog:
             yield from (r[1] for r in rows)
             last = int(rows[-1][0])
 
-    def scan(self, batch: int = 2000) -> Iterator[list[StoredChunk]]:
-        """Every chunk, in position order, in batches (for rebuilding what derives from the chunks)."""
-        last = -1
+    def scan(self, batch: int = 2000, *, start: int = 0) -> Iterator[list[StoredChunk]]:
+        """Every chunk from position ``start`` on, in position order, in batches (for what derives from the chunks:
+        postings, a filter's positions; never at query time)."""
+        last = start - 1
         while True:
             rows = self._read("SELECT pos, id, doc_id, text, meta FROM chunks WHERE pos > ? ORDER BY pos LIMIT ?",
                               (last, batch))  # fmt: skip
@@ -244,35 +290,81 @@ class Catalog:
             out.setdefault(name, set()).add(_TYPES.get(kind, str))
         return out
 
-    def anchors_of(self, positions: Sequence[int]) -> dict[int, dict[str, int]]:
+    def field_values(self, name: str, limit: int) -> set[Any]:
+        """Up to ``limit`` distinct scalar values of a metadata field (a scan of the metadata; for filter
+        validation, cached by its caller)."""
+        rows = self._read("SELECT DISTINCT json_extract(meta, ?) FROM chunks WHERE json_type(meta, ?) IN "
+                          "('text', 'integer', 'real', 'true', 'false') LIMIT ?", (f'$."{name}"', f'$."{name}"', limit))
+        out: set[Any] = set()
+        for (value,) in rows:
+            out.add(value)
+        kinds = self.metadata_fields().get(name, set())
+        if bool in kinds and not kinds - {bool}:
+            out = {bool(v) for v in out}
+        return out
+
+    def ids_by_field(self, name: str) -> Iterator[tuple[str, str]]:
+        """Every chunk's id with a metadata field's value as text ("" when it has none), in position order (for a
+        sync; never at query time)."""
+        last = -1
+        while True:
+            rows = self._read("SELECT pos, id, COALESCE(json_extract(meta, ?), '') FROM chunks WHERE pos > ? ORDER BY "
+                              "pos LIMIT 10000", (f'$."{name}"', last))  # fmt: skip
+            if not rows:
+                return
+            yield from ((r[1], str(r[2])) for r in rows)
+            last = int(rows[-1][0])
+
+    def anchors_of(self, positions: Sequence[int], db: sqlite3.Connection | None = None) -> dict[int, dict[str, int]]:
         """What each chunk defines: position -> {anchor: rank}."""
         out: dict[int, dict[str, int]] = {}
-        for anchor, pos, rank in self._in(None, "SELECT anchor, pos, rank FROM anchors WHERE pos IN ({})",
+        for anchor, pos, rank in self._in(db, "SELECT anchor, pos, rank FROM anchors WHERE pos IN ({})",
                                           [int(p) for p in positions]):  # fmt: skip
             out.setdefault(int(pos), {})[anchor] = int(rank)
         return out
 
-    def definers(self, anchors: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
-        """The chunks that define each anchor: anchor -> [(position, rank)]."""
-        out: dict[str, list[tuple[int, int]]] = {}
-        for anchor, pos, rank in self._in(None, "SELECT anchor, pos, rank FROM anchors WHERE anchor IN ({})",
-                                          list(anchors)):  # fmt: skip
-            out.setdefault(anchor, []).append((int(pos), int(rank)))
+    def definers(self, anchors: Sequence[str], db: sqlite3.Connection | None = None
+                 ) -> dict[str, list[tuple[int, int, str]]]:  # fmt: skip
+        """The chunks that define each anchor: anchor -> [(position, rank, document id)]."""
+        out: dict[str, list[tuple[int, int, str]]] = {}
+        for anchor, pos, rank, doc in self._in(db, "SELECT a.anchor, a.pos, a.rank, c.doc_id FROM anchors a JOIN "
+                                                   "chunks c ON c.pos = a.pos WHERE a.anchor IN ({})",
+                                               list(anchors)):  # fmt: skip
+            out.setdefault(anchor, []).append((int(pos), int(rank), str(doc)))
         return out
 
-    def mentioned_by(self, positions: Sequence[int]) -> dict[int, list[str]]:
+    def documents_of(self, positions: Sequence[int], db: sqlite3.Connection | None = None) -> dict[int, str]:
+        """The document id of each position held."""
+        rows = self._in(db, "SELECT pos, doc_id FROM chunks WHERE pos IN ({})", [int(p) for p in positions])
+        return {int(p): str(d) for p, d in rows}
+
+    def delete_mentions(self, positions: Sequence[int], db: sqlite3.Connection) -> None:
+        """Forget what these chunks mention (before they are scanned again)."""
+        for part in _parts([int(p) for p in positions]):
+            db.execute(f"DELETE FROM mentions WHERE pos IN ({','.join('?' * len(part))})", part)
+
+    def mentioned_by(self, positions: Sequence[int], db: sqlite3.Connection | None = None) -> dict[int, list[str]]:
         """The anchors each chunk mentions: position -> [anchor]."""
         out: dict[int, list[str]] = {}
-        for pos, anchor in self._in(None, "SELECT pos, anchor FROM mentions WHERE pos IN ({})",
+        for pos, anchor in self._in(db, "SELECT pos, anchor FROM mentions WHERE pos IN ({})",
                                     [int(p) for p in positions]):  # fmt: skip
             out.setdefault(int(pos), []).append(anchor)
         return out
 
-    def mention_counts(self, anchors: Sequence[str]) -> dict[str, int]:
+    def mention_counts(self, anchors: Sequence[str], db: sqlite3.Connection | None = None) -> dict[str, int]:
         """How many chunks mention each anchor."""
-        rows = self._in(None, "SELECT anchor, COUNT(*) FROM mentions WHERE anchor IN ({}) GROUP BY anchor",
+        rows = self._in(db, "SELECT anchor, COUNT(*) FROM mentions WHERE anchor IN ({}) GROUP BY anchor",
                         list(anchors))  # fmt: skip
         return {a: int(rows_n) for a, rows_n in rows}
+
+    def anchor_count(self) -> int:
+        """How many distinct anchors the chunks define."""
+        return int(self._read("SELECT COUNT(DISTINCT anchor) FROM anchors")[0][0])
+
+    def known_anchors(self, candidates: Sequence[str], db: sqlite3.Connection | None = None) -> set[str]:
+        """Which of ``candidates`` some chunk defines."""
+        return {r[0] for r in self._in(db, "SELECT DISTINCT anchor FROM anchors WHERE anchor IN ({})",
+                                       list(dict.fromkeys(candidates)))}  # fmt: skip
 
     def close(self) -> None:
         """Close the connection."""

@@ -204,6 +204,10 @@ class MilvusConfig(StrictModel):
         "Strong", description="consistency level of reads; Strong sees every acknowledged write, from any process"
     )
     timeout_s: float = Field(30.0, gt=0, le=3600, description="per-request timeout, seconds")
+    catalog: str | None = Field(
+        None, description="folder of the kit's catalog for this collection (term statistics, link table); processes "
+        "that share the collection share it (default: beside a Milvus Lite file, else under MODULAR_RAG_HOME/milvus)"
+    )
     analyzer: dict[str, Any] | None = Field(
         None, description="Milvus analyzer_params of the text field (default: standard tokenizer, lower case, ASCII "
         "folding, then providers.sparse's stop words and stemmer)"
@@ -233,12 +237,10 @@ VectorStoreConfig = Annotated[
 
 
 class SparseConfig(StrictModel):
-    """The sparse (BM25) index written beside the vector store."""
+    """BM25 over the indexed chunks: its parameters (applied at query time) and how text becomes terms (changing the
+    analyzer analyses the stored chunks again once)."""
 
     name: Literal["bm25"] = "bm25"
-    backend: Literal["sparse", "rank_bm25"] = Field(
-        "sparse", description="'sparse': scipy sparse-matrix scorer; 'rank_bm25': the rank-bm25 package"
-    )
     k1: float = Field(1.2, ge=0.0, le=10.0)
     b: float = Field(0.75, ge=0.0, le=1.0)
     stemmer: Literal["english", "none"] = "english"

@@ -154,15 +154,14 @@ def training_examples(
     Raises:
         DatasetError: If no judgement of the split names a document of the corpus.
     """
-    from modular_rag.index import SparseIndex
+    from modular_rag.sparse import PostingsBM25
     from modular_rag.text import Analyzer
 
     docs = dict(documents) if documents is not None else _corpus(dataset)
     ids = sorted(docs)
     rng = random.Random(settings.seed)
-    sparse = None
-    if settings.hard_negatives:
-        sparse = SparseIndex.build(ids, [docs[i] for i in ids], [{} for _ in ids], analyzer=Analyzer())
+    analyzer = Analyzer()
+    sparse = PostingsBM25.build(analyzer.many([docs[i] for i in ids])) if settings.hard_negatives else None
     examples: list[TrainingExample] = []
     skipped = filled = 0
     for query in dataset.queries:
@@ -175,7 +174,8 @@ def training_examples(
         hits: list[str] = []
         if sparse is not None:
             depth = settings.negative_depth + len(positives)
-            hits = [h["chunk_id"] for h in sparse.search(query.text, depth) if h["chunk_id"] not in judged]
+            found, _ = sparse.top_k(analyzer(query.text), depth)
+            hits = [ids[p] for p in found.tolist() if ids[p] not in judged]
             hits = hits[: settings.negative_depth]
         for positive in present:
             chosen = rng.sample(hits, settings.hard_negatives) if len(hits) >= settings.hard_negatives else list(hits)

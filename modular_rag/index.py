@@ -1,59 +1,51 @@
-"""The knowledge index: a dense store (Chroma, or any LangChain ``VectorStore``) and a sparse BM25 index, written
-together and kept in agreement.
+"""The knowledge index: a dense store (Chroma, Milvus or any LangChain ``VectorStore``), the catalog and BM25
+postings, written together and read by key.
 
-The dense store is the source of truth. The sparse index (postings, vocabulary, and the chunk texts and metadata
-in the same order) is one file beside it, replaced atomically, and stamped with the count and a digest of the
-chunk ids it was built from. When it does not match the dense store (an indexing run was killed between the
-two writes, or another process added chunks to a shared Chroma server) it is rebuilt from the dense store on
-load. Chunk ids come from content, so re-adding the same chunks is a no-op and a killed run resumes cleanly.
+Where each piece of state lives, once:
 
-The dense stores themselves (and the ``where`` filter :func:`matches_where`) are in :mod:`modular_rag.stores`;
-their names are re-exported here.
+* **vectors**: the dense store;
+* **chunk texts and metadata**: the catalog (:class:`~modular_rag.catalog.Catalog`, one SQLite file beside the
+  store) for Chroma on disk or in memory and for LangChain stores; the collection itself for Milvus and a Chroma
+  server, which several machines share (the catalog then keeps each chunk's id, document and position only);
+* **BM25**: postings in segments on disk, memory-mapped (:class:`~modular_rag.segments.SegmentedBM25`), with the
+  document frequencies and lengths in the catalog; for Milvus, BM25 runs in Milvus and the catalog keeps the kit's
+  own term statistics (the evidence scorer's IDFs) beside it;
+* **the link table**: rows of the catalog (what each chunk defines, which anchors it mentions), computed for the
+  chunks an add brings (:class:`~modular_rag.links.StoredLinks`).
+
+A worker that opens an index reads none of it whole: a question's texts, IDFs, titles and links are read for its ids
+and terms. Writes go catalog first, then the dense store, then the postings, so a run killed at any point is completed
+by the next one (chunk ids come from content: re-adding is a no-op).
 """
 
 from __future__ import annotations
 
-import bisect
-import hashlib
-import json
 import logging
-import math
-import operator
-import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 
+from modular_rag.catalog import Catalog, StoredChunk
 from modular_rag.errors import IndexingError, ProviderError
-from modular_rag.links import LinkTable
 from modular_rag.milvus import MilvusStore
-from modular_rag.sparse import SparseScorer, build_scorer
+from modular_rag.segments import SegmentedBM25, lucene_idf
 from modular_rag.state import Chunk, Hit
 from modular_rag.stores import ChromaStore, DenseStore, LangChainStore, _chroma_meta, matches_where
 from modular_rag.text import Analyzer
 from modular_rag.trace import record
 
-__all__ = [
-    "Encoder",
-    "DenseStore",
-    "ChromaStore",
-    "LangChainStore",
-    "SparseIndex",
-    "KnowledgeIndex",
-    "AddReport",
-    "matches_where",
-]
+__all__ = ["Encoder", "DenseStore", "ChromaStore", "LangChainStore", "KnowledgeIndex", "AddReport",
+           "matches_where"]  # fmt: skip
 
 log = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 
 class Encoder(Protocol):
@@ -67,260 +59,11 @@ class Encoder(Protocol):
     def encode_query(self, text: str) -> np.ndarray: ...
 
 
-# ------------------------------------------------------------------------------------------------------ sparse index
-
-
-def _digest(ids: Sequence[str]) -> str:
-    """SHA-1 of the ids, each followed by a NUL byte (hashed in one call: the same bytes as one update per id)."""
-    return hashlib.sha1(("\x00".join(ids) + "\x00").encode() if ids else b"").hexdigest()
-
-
-def _spliced(items: list[_T], removed: Sequence[int], added: Sequence[_T], inserted_at: Sequence[int]) -> list[_T]:
-    """``items`` without the positions ``removed`` (ascending), with ``added`` at the final positions
-    ``inserted_at`` (ascending); copied slice by slice, so the cost in Python is per change, not per item."""
-    if removed:
-        bounds = zip([0, *(r + 1 for r in removed)], [*removed, len(items)], strict=True)
-        items = list(chain.from_iterable(items[start:end] for start, end in bounds))
-    out: list[_T] = []
-    done = 0
-    for j, (at, item) in enumerate(zip(inserted_at, added, strict=True)):
-        out.extend(items[done : at - j])  # the kept items before this one
-        out.append(item)
-        done = at - j
-    out.extend(items[done:])
-    return out
-
-
-@dataclass
-class SparseIndex:
-    """BM25 scorer plus the chunk texts and metadata in scorer order, saved as one file."""
-
-    ids: list[str]
-    texts: list[str]
-    metadatas: list[dict[str, Any]]
-    scorer: SparseScorer
-    analyzer: Analyzer
-    digest: str = ""
-    _mask_cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _df: dict[str, int] | None = field(default=None, repr=False)
-    _position: dict[str, int] | None = field(default=None, repr=False)
-
-    def document_frequency(self, term: str) -> int:
-        """How many chunks contain the analysed ``term`` (from the scorer's postings when it keeps them)."""
-        if self._df is None:
-            vocab, indptr = getattr(self.scorer, "vocab", None), getattr(self.scorer, "indptr", None)
-            if vocab is not None and indptr is not None:
-                counts = np.diff(np.asarray(indptr))
-                self._df = {t: int(counts[col]) for t, col in vocab.items()}
-            else:
-                df: dict[str, int] = {}
-                for terms in self.analyzer.many(self.texts):
-                    for t in set(terms):
-                        df[t] = df.get(t, 0) + 1
-                self._df = df
-        return self._df.get(term, 0)
-
-    def idf(self, term: str) -> float:
-        """Lucene's BM25 IDF of an analysed term over the indexed chunks; a term no chunk has gets the highest."""
-        n = len(self.ids)
-        df = self.document_frequency(term)
-        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-
-    @classmethod
-    def build(
-        cls,
-        ids: list[str],
-        texts: list[str],
-        metadatas: list[dict[str, Any]],
-        *,
-        analyzer: Analyzer,
-        backend: str = "sparse",
-        k1: float = 1.2,
-        b: float = 0.75,
-        idf: str = "lucene",
-        timings: dict[str, float] | None = None,
-    ) -> SparseIndex:
-        """Analyse the texts and build the scorer.
-
-        Args:
-            ids, texts, metadatas: The chunks, in the order the index keeps them.
-            analyzer, backend, k1, b, idf: The sparse settings.
-            timings: When given, the seconds spent are added to its ``analyse`` and ``build`` keys.
-        """
-        t0 = time.perf_counter()
-        terms = analyzer.many(texts)
-        t1 = time.perf_counter()
-        scorer = build_scorer(backend, terms, k1=k1, b=b, idf=idf)  # type: ignore[arg-type]
-        built = cls(ids, texts, metadatas, scorer, analyzer, _digest(ids))
-        if timings is not None:
-            timings["analyse"] = timings.get("analyse", 0.0) + t1 - t0
-            timings["build"] = timings.get("build", 0.0) + time.perf_counter() - t1
-        return built
-
-    def updated(
-        self,
-        add_ids: Sequence[str],
-        add_texts: Sequence[str],
-        add_metas: Sequence[Mapping[str, Any]],
-        remove_ids: Sequence[str] = (),
-        *,
-        timings: dict[str, float] | None = None,
-    ) -> SparseIndex:
-        """This index with chunks added and removed, analysing only the added texts.
-
-        The result is what :meth:`build` gives over the final chunks in id order (ids, texts, metadata, weights,
-        digest, search results); this index is left as it was. An added id the index already holds replaces that
-        chunk; removed ids the index does not hold are ignored. Postings saved by an older version keep no term
-        frequencies: then the scorer is built again from the kept texts (logged at info level).
-
-        Args:
-            add_ids, add_texts, add_metas: The chunks to add (any order).
-            remove_ids: Ids of chunks to drop.
-            timings: When given, the seconds spent are added to its ``analyse`` and ``merge`` keys (``analyse`` and
-                ``build`` on the fallback).
-
-        Raises:
-            ValueError: If the index's ids are not in ascending order (as :class:`KnowledgeIndex` keeps them), the
-                added lists differ in length, or an id is added twice.
-        """
-        if not len(add_ids) == len(add_texts) == len(add_metas):
-            raise ValueError(f"add_ids, add_texts and add_metas must have one entry per chunk; got {len(add_ids)}, "
-                             f"{len(add_texts)} and {len(add_metas)}")  # fmt: skip
-        if len(set(add_ids)) != len(add_ids):
-            raise ValueError("add_ids holds an id more than once; give each chunk once")
-        if not all(map(operator.lt, self.ids, islice(self.ids, 1, None))):
-            raise ValueError("updating a sparse index needs its ids in ascending order (as KnowledgeIndex keeps "
-                             "them); build it again from the sorted chunks instead")  # fmt: skip
-        t0 = time.perf_counter()
-        removed = sorted({at for cid in chain(remove_ids, add_ids) if (at := self._find(cid)) is not None})
-        order = sorted(range(len(add_ids)), key=add_ids.__getitem__)
-        ids = [add_ids[i] for i in order]
-        texts = [add_texts[i] for i in order]
-        metas = [dict(add_metas[i]) for i in order]
-        # final position of added j: the kept ids before it (ids before it, less the removed ones) plus j
-        before = np.array([bisect.bisect_left(self.ids, cid) for cid in ids], dtype=np.int64)
-        inserted_at = before - np.searchsorted(np.asarray(removed, dtype=np.int64), before) + np.arange(len(ids))
-        final_ids = _spliced(self.ids, removed, ids, inserted_at.tolist())
-        final_texts = _spliced(self.texts, removed, texts, inserted_at.tolist())
-        final_metas = _spliced(self.metadatas, removed, metas, inserted_at.tolist())
-        if not self.scorer.updatable:
-            log.info("the sparse index was saved without term frequencies (an older version); analysing all %d "
-                     "chunks again this once", len(final_ids))  # fmt: skip
-            scorer = self.scorer
-            return SparseIndex.build(final_ids, final_texts, final_metas, analyzer=self.analyzer,
-                                     backend=scorer.backend, k1=getattr(scorer, "k1", 1.2),
-                                     b=getattr(scorer, "b", 0.75), idf=getattr(scorer, "idf", "lucene"),
-                                     timings=timings)  # fmt: skip
-        t1 = time.perf_counter()
-        terms = self.analyzer.many(texts)
-        t2 = time.perf_counter()
-        kept = np.delete(np.arange(len(self.ids), dtype=np.int64), removed)
-        scorer = self.scorer.updated(kept, terms, inserted_at)
-        result = SparseIndex(final_ids, final_texts, final_metas, scorer, self.analyzer, _digest(final_ids))
-        if timings is not None:
-            timings["analyse"] = timings.get("analyse", 0.0) + t2 - t1
-            timings["merge"] = timings.get("merge", 0.0) + time.perf_counter() - t2 + t1 - t0
-        return result
-
-    def _find(self, chunk_id: str) -> int | None:
-        """The position of ``chunk_id`` by binary search in the ascending ids, or ``None``."""
-        at = bisect.bisect_left(self.ids, chunk_id)
-        return at if at < len(self.ids) and self.ids[at] == chunk_id else None
-
-    def search(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
-        """The ``k`` best chunks for ``query`` by BM25, optionally filtered by metadata."""
-        mask = self._mask(where) if where else None
-        docs, scores = self.scorer.top_k(self.analyzer(query), k, mask)
-        return [
-            Hit(chunk_id=self.ids[d], text=self.texts[d], score=float(s), channel="bm25",
-                metadata=dict(self.metadatas[d]))
-            for d, s in zip(docs.tolist(), scores.tolist(), strict=True)
-        ]  # fmt: skip
-
-    def score(self, query: str, chunk_ids: Sequence[str]) -> np.ndarray:
-        """The BM25 scores of the given chunks for ``query`` (chunks not in the index score 0); rescoring what is
-        already in hand, not a retrieval."""
-        position = self._positions()
-        known = [(i, position[c]) for i, c in enumerate(chunk_ids) if c in position]
-        out = np.zeros(len(chunk_ids), dtype=np.float32)
-        if known:
-            scores = self.scorer.score_docs(self.analyzer(query), [p for _, p in known])
-            out[[i for i, _ in known]] = scores
-        return out
-
-    def _positions(self) -> dict[str, int]:
-        if self._position is None:
-            self._position = {cid: i for i, cid in enumerate(self.ids)}
-        return self._position
-
-    def _mask(self, where: Mapping[str, Any]) -> np.ndarray:
-        key = json.dumps(where, sort_keys=True, default=str)
-        mask = self._mask_cache.get(key)
-        if mask is None:
-            mask = np.fromiter((matches_where(m, where) for m in self.metadatas), dtype=bool, count=len(self.ids))
-            if len(self._mask_cache) > 64:
-                self._mask_cache.clear()
-            self._mask_cache[key] = mask
-        return mask
-
-    def save(self, file: Path) -> None:
-        """Write everything to ``file`` atomically (a temporary file, then ``os.replace``)."""
-        import tempfile
-
-        file.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=file.parent) as tmp:
-            folder = Path(tmp)
-            self.scorer.save(folder)
-            payload = {
-                "ids": self.ids,
-                "texts": self.texts,
-                "metadatas": self.metadatas,
-                "digest": self.digest,
-                "analyzer": {"stemmer": self.analyzer.stemmer_name, "stopwords": self.analyzer.stopwords_name},
-            }
-            blobs = {p.name: np.frombuffer(p.read_bytes(), dtype=np.uint8) for p in folder.iterdir()}
-            blobs["docs.json"] = np.frombuffer(json.dumps(payload, ensure_ascii=False).encode(), dtype=np.uint8)
-            tmp_file = folder / "sparse.npz"
-            with open(tmp_file, "wb") as fh:
-                # numpy's stub types **kwds beside the keyword-only allow_pickle: bool, so a dict of arrays is refused
-                np.savez(fh, **{name.replace(".", "__"): blob for name, blob in blobs.items()})  # type: ignore[arg-type]
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp_file, file)
-
-    @classmethod
-    def load(cls, file: Path) -> SparseIndex:
-        """Read what :meth:`save` wrote."""
-        import tempfile
-
-        from modular_rag.sparse import load_scorer
-
-        with np.load(file) as npz, tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp)
-            payload: dict[str, Any] = {}
-            for name in npz.files:
-                data = npz[name].tobytes()
-                real = name.replace("__", ".")
-                if real == "docs.json":
-                    payload = json.loads(data)
-                else:
-                    (folder / real).write_bytes(data)
-            scorer = load_scorer(folder)
-        analyzer = Analyzer(**payload["analyzer"])
-        return cls(payload["ids"], payload["texts"], payload["metadatas"], scorer, analyzer, payload["digest"])
-
-
-# --------------------------------------------------------------------------------------------------- knowledge index
-
-
 @dataclass
 class AddReport:
     """What :meth:`KnowledgeIndex.add` did; ``stages`` splits its seconds (``embed``, ``dense write wait``: time
-    spent waiting for the background writes, ``sparse``: updating or building BM25 and saving it), and
-    ``sparse_stages`` splits ``sparse``: ``analyse`` (the texts analysed), ``merge`` (postings merged and weights
-    recomputed) or ``dump`` + ``build`` (a full rebuild: every chunk read from the dense store, the scorer built),
-    ``save`` (the file written). ``sparse_path`` says which way it went: ``incremental``, ``full`` or ``first``
-    (the store was empty)."""
+    spent waiting for the background writes, ``catalog``: texts, statistics and link rows written, ``sparse``: the
+    BM25 segment written)."""
 
     chunks: int
     added: int
@@ -328,18 +71,17 @@ class AddReport:
     seconds: float
     stages: dict[str, float] = field(default_factory=dict)
     removed: int = 0
-    sparse_stages: dict[str, float] = field(default_factory=dict)
-    sparse_path: str = ""
 
 
 class KnowledgeIndex:
-    """Dense store + sparse BM25 index + the encoder that fills the dense store.
+    """Dense store + catalog + BM25 postings + link table, written together.
 
     Args:
         dense: The dense store.
         encoder: Embeds chunks and queries (not used for a LangChain store, which embeds itself).
-        sparse_file: Where the sparse index is saved; ``None`` keeps it in memory only.
-        analyzer, backend, k1, b, idf: Sparse index settings.
+        folder: Where the catalog and the postings live; ``None`` keeps them in memory (a temporary folder).
+        analyzer: Turns text into BM25 terms.
+        k1, b: BM25's parameters.
     """
 
     def __init__(
@@ -347,132 +89,166 @@ class KnowledgeIndex:
         dense: ChromaStore | LangChainStore | MilvusStore,
         encoder: Encoder | None,
         *,
-        sparse_file: Path | None,
+        folder: Path | None,
         analyzer: Analyzer,
-        backend: str = "sparse",
         k1: float = 1.2,
         b: float = 0.75,
-        idf: str = "lucene",
     ) -> None:
-        self.dense, self.encoder, self.sparse_file = dense, encoder, sparse_file
-        self.analyzer, self.backend, self.k1, self.b, self.idf = analyzer, backend, k1, b, idf
-        self._sparse: SparseIndex | None = None
-        self._links: LinkTable | None = None
+        self.dense, self.encoder, self.analyzer, self.k1, self.b = dense, encoder, analyzer, k1, b
+        self._temp = tempfile.TemporaryDirectory(prefix="modular-rag-index-") if folder is None else None
+        self.folder = Path(self._temp.name) if self._temp is not None else Path(folder)  # type: ignore[arg-type]
+        self.catalog = Catalog(self.folder / "catalog.sqlite" if folder is not None else None)
+        self.postings = None if self.bm25_in_store else SegmentedBM25(self.folder / "bm25", k1=k1, b=b)
         self._lock = threading.RLock()
+        self._links: Any = None
+        self._analyzed = False
+
+    def _reconcile(self) -> None:
+        """Take into the catalog the chunks the store holds and the catalog lacks (read from the store once)."""
+        if isinstance(self.dense, LangChainStore):
+            return
+        held = self.catalog.count()
+        stored = self.dense.count()
+        if stored == held or (held and not self.texts_in_store):
+            return
+        log.info("%s holds %d chunks, the index's catalog %d: reading the missing ones from the store",
+                 self.dense.describe(), stored, held)  # fmt: skip
+        ids, texts, metas = self.dense.dump()
+        known = self.catalog.positions(ids)
+        missing = [Chunk(chunk_id=i, text=t, metadata=m) for i, t, m in zip(ids, texts, metas, strict=True)
+                   if i not in known]  # fmt: skip
+        for start in range(0, len(missing), 5000):
+            self._catalog_add(missing[start : start + 5000])
+        self.sync_postings()
+
+    def _analyzer_key(self) -> str:
+        return f"{self.analyzer.stemmer_name}/{self.analyzer.stopwords_name}"
+
+    def _check_analyzer(self) -> None:
+        """Once per process: bring the catalog in line with the store and the analyzer. A catalog that holds fewer
+        chunks than a store others write to (a Chroma server), or none where the store holds some (an index written
+        before the catalog existed), takes the missing chunks from the store; term statistics made by another analyzer
+        (other stemming or stop words) are counted again and the postings rewritten from the stored texts (logged)."""
+        if self._analyzed:
+            return
+        with self._lock:
+            if self._analyzed:
+                return
+            self._reconcile()
+            key, held = self._analyzer_key(), self.catalog.setting("analyzer")
+            if held is not None and held != key and not self.texts_in_store:
+                log.info("the index's BM25 terms were made by analyzer %s; analysing its chunks again with %s",
+                         held, key)  # fmt: skip
+                first = True
+                for part in self.catalog.scan():
+                    terms = self.analyzer.many([c.text for c in part])
+                    with self.catalog.transaction() as db:
+                        self.catalog.recount_terms({c.pos: len(t) for c, t in zip(part, terms, strict=True)}, terms,
+                                                   db, first=first)  # fmt: skip
+                    first = False
+                if self.postings is not None:
+                    self.postings.clear()
+                    self.sync_postings()
+            if held != key:
+                with self.catalog.transaction() as db:
+                    self.catalog.set_setting("analyzer", key, db)
+            self._analyzed = True
+
+    # --------------------------------------------------------------------------------------------------- structure
+
+    @property
+    def bm25_in_store(self) -> bool:
+        """Whether the dense store ranks BM25 itself (Milvus)."""
+        return isinstance(self.dense, MilvusStore)
+
+    @property
+    def texts_in_store(self) -> bool:
+        """Whether chunk texts live in the dense store (Milvus, a Chroma server: shared between machines) rather than
+        in the catalog."""
+        return isinstance(self.dense, MilvusStore) or (isinstance(self.dense, ChromaStore) and bool(self.dense.host))
+
+    @property
+    def enumerable(self) -> bool:
+        """Whether the kit knows every chunk the store holds (its catalog agrees with the store), which BM25, hybrid
+        retrieval, link hops and ``--sync`` need. A LangChain store opened on chunks another program wrote is not."""
+        if isinstance(self.dense, LangChainStore):
+            return self.catalog.count() > 0
+        return True
 
     # ----------------------------------------------------------------------------------------------------- reading
 
-    @property
-    def sparse(self) -> SparseIndex:
-        """The sparse index, loaded (or rebuilt from the dense store when stale) on first use."""
-        if self._sparse is None:
-            with self._lock:
-                if self._sparse is None:
-                    self._sparse = self._load_sparse()
-        return self._sparse
-
-    @property
-    def links(self) -> LinkTable:
-        """The link table of the indexed chunks (titles, mentions, document graph), kept in agreement with the
-        sparse index: loaded from beside its file when saved for the same chunks, else built from them (and saved)."""
-        sparse = self.sparse
-        links = self._links
-        if links is not None and links.digest == sparse.digest:
-            return links
-        with self._lock:
-            if self._links is not None and self._links.digest == sparse.digest:
-                return self._links
-            file = self.sparse_file.with_suffix(".links.json") if self.sparse_file is not None else None
-            loaded = LinkTable.load(file) if file is not None and file.exists() else None
-            if loaded is None or loaded.digest != sparse.digest:
-                loaded = LinkTable.build(sparse.texts, sparse.metadatas, digest=sparse.digest)
-                if file is not None:
-                    loaded.save(file)
-            self._links = loaded
-            return loaded
-
-    def _load_sparse(self) -> SparseIndex:
-        saved = self._saved_sparse(self.dense.count())
-        return saved if saved is not None else self.rebuild_sparse()
-
-    def _saved_sparse(self, count: int) -> SparseIndex | None:
-        """The saved sparse index when it holds ``count`` chunks and has this index's settings; else ``None`` (and
-        the reason logged)."""
-        if self.sparse_file is None or not self.sparse_file.exists():
-            return None
-        try:
-            loaded = SparseIndex.load(self.sparse_file)
-        except Exception as exc:  # a truncated or foreign file: rebuild rather than fail
-            log.warning("sparse index %s unreadable (%s); rebuilding from the dense store", self.sparse_file, exc)
-            return None
-        if len(loaded.ids) == count and self._same_settings(loaded):
-            return loaded
-        if len(loaded.ids) == count:
-            log.info("sparse index was built with other BM25 settings; rebuilding from the dense store")
-        else:
-            log.warning(
-                "sparse index has %d chunks, dense store %d; rebuilding from the dense store", len(loaded.ids), count
-            )
-        return None
-
-    def _agreeing_sparse(self, count: int) -> SparseIndex | None:
-        """The sparse index in memory, or else the saved one (then kept in memory), when it agrees with a dense
-        store of ``count`` chunks (the checks loading does); ``None`` when neither does."""
-        held = self._sparse
-        if held is not None:
-            return held if len(held.ids) == count and self._same_settings(held) else None
-        saved = self._saved_sparse(count)
-        if saved is not None:
-            self._sparse = saved
-        return saved
-
-    def _same_settings(self, loaded: SparseIndex) -> bool:
-        scorer = loaded.scorer
-        return (
-            scorer.backend == self.backend
-            and getattr(scorer, "k1", self.k1) == self.k1
-            and getattr(scorer, "b", self.b) == self.b
-            and getattr(scorer, "idf", self.idf) == self.idf
-            and loaded.analyzer.stemmer_name == self.analyzer.stemmer_name
-            and loaded.analyzer.stopwords_name == self.analyzer.stopwords_name
-        )
-
-    def rebuild_sparse(
-        self,
-        chunks: tuple[list[str], list[str], list[dict[str, Any]]] | None = None,
-        *,
-        timings: dict[str, float] | None = None,
-    ) -> SparseIndex:
-        """Rebuild the sparse index from the dense store (or from ``chunks`` given as sorted id/text/meta lists)
-        and save it.
-
-        Args:
-            chunks: The chunks to build from, instead of every chunk of the dense store.
-            timings: When given, the seconds spent are added to its ``dump`` (reading the dense store),
-                ``analyse``, ``build`` and ``save`` keys.
-        """
-        with self._lock:
-            t0 = time.perf_counter()
-            ids, texts, metas = chunks if chunks is not None else self.dense.dump()
-            if timings is not None and chunks is None:
-                timings["dump"] = timings.get("dump", 0.0) + time.perf_counter() - t0
-            sparse = SparseIndex.build(ids, texts, metas, analyzer=self.analyzer, backend=self.backend, k1=self.k1,
-                                       b=self.b, idf=self.idf, timings=timings)  # fmt: skip
-            self._store_sparse(sparse, timings)
-            return sparse
-
-    def _store_sparse(self, sparse: SparseIndex, timings: dict[str, float] | None) -> None:
-        """Save ``sparse`` (when the index has a file) and make it the one in use."""
-        t0 = time.perf_counter()
-        if self.sparse_file is not None:
-            sparse.save(self.sparse_file)
-        if timings is not None:
-            timings["save"] = timings.get("save", 0.0) + time.perf_counter() - t0
-        self._sparse = sparse
-
     def count(self) -> int:
-        """Chunks in the dense store."""
-        return self.dense.count()
+        """Chunks held (the catalog's count; for a store that others write to, the store's)."""
+        self._check_analyzer()
+        if self.texts_in_store:
+            return self.dense.count()
+        return self.catalog.count()
+
+    def chunks(self, ids: Sequence[str]) -> dict[str, Hit]:
+        """The chunks of these ids (text and metadata; ids not held are left out), read by key."""
+        if not ids:
+            return {}
+        self._check_analyzer()
+        if self.texts_in_store:
+            return {h["chunk_id"]: h for h in self.dense.get(list(ids))}  # type: ignore[union-attr]
+        return {c.id: _hit(c) for c in self.catalog.get(list(dict.fromkeys(ids))).values()}
+
+    def hits(self, ids: Sequence[str], channel: str = "link") -> list[Hit]:
+        """The chunks of these ids as hits, in the order given (ids not held are skipped)."""
+        found = self.chunks(ids)
+        return [Hit(**{**found[c], "channel": channel}) for c in dict.fromkeys(ids) if c in found]
+
+    def _fill(self, hits: list[Hit]) -> list[Hit]:
+        """Hits whose text the dense store does not keep, with their text and metadata from the catalog."""
+        missing = [h["chunk_id"] for h in hits if not h["text"]]
+        if not missing or self.texts_in_store:
+            return hits
+        found = self.catalog.get(missing)
+        return [Hit(**{**h, "text": found[h["chunk_id"]].text, "metadata": found[h["chunk_id"]].metadata})
+                if not h["text"] and h["chunk_id"] in found else h for h in hits]  # fmt: skip
+
+    def idfs(self, terms: Sequence[str]) -> dict[str, float]:
+        """Lucene's BM25 IDF of each analysed term over the indexed chunks (read from the catalog's statistics)."""
+        self._check_analyzer()
+        n, _ = self.catalog.stats()
+        return {t: lucene_idf(df, n) for t, df in self.catalog.document_frequencies(terms).items()}
+
+    def idf(self, term: str) -> float:
+        """Lucene's BM25 IDF of one analysed term; a term no chunk has gets the highest."""
+        return self.idfs([term])[term]
+
+    def _avgdl(self) -> float:
+        n, length = self.catalog.stats()
+        return length / n if n and length else 1.0
+
+    def score(self, query: str, hits: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """The BM25 scores of chunks already in hand for ``query`` (rescoring, not a retrieval): from the postings
+        by position when the kit keeps them, else from the hits' texts and the catalog's statistics."""
+        terms = self.analyzer(query)
+        out = np.zeros(len(hits), dtype=np.float32)
+        if not terms or not len(hits):
+            return out
+        idf = self.idfs(terms)
+        avgdl = self._avgdl()
+        if self.postings is not None:
+            at = self.catalog.positions([h["chunk_id"] for h in hits])
+            known = [(i, at[h["chunk_id"]]) for i, h in enumerate(hits) if h["chunk_id"] in at]
+            if known:
+                scores = self.postings.score(terms, [p for _, p in known], idf, avgdl)
+                out[[i for i, _ in known]] = scores
+            return out
+        want: dict[str, int] = {}
+        for t in terms:
+            want[t] = want.get(t, 0) + 1
+        for i, h in enumerate(hits):
+            got = self.analyzer(str(h.get("text", "")))
+            tf: dict[str, int] = {}
+            for t in got:
+                if t in want:
+                    tf[t] = tf.get(t, 0) + 1
+            norm = self.k1 * (1.0 - self.b + self.b * len(got) / avgdl)
+            out[i] = sum(want[t] * idf[t] * f * (self.k1 + 1.0) / (f + norm) for t, f in tf.items())
+        return out
 
     def search_dense(
         self, query: str, k: int, where: Mapping[str, Any] | None = None, vector: np.ndarray | None = None
@@ -485,23 +261,45 @@ class KnowledgeIndex:
             if self.encoder is None:
                 raise ProviderError("dense retrieval needs an embeddings provider")
             vector = self.encoder.encode_query(query)
-        return self.dense.query(vector, k, where)
+        return self._fill(self.dense.query(vector, k, where))
 
     def search_sparse(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
         """BM25 retrieval (records one retrieval in the current node's ledger): ranked in the store when it runs
-        BM25 itself (Milvus), so chunks other processes added are found; else over the local sparse index."""
+        BM25 itself (Milvus), else over the postings, with IDFs and lengths from the catalog."""
         record(retrievals=1)
         if isinstance(self.dense, MilvusStore):
             return self.dense.search_sparse(query, k, where)
-        return self.sparse.search(query, k, where)
+        assert self.postings is not None
+        self._check_analyzer()
+        terms = self.analyzer(query)
+        if not terms or k <= 0:
+            return []
+        allowed = self._allowed(where) if where else None
+        positions, scores = self.postings.top_k(terms, k, self.idfs(terms), self._avgdl(), allowed=allowed)
+        by_pos = {c.pos: c for c in self.catalog.at(positions.tolist())}
+        return [Hit(chunk_id=by_pos[p].id, text=by_pos[p].text, score=float(s), channel="bm25",
+                    metadata=dict(by_pos[p].metadata))
+                for p, s in zip(positions.tolist(), scores.tolist(), strict=True) if p in by_pos]  # fmt: skip
+
+    def _allowed(self, where: Mapping[str, Any]) -> np.ndarray:
+        """The positions whose metadata a filter admits (sorted), cached per filter and index generation."""
+        assert self.postings is not None
+        return _allowed_positions(self.catalog, self.postings.generation, _freeze(where))
 
     def metadata_fields(self) -> dict[str, set[type]]:
         """The metadata fields the indexed chunks have, with the value types seen (for filter validation)."""
-        fields: dict[str, set[type]] = {}
-        for meta in self.sparse.metadatas:
-            for key, value in meta.items():
-                fields.setdefault(key, set()).add(type(value))
-        return fields
+        return self.catalog.metadata_fields()
+
+    @property
+    def links(self) -> Any:
+        """The link table over the indexed chunks (:class:`~modular_rag.links.StoredLinks`), read by key."""
+        if self._links is None:
+            from modular_rag.links import StoredLinks
+
+            with self._lock:
+                if self._links is None:
+                    self._links = StoredLinks(self.catalog)
+        return self._links
 
     # ----------------------------------------------------------------------------------------------------- writing
 
@@ -513,76 +311,114 @@ class KnowledgeIndex:
         progress: Callable[[int], None] | None = None,
         prune: bool = False,
     ) -> AddReport:
-        """Embed and add the chunks the dense store lacks, then bring the sparse index up to date.
+        """Add the chunks the index lacks: their texts, statistics and link rows to the catalog, their vectors to the
+        dense store, their postings as one BM25 segment.
 
-        Dense writes run on a background thread while the next batch is embedded. Re-adding chunks that are
-        already stored costs one id lookup per batch (no embedding). When the sparse index in memory or on disk
-        agrees with the dense store before the write (the checks loading does), it is updated with the new chunks
-        and the pruned ids only (:meth:`SparseIndex.updated`: the other texts are not read or analysed again);
-        otherwise it is rebuilt from every chunk of the dense store. Either way the file is written whole.
+        Re-adding chunks that are already stored costs one id lookup per batch (no embedding). Dense writes run on a
+        background thread while the next batch is embedded.
 
         Args:
             chunks: Chunks to add (duplicates by id are dropped).
             batch_size: Chunks embedded per batch.
             progress: Called with the number of chunks handled after each batch.
             prune: Afterwards delete every stored chunk that is not among ``chunks``, so the index holds exactly
-                them (LangChain ``index(cleanup="full")`` semantics); the sparse index and the link table follow.
+                them (LangChain ``index(cleanup="full")`` semantics).
 
         Raises:
             IndexingError: If embedding or a dense write fails (what was written stays; rerun to resume).
         """
         start = time.perf_counter()
+        self._check_analyzer()
         with self._lock:
             unique: dict[str, Chunk] = {}
             for ch in chunks:
                 unique.setdefault(ch["chunk_id"], ch)
             todo = list(unique.values())
-            had_before = self.dense.count()
-            present = self.dense.existing([c["chunk_id"] for c in todo]) if had_before else set()
+            stages: dict[str, float] = {}
+            t0 = time.perf_counter()
+            in_catalog = self.catalog.positions([c["chunk_id"] for c in todo])
+            fresh = [c for c in todo if c["chunk_id"] not in in_catalog]
+            self._catalog_add(fresh)
+            stages["catalog"] = time.perf_counter() - t0
+            present = self.dense.existing([c["chunk_id"] for c in todo]) if self.dense.count() else set()
             new = [c for c in todo if c["chunk_id"] not in present]
             if progress and present:
                 progress(len(todo) - len(new))
-            base = self._agreeing_sparse(had_before) if had_before else None
-            stale: list[str] = []
-            if prune and had_before:
-                base = base if base is not None else self.sparse  # rebuilt from the dense store: its ids are needed
-                stale = sorted(set(base.ids) - unique.keys())
-            stages = self._write_dense(new, batch_size, progress)
-            if stale:
-                self.dense.delete(stale)
-            sparse_start = time.perf_counter()
-            timings: dict[str, float] = {}
-            if had_before == 0 and not present:
-                path = "first"
-                order = sorted(range(len(todo)), key=lambda i: todo[i]["chunk_id"])
-                chunks_in_order = (
-                    [todo[i]["chunk_id"] for i in order],
-                    [todo[i]["text"] for i in order],
-                    [self._stored_meta(todo[i]["metadata"]) for i in order],
-                )
-                self.rebuild_sparse(chunks_in_order, timings=timings)
-            elif base is not None:
-                path = "incremental"
-                if new or stale:
-                    ids, texts = [c["chunk_id"] for c in new], [c["text"] for c in new]
-                    metas = [self._stored_meta(c["metadata"]) for c in new]
-                    self._store_sparse(base.updated(ids, texts, metas, stale, timings=timings), timings)
-                elif self.sparse_file is not None and not self.sparse_file.exists():
-                    self._store_sparse(base, timings)
-            else:
-                path = "full"
-                self.rebuild_sparse(timings=timings)
-            stages["sparse"] = time.perf_counter() - sparse_start
-        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages, len(stale),
-                         timings, path)  # fmt: skip
+            stages.update(self._write_dense(new, batch_size, progress))
+            t0 = time.perf_counter()
+            self.sync_postings()
+            stages["sparse"] = time.perf_counter() - t0
+            removed = 0
+            if prune:
+                stale = [cid for cid in self.catalog.ids() if cid not in unique]
+                removed = self.remove(stale)
+        return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages, removed)
+
+    def _catalog_add(self, chunks: Sequence[Chunk]) -> None:
+        """Texts (unless the store keeps them), term statistics and link rows of new chunks, in one transaction."""
+        if not chunks:
+            return
+        terms = self.analyzer.many([c["text"] for c in chunks])
+        rows = [(c["chunk_id"], str(c["metadata"].get("doc_id", c["chunk_id"])),
+                 "" if self.texts_in_store else c["text"], self._stored_meta(c["metadata"])) for c in chunks]
+        with self.catalog.transaction() as db:
+            positions = self.catalog.add_chunks(rows, [len(t) for t in terms], terms, db)
+            self.links.added(db, positions, [c["text"] for c in chunks], [self._stored_meta(c["metadata"]) for c in
+                                                                          chunks], find=self._containing)  # fmt: skip
+
+    def _containing(self, words: Sequence[str]) -> list[int]:
+        """Positions of held chunks whose text may contain these words (every analysed term of them): the BM25
+        postings' intersection, or, when BM25 runs in the store, its best matches."""
+        terms = self.analyzer(" ".join(words))
+        if not terms:
+            return []
+        if self.postings is not None:
+            return self.postings.containing(terms).tolist()
+        hits = self.dense.search_sparse(" ".join(words), 1000)  # type: ignore[union-attr]
+        return list(self.catalog.positions([h["chunk_id"] for h in hits]).values())
+
+    def sync_postings(self) -> None:
+        """Write the BM25 postings of every catalog chunk the postings do not cover yet (the chunks just added, and
+        any a killed run left behind), as one segment. A position whose chunk was removed before its postings were
+        written gets none."""
+        if self.postings is None:
+            return
+        start = self.postings.next_position
+        terms: list[list[str]] = []
+        for part in self.catalog.scan(start=start):
+            for c in part:
+                terms.extend([] for _ in range(c.pos - start - len(terms)))
+                terms.append(self.analyzer(self._texts([c])[0]))
+        if terms:
+            self.postings.add(start, terms)
+
+    def remove(self, ids: Sequence[str]) -> int:
+        """Remove chunks by id from the catalog (texts, statistics, link rows), the postings and the dense store.
+        Returns how many were held."""
+        if not ids:
+            return 0
+        with self._lock:
+            at = self.catalog.positions(list(ids))
+            held = self.catalog.at(sorted(at.values()))
+            if self.postings is not None:
+                self.postings.remove([c.pos for c in held])
+            texts = self._texts(held)
+            with self.catalog.transaction() as db:
+                self.catalog.remove_chunks([c.pos for c in held], self.analyzer.many(texts), db)
+            self.dense.delete(list(ids))
+        return len(held)
+
+    def _texts(self, chunks: Sequence[StoredChunk]) -> list[str]:
+        if not self.texts_in_store:
+            return [c.text for c in chunks]
+        found = self.chunks([c.id for c in chunks])
+        return [found[c.id]["text"] if c.id in found else "" for c in chunks]
 
     def _stored_meta(self, meta: Mapping[str, Any]) -> dict[str, Any]:
-        """A chunk's metadata as the dense store gives it back (what a rebuild from the store would hold)."""
+        """A chunk's metadata as the dense store gives it back."""
         if isinstance(self.dense, ChromaStore):
             return _chroma_meta(meta)
-        if isinstance(self.dense, MilvusStore):  # its JSON field keeps every value but None
-            return {k: v for k, v in meta.items() if v is not None}
-        return dict(meta)
+        return {k: v for k, v in meta.items() if v is not None}
 
     def _write_dense(
         self, new: list[Chunk], batch_size: int, progress: Callable[[int], None] | None
@@ -597,6 +433,7 @@ class KnowledgeIndex:
         if embed_here and self.encoder is None:
             raise IndexingError("indexing needs an embeddings provider")
         new = sorted(new, key=lambda c: -len(c["text"]))
+        keep_text = self.texts_in_store or isinstance(self.dense, LangChainStore)
         pending: list[Future[None]] = []
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dense-write") as writer:
             for batch in _batches(new, batch_size):
@@ -611,15 +448,9 @@ class KnowledgeIndex:
                 while pending and (len(pending) >= 2 or pending[0].done()):
                     self._settle(pending.pop(0))
                 stages["dense write wait"] += time.perf_counter() - t1
-                pending.append(
-                    writer.submit(
-                        self.dense.add,
-                        [c["chunk_id"] for c in batch],
-                        texts,
-                        [c["metadata"] for c in batch],
-                        vectors,
-                    )
-                )
+                pending.append(writer.submit(self.dense.add, [c["chunk_id"] for c in batch],
+                                             texts if keep_text else [""] * len(batch),
+                                             [c["metadata"] for c in batch], vectors))  # fmt: skip
                 if progress:
                     progress(len(batch))
             t1 = time.perf_counter()
@@ -635,14 +466,35 @@ class KnowledgeIndex:
             raise IndexingError(f"writing to {self.dense.describe()} failed: {exc}") from exc
 
     def clear(self) -> None:
-        """Delete every chunk from the dense store and the sparse index."""
+        """Delete every chunk from the dense store, the catalog and the postings."""
         with self._lock:
             self.dense.delete_all()
-            if self.sparse_file is not None and self.sparse_file.exists():
-                self.sparse_file.unlink()
-            self._sparse = None
+            self.catalog.clear()
+            if self.postings is not None:
+                self.postings.clear()
+
+
+def _hit(chunk: StoredChunk) -> Hit:
+    return Hit(chunk_id=chunk.id, text=chunk.text, score=0.0, channel="link", metadata=dict(chunk.metadata))
 
 
 def _batches(items: Sequence[Chunk], size: int) -> Iterator[Sequence[Chunk]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def _freeze(where: Mapping[str, Any]) -> str:
+    import json
+
+    return json.dumps(where, sort_keys=True, default=str)
+
+
+@lru_cache(maxsize=64)
+def _allowed_positions(catalog: Catalog, generation: int, where: str) -> np.ndarray:
+    """Positions whose metadata matches a filter (one pass over the catalog's metadata per filter and generation)."""
+    import json
+
+    condition = json.loads(where)
+    found = [c.pos for part in catalog.scan() for c in part if matches_where(c.metadata, condition)]
+    return np.asarray(found, dtype=np.int64)
+

@@ -3,9 +3,10 @@ their first sentences define, names and codes), where chunk texts mention them, 
 mentions make (chunk -> the chunks that define an anchor its text mentions).
 
 A multi-hop question's second passage is usually about an entity the first one names (the bridge); the link table
-lets retrieval follow that without a language model. It is derived from the sparse index's chunks (ids, texts and
-metadata), so it always agrees with the index; :class:`~modular_rag.index.KnowledgeIndex` saves it beside the BM25
-file, keyed by the index's digest, and rebuilds it whenever the chunks change.
+lets retrieval follow that without a language model. :class:`LinkTable` is the table built in memory over a list of
+chunks (test sets made from documents use it); :class:`StoredLinks` is the same table as rows of the index's catalog,
+written with each add and removal and read by key (:class:`~modular_rag.index.KnowledgeIndex`), so no process builds
+or loads it whole.
 
 An anchor's definers are the chunks that define it at its highest rank (:func:`~modular_rag.anchors.chunk_anchors`).
 Every other chunk whose text contains the anchor's words (in any letter case, accents folded, the longest anchor
@@ -21,13 +22,10 @@ own manuals, "United States" in Wikipedia) is dropped.
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from modular_rag.anchors import Alias, aliases_of, chunk_anchors, words_of
 
@@ -35,10 +33,57 @@ __all__ = ["LinkTable", "aliases_of", "chunk_anchors"]
 
 _STOP = frozenset(["a", "an", "the", "of", "and", "or", "in", "on", "at", "to", "for", "by", "with", "from", "is",
                    "was", "are", "as", "be", "it", "its", "this", "that"])  # fmt: skip
+_T = TypeVar("_T")
 VERSION = 3
 """Version of the saved table (a table saved by another version is rebuilt): 2, anchors from the documents
 themselves, definers by rank, case-insensitive mentions; 3, a titled chunk is about its title, no names inside
 titles."""
+
+
+def match_anchors(
+    folded: Sequence[str], targets: Callable[[Alias], frozenset[_T]], prefixes: set[Alias], firsts: set[Alias],
+    singles: set[str],
+) -> list[tuple[Alias, frozenset[_T]]]:  # fmt: skip
+    """The anchors a text's folded words mention, in order, with what each leads to: scanning from every place an
+    anchor's first two words (or a one-word anchor) occur, the longest run of words some anchor starts with
+    (``prefixes``), then the longest anchor in it whose ``targets`` are not empty. Words inside a mention found are
+    not scanned again.
+
+    Args:
+        folded: The text's folded words (:func:`~modular_rag.anchors.words_of`).
+        targets: An anchor's targets (empty: not an anchor here, or one that leads nowhere from this text).
+        prefixes: Every prefix of every anchor that may match.
+        firsts: The first two words of every anchor of two words or more.
+        singles: The one-word anchors.
+    """
+    out: list[tuple[Alias, frozenset[_T]]] = []
+    end = len(folded)
+    done = 0  # words before this are inside a mention already found
+    pairs = zip(folded, [*folded[1:], ""], strict=True)
+    for i in [i for i, pair in enumerate(pairs) if pair in firsts or pair[0] in singles]:
+        if i < done:
+            continue
+        n = 1  # the longest run of words from here that some anchor starts with, then the longest anchor in it
+        while i + n < end and tuple(folded[i : i + n + 1]) in prefixes:
+            n += 1
+        hit: frozenset[_T] = frozenset()
+        while n:
+            found = tuple(folded[i : i + n])
+            hit = targets(found)
+            if hit:
+                break
+            n -= 1
+        if n:
+            out.append((found, hit))
+            done = i + n
+    return out
+
+
+def prefix_sets(anchors: Iterable[Alias]) -> tuple[set[Alias], set[Alias], set[str]]:
+    """What :func:`match_anchors` scans with: every prefix, the first two words, the one-word anchors."""
+    anchors = list(anchors)
+    prefixes = {alias[:n] for alias in anchors for n in range(1, len(alias) + 1)}
+    return prefixes, {a[:2] for a in anchors if len(a) > 1}, {a[0] for a in anchors if len(a) == 1}
 
 
 def _kept(alias: Alias, min_chars: int) -> bool:
@@ -70,9 +115,7 @@ class LinkTable:
 
     def _index(self) -> None:
         """Every prefix of every anchor, so a mention scan extends a match only while some anchor can still match."""
-        self._prefixes = {alias[:n] for alias in self.table for n in range(1, len(alias) + 1)}
-        self._firsts = {alias[:2] for alias in self.table if len(alias) > 1}  # where a mention may start: its first
-        self._singles = {alias[0] for alias in self.table if len(alias) == 1}  # two words, or a one-word anchor
+        self._prefixes, self._firsts, self._singles = prefix_sets(self.table)
 
     @classmethod
     def build(
@@ -153,53 +196,164 @@ class LinkTable:
         """The anchors ``text`` mentions, in order: ``(anchor, the chunk positions that define it)``; the longest
         anchor wins where they overlap. With ``exclude`` (a chunk position), its document's chunks and the anchors it
         defines itself are left out (a shorter anchor inside one of those may still match)."""
-        folded = words_of(text)
-        table, prefixes, firsts, singles = self.table, self._prefixes, self._firsts, self._singles
-        out: list[tuple[Alias, frozenset[int]]] = []
-        end = len(folded)
-        done = 0  # words before this are inside a mention already found
-        pairs = zip(folded, [*folded[1:], ""], strict=True)
-        for i in [i for i, pair in enumerate(pairs) if pair in firsts or pair[0] in singles]:
-            if i < done:
-                continue
-            n = 1  # the longest run of words from here that some anchor starts with, then the longest anchor in it
-            while i + n < end and tuple(folded[i : i + n + 1]) in prefixes:
-                n += 1
-            hit: frozenset[int] = frozenset()
-            while n:
-                found = tuple(folded[i : i + n])
-                if found in table:
-                    hit = self._targets(table[found], exclude)
-                    if hit:
-                        break
-                n -= 1
-            if n:
-                out.append((found, hit))
-                done = i + n
-        return out
+        return match_anchors(words_of(text), lambda alias: self._targets(self.table[alias], exclude)
+                             if alias in self.table else frozenset(), self._prefixes, self._firsts, self._singles)
 
     def named_in(self, text: str) -> set[int]:
         """The chunks that define an anchor ``text`` (a question, in any letter case) names."""
         return set().union(*(hit for _, hit in self.mentions(text)))
 
-    def save(self, file: Path) -> None:
-        """Write the table to ``file`` (JSON, atomically)."""
-        data = {"version": VERSION, "digest": self.digest, "max_words": self.max_words, "documents": self.documents,
-                "table": [[list(k), sorted(v)] for k, v in self.table.items()],
-                "outlinks": [sorted(o) for o in self.outlinks], "dropped": self._dropped}  # fmt: skip
-        tmp = file.with_suffix(file.suffix + ".tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, file)
 
-    @classmethod
-    def load(cls, file: Path) -> LinkTable | None:
-        """The table saved in ``file``, or ``None`` when there is none or it was saved by another version."""
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if data.get("version") != VERSION:
-            return None
-        return cls({tuple(k): frozenset(v) for k, v in data["table"]}, [frozenset(o) for o in data["outlinks"]],
-                   list(data["documents"]), data["digest"], int(data["max_words"]),
-                   list(data.get("dropped", [])))  # fmt: skip
+class StoredLinks:
+    """The link table as rows of the catalog (:class:`~modular_rag.catalog.Catalog`), read by key and kept current
+    by each add and removal, so no process builds it whole.
+
+    What each chunk defines (:func:`chunk_anchors`, kept as :func:`_kept` keeps them) and which anchors its text
+    mentions are written when the chunk is added (the mentions scanned against the anchors the catalog holds, the
+    new chunks' own included); an anchor first defined by an add is looked for in the chunks held before (through
+    ``find``: the chunks whose BM25 postings hold all its words), and those are scanned again, so the table equals a
+    build over every chunk. Removing a chunk removes its rows. The cuts for anchors too generic to follow (defined by
+    or mentioned in more than ``max(min_documents, max_share * count)`` documents or chunks) are applied when the
+    table is read, against the counts then.
+
+    Chunks are named by id at this interface (positions stay inside the catalog).
+    """
+
+    def __init__(self, catalog: Any, *, min_chars: int = 4, max_share: float = 0.01, min_documents: int = 5) -> None:
+        self.catalog = catalog
+        self.min_chars, self.max_share, self.min_documents = min_chars, max_share, min_documents
+
+    # ----------------------------------------------------------------------------------------------------- writing
+
+    def added(
+        self, db: Any, positions: Sequence[int], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]],
+        find: Callable[[Alias], Sequence[int]] | None = None,
+    ) -> None:  # fmt: skip
+        """Write the rows of chunks just added (inside the add's transaction ``db``).
+
+        Args:
+            db: The open transaction.
+            positions, texts, metadatas: The added chunks.
+            find: The positions of chunks held before whose text may contain an anchor (a superset is fine); without
+                it, anchors new to the catalog are not looked for in older chunks.
+        """
+        catalog = self.catalog
+        rows: list[tuple[str, int, int]] = []
+        longest = 1
+        for pos, text, meta in zip(positions, texts, metadatas, strict=True):
+            for alias, rank in chunk_anchors(text, meta).items():
+                if _kept(alias, self.min_chars):
+                    rows.append((" ".join(alias), int(pos), int(rank)))
+                    longest = max(longest, len(alias))
+        new_anchors = set(a for a, _, _ in rows) - catalog.known_anchors([a for a, _, _ in rows], db=db)
+        catalog.set_anchors(rows, db)
+        catalog.raise_stat("max_words", longest, db)
+        self._scan(db, list(positions), list(texts))
+        if find is None or not new_anchors:
+            return
+        added = set(int(p) for p in positions)
+        again: set[int] = set()
+        for anchor in new_anchors:
+            again.update(int(p) for p in find(tuple(anchor.split())) if int(p) not in added)
+        if again:
+            older = catalog.at(sorted(again), db=db)
+            catalog.delete_mentions([c.pos for c in older], db)
+            self._scan(db, [c.pos for c in older], [c.text for c in older])
+
+    def _scan(self, db: Any, positions: Sequence[int], texts: Sequence[str]) -> None:
+        """Record what each chunk's text mentions (the longest anchor that leads out of its document and that the
+        chunk does not define itself)."""
+        if not positions:
+            return
+        own = self.catalog.anchors_of(positions, db=db)
+        docs = self.catalog.documents_of(positions, db=db)
+        mentions: list[tuple[int, str]] = []
+        for pos, text in zip(positions, texts, strict=True):
+            for alias, _ in self._mentions(words_of(text), db, exclude=(int(pos), docs.get(int(pos), ""),
+                                                                        set(own.get(int(pos), {}))), cut=False):
+                mentions.append((int(pos), " ".join(alias)))
+        self.catalog.set_mentions(mentions, db)
+
+    # ----------------------------------------------------------------------------------------------------- reading
+
+    def _limits(self) -> tuple[float, float]:
+        stats = self.catalog.stat_values()
+        return (max(self.min_documents, self.max_share * stats.get("documents", 0.0)),
+                max(self.min_documents, self.max_share * stats.get("chunks", 0.0)))  # fmt: skip
+
+    def _targets(self, anchors: Sequence[str], db: Any, *, cut: bool) -> dict[str, list[tuple[int, str]]]:
+        """Each anchor's definers at its best rank, ``(position, document)``; with ``cut``, anchors too generic to
+        follow lead nowhere."""
+        rows = self.catalog.definers(anchors, db=db)
+        out: dict[str, list[tuple[int, str]]] = {}
+        for anchor, found in rows.items():
+            top = max(r for _, r, _ in found)
+            out[anchor] = [(p, d) for p, r, d in found if r == top]
+        if cut and out:
+            by_docs, by_chunks = self._limits()
+            mentioned = self.catalog.mention_counts(list(out), db=db)
+            for anchor in list(out):
+                definers = out[anchor]
+                generic = len(definers) > by_docs and len({d for _, d in definers}) > by_docs
+                if generic or mentioned.get(anchor, 0) > by_chunks:
+                    del out[anchor]
+        return out
+
+    def _mentions(
+        self, folded: Sequence[str], db: Any = None, *, exclude: tuple[int, str, set[str]] | None = None,
+        cut: bool = True,
+    ) -> list[tuple[Alias, frozenset[int]]]:  # fmt: skip
+        """The anchors the folded words mention, with the positions they lead to (see :func:`match_anchors`)."""
+        longest = int(self.catalog.stat_values().get("max_words", 1))
+        candidates = {" ".join(folded[i : i + n]) for i in range(len(folded))
+                      for n in range(1, min(longest, len(folded) - i) + 1)}  # fmt: skip
+        known = self.catalog.known_anchors(sorted(candidates), db=db)
+        if not known:
+            return []
+        targets = self._targets(sorted(known), db, cut=cut)
+        own_pos, own_doc, own_anchors = exclude if exclude is not None else (-1, None, set())
+
+        def lead(alias: Alias) -> frozenset[int]:
+            key = " ".join(alias)
+            if key in own_anchors:
+                return frozenset()
+            return frozenset(p for p, d in targets.get(key, ()) if d != own_doc and p != own_pos)
+
+        aliases = [tuple(a.split()) for a in targets]
+        return match_anchors(list(folded), lead, *prefix_sets(aliases))
+
+    def _ids(self, positions: Iterable[int]) -> dict[int, str]:
+        return {c.pos: c.id for c in self.catalog.at(sorted(set(positions)))}
+
+    def mentions(self, text: str, exclude: str | None = None) -> list[tuple[Alias, frozenset[str]]]:
+        """The anchors ``text`` mentions, in order, with the ids of the chunks that define them; with ``exclude`` (a
+        chunk id), its document's chunks and the anchors it defines itself are left out."""
+        spec = None
+        if exclude is not None:
+            at = self.catalog.positions([exclude]).get(exclude)
+            if at is not None:
+                spec = (at, self.catalog.documents_of([at]).get(at, ""), set(self.catalog.anchors_of([at]).get(at, {})))
+        found = self._mentions(words_of(text), exclude=spec)
+        ids = self._ids(p for _, hit in found for p in hit)
+        return [(alias, frozenset(ids[p] for p in hit if p in ids)) for alias, hit in found]
+
+    def named_in(self, text: str) -> set[str]:
+        """The ids of the chunks that define an anchor ``text`` (a question, in any letter case) names."""
+        return set().union(*(hit for _, hit in self.mentions(text)))
+
+    def outlinks(self, ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each chunk id held, the ids of the chunks its text links to (sorted by position)."""
+        at = self.catalog.positions(list(ids))
+        if not at:
+            return {}
+        said = self.catalog.mentioned_by(list(at.values()))
+        docs = self.catalog.documents_of(list(at.values()))
+        targets = self._targets(sorted({a for found in said.values() for a in found}), None, cut=True)
+        own = self.catalog.anchors_of(list(at.values()))
+        links: dict[str, set[int]] = {}
+        for cid, pos in at.items():
+            mine = set(own.get(pos, {}))
+            links[cid] = {p for a in said.get(pos, ()) if a not in mine for p, d in targets.get(a, ())
+                          if d != docs.get(pos) and p != pos}  # fmt: skip
+        names = self._ids(p for found in links.values() for p in found)
+        return {cid: [names[p] for p in sorted(found) if p in names] for cid, found in links.items()}

@@ -10,11 +10,9 @@ all run in Milvus, so what one process adds another retrieves by either channel 
 The kit's Chroma-style ``where`` filters are translated to Milvus boolean expressions over the metadata JSON
 (:func:`where_to_expr`); a filter that cannot be translated is refused before anything is sent.
 
-What stays local: :class:`~modular_rag.index.KnowledgeIndex` keeps a BM25 mirror of the collection in memory for
-the features that need term statistics or the chunk list (``SparseIndex.score`` and ``idf``, the link table of
-``link_hop``, the evidence scorer, ``filter_extract``'s field list, ``index --sync``'s file list). It is built from
-:meth:`MilvusStore.dump` on first use in each process and follows only that process's own writes, so those features
-see the index as of their first use; retrieval (dense, BM25, hybrid) always sees the collection as it is.
+No process copies the collection: a question's texts are read from it by id (:meth:`MilvusStore.get`), and what the
+kit keeps beside it, the term statistics of its own analyzer (the evidence scorer's IDFs) and the link table, are rows
+of the catalog (:class:`~modular_rag.catalog.Catalog`), written with every add and removal and read by key.
 
 Needs the ``milvus`` extra (``pip install 'modular-rag[milvus]'``: pymilvus and milvus-lite).
 """
@@ -477,6 +475,19 @@ class MilvusStore:
         rows.sort(key=lambda r: str(r[_ID]))
         return ([str(r[_ID]) for r in rows], [str(r.get(_TEXT) or "") for r in rows],
                 [dict(r.get(_META) or {}) for r in rows])  # fmt: skip
+
+    def get(self, ids: Sequence[str]) -> list[Hit]:
+        """The stored chunks of these ids (text and metadata), read by key; ids not stored are left out."""
+        if not ids or not self._exists():
+            return []
+        out: list[Hit] = []
+        for i in range(0, len(ids), _BATCH_ROWS):
+            batch = list(ids[i : i + _BATCH_ROWS])
+            rows = self._call("get", lambda c, b=batch: c.get(self.collection_name, ids=b,
+                                                              output_fields=[_ID, *_OUTPUT], **self._read_args()))
+            out.extend(Hit(chunk_id=str(r[_ID]), text=str(r.get(_TEXT) or ""), score=0.0, channel="link",
+                           metadata=dict(r.get(_META) or {})) for r in rows)  # fmt: skip
+        return out
 
     def get_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors of the given chunk ids (missing ids are left out)."""

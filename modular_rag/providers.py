@@ -230,15 +230,14 @@ class Providers:
     def _build_index(self) -> KnowledgeIndex:
         vs, sp = self.config.vectorstore, self.config.sparse
         analyzer = Analyzer(stemmer=sp.stemmer, stopwords=sp.stopwords)
-        settings: dict[str, Any] = {"analyzer": analyzer, "backend": sp.backend, "k1": sp.k1, "b": sp.b}
+        settings: dict[str, Any] = {"analyzer": analyzer, "k1": sp.k1, "b": sp.b}
         if isinstance(vs, MilvusConfig):
-            # BM25 runs in Milvus; the local sparse index (link hops, IDFs) is built from the collection on first use
-            return KnowledgeIndex(_milvus_store(vs, sp), _LazyEncoder(self), sparse_file=None, **settings)
+            # dense search, BM25 and texts in Milvus; the kit's term statistics and link table in the catalog
+            return KnowledgeIndex(_milvus_store(vs, sp), _LazyEncoder(self), folder=_milvus_folder(vs), **settings)
         if not isinstance(vs, ChromaConfig):
-            return KnowledgeIndex(LangChainStore(vs), None, sparse_file=None, **settings)
+            return KnowledgeIndex(LangChainStore(vs), None, folder=None, **settings)
         dense = ChromaStore(path=vs.path, host=vs.host, port=vs.port, in_memory=vs.in_memory, collection=vs.collection)
-        sparse_file = _sparse_file(vs, sp.backend)
-        return KnowledgeIndex(dense, _LazyEncoder(self), sparse_file=sparse_file, **settings)
+        return KnowledgeIndex(dense, _LazyEncoder(self), folder=_index_folder(vs), **settings)
 
     def close(self) -> None:
         """Forget this flow's references (shared objects stay cached for other flows)."""
@@ -283,10 +282,23 @@ def _milvus_store(vs: MilvusConfig, sp: SparseConfig) -> MilvusStore:
                        consistency=vs.consistency, timeout_s=vs.timeout_s)  # fmt: skip
 
 
-def _sparse_file(vs: ChromaConfig, backend: str) -> Path | None:
+def _index_folder(vs: ChromaConfig) -> Path | None:
+    """Where the catalog and the BM25 postings of a Chroma store live: beside its folder; for a Chroma server, under
+    ``$MODULAR_RAG_HOME/index`` (one per machine: the server keeps the texts); in memory for an in-memory store."""
     if vs.in_memory:
         return None
     if vs.host:
-        root = Path(os.environ.get("MODULAR_RAG_HOME", ".modular_rag")) / "sparse"
-        return root / f"{vs.host}_{vs.port}_{vs.collection}.{backend}.npz"
-    return Path(vs.path or ".modular_rag/index") / f"{vs.collection}.{backend}.sparse.npz"
+        home = Path(os.environ.get("MODULAR_RAG_HOME", ".modular_rag"))
+        return home / "index" / f"{vs.host}_{vs.port}_{vs.collection}"
+    return Path(vs.path or ".modular_rag/index") / f"{vs.collection}.kit"
+
+
+def _milvus_folder(vs: MilvusConfig) -> Path:
+    """Where a Milvus collection's catalog lives: ``catalog`` when set (a folder the processes that share the
+    collection share), else beside a Milvus Lite file, else under ``$MODULAR_RAG_HOME/milvus``."""
+    if vs.catalog:
+        return Path(vs.catalog)
+    if "://" not in vs.uri:
+        return Path(vs.uri).with_suffix(f".{vs.collection}.kit")
+    home = Path(os.environ.get("MODULAR_RAG_HOME", ".modular_rag"))
+    return home / "milvus" / f"{vs.uri.split('://', 1)[1].replace(':', '_').replace('/', '_')}_{vs.collection}"

@@ -391,6 +391,22 @@ class SegmentedBM25:
         order = np.lexsort((positions, -scores))[:k]
         return positions[order], scores[order]
 
+    def containing(self, terms: Sequence[str]) -> np.ndarray:
+        """The positions (sorted, removed ones left out) whose postings hold every one of ``terms``."""
+        with self._lock:
+            self.refresh()
+            found: np.ndarray | None = None
+            for term in dict.fromkeys(terms):
+                key = term.encode("utf-8")
+                docs = [np.asarray(seg.find(key)[0]) for seg in self._segments]
+                here = np.concatenate(docs) if docs else _EMPTY_I
+                found = here if found is None else np.intersect1d(found, here, assume_unique=True)
+                if not len(found):
+                    return _EMPTY_I
+            if found is None:
+                return _EMPTY_I
+            return found[~np.isin(found, self._removed)] if len(self._removed) else found
+
     def score(self, terms: Sequence[str], positions: Sequence[int], idf: Mapping[str, float],
               avgdl: float) -> np.ndarray:  # fmt: skip
         """The BM25 scores of the chunks at ``positions`` for analysed ``terms`` (0 for removed or unknown ones)."""

@@ -1,22 +1,17 @@
-"""BM25 scorers for the sparse index.
+"""In-memory BM25 scorers over a list of analysed documents: the exhaustive references the index's on-disk postings
+(:mod:`modular_rag.segments`) are checked against, and what the BM25 benchmark compares.
 
-Two backends score the same analysed terms:
+Two scorers score the same analysed terms:
 
-* ``sparse`` (default): term-major postings (a CSC matrix) with BM25 weights precomputed at build time; a query
+* ``sparse``: term-major postings (a CSC matrix) with BM25 weights precomputed at build time; a query
   sums the postings of its terms and takes the top k with a partition. On large corpora (``prune_min_docs``) a
   query with long postings is answered with MaxScore pruning: the documents of the rare, high-weight terms are
   scored first, and the long lists of common terms are only looked up for the documents that can still reach the
   top k. The result is exactly that of scoring every posting; a query stays in milliseconds at a million chunks.
-* ``rank_bm25``: the ``rank-bm25`` package's ``BM25Okapi``, which scores every document in Python per query term;
-  kept selectable for comparison.
+* ``rank_bm25``: the ``rank-bm25`` package's ``BM25Okapi``, which scores every document in Python per query term.
 
 With ``idf="okapi"`` the sparse scorer uses rank-bm25's IDF (with its epsilon floor for very common terms), so the
 two backends return the same scores; the default ``idf="lucene"`` uses Lucene's always-positive IDF.
-
-Both backends can be updated without re-analysing the documents they hold (:meth:`PostingsBM25.updated`,
-:meth:`RankBM25.updated`): the postings keep each document's raw term frequencies and length, so adding and removing
-documents merges arrays and recomputes the weights (IDF and average length are global, so every weight changes);
-the result equals a build over the final documents.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain, compress
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -53,14 +48,6 @@ class SparseScorer(Protocol):
 
     def save(self, folder: Path) -> None: ...
 
-    @property
-    def updatable(self) -> bool: ...
-
-    def updated(
-        self, kept: np.ndarray, added_terms: Sequence[Sequence[str]], inserted_at: np.ndarray
-    ) -> SparseScorer: ...
-
-
 def _kth(scores: np.ndarray, k: int) -> float:
     """The k-th largest value (``len(scores) >= k``)."""
     return float(np.partition(scores, len(scores) - k)[len(scores) - k])
@@ -84,8 +71,7 @@ class PostingsBM25:
         n_docs: number of documents.
         k1, b, idf: the BM25 settings the weights were computed with (kept for the manifest).
         tf: the raw term frequency of each posting (parallel to ``indices``), and
-        doc_len: the number of analysed terms of each document: what :meth:`updated` recomputes the weights from.
-            ``None`` for postings saved before they were kept; such postings cannot be updated.
+        doc_len: the number of analysed terms of each document.
         prune_above, prune_min_docs: A query whose terms have more than ``prune_above`` postings, on a corpus of at
             least ``prune_min_docs`` documents, is answered with MaxScore pruning (below that, summing every posting
             is as fast: measured on SciFact copies, pruning halves the median latency at 1M chunks and slows it by a
@@ -133,89 +119,6 @@ class PostingsBM25:
         tf = _narrow(counts)
         del counts
         return cls(indptr, indices, weights, vocab, len(doc_len), k1=k1, b=b, idf=idf, tf=tf, doc_len=doc_len)
-
-    @property
-    def updatable(self) -> bool:
-        """Whether :meth:`updated` can work: the postings keep raw term frequencies and document lengths (postings
-        saved by an older version do not)."""
-        return self.tf is not None and self.doc_len is not None
-
-    def updated(
-        self, kept: np.ndarray, added_terms: Sequence[Sequence[str]], inserted_at: np.ndarray
-    ) -> PostingsBM25:
-        """These postings with documents removed and added, without touching the text of the documents kept.
-
-        The result equals :meth:`build` over the final documents (same vocabulary, postings and weights): the kept
-        documents' postings are filtered and renumbered, the added documents' postings are counted and merged into
-        the term-major order by binary search, terms no document has any more are dropped, and every weight is
-        recomputed (IDF and average length are global). All of it is array passes over the postings; only the added
-        documents' terms are looked at one by one.
-
-        Args:
-            kept: Positions of the documents that stay, ascending; they keep their relative order.
-            added_terms: The added documents' analysed terms, in their final order.
-            inserted_at: The final position of each added document, ascending (the kept documents fill the other
-                positions, in order).
-
-        Raises:
-            ValueError: If the postings have no term frequencies (saved by an older version: rebuild them from the
-                texts), or ``kept`` / ``inserted_at`` do not describe a valid final order.
-        """
-        if self.tf is None or self.doc_len is None:
-            raise ValueError("these postings were saved without term frequencies and document lengths (an older "
-                             "version); they cannot be updated: build them again from the documents")  # fmt: skip
-        kept, inserted_at = np.asarray(kept, dtype=np.int64), np.asarray(inserted_at, dtype=np.int64)
-        n_docs = len(kept) + len(added_terms)
-        _check_splice(kept, inserted_at, len(added_terms), self.n_docs, n_docs)
-        slots = np.ones(n_docs, dtype=bool)
-        slots[inserted_at] = False
-        final = np.full(self.n_docs, -1, dtype=np.int64)  # final position of each old document, -1 when removed
-        final[kept] = np.flatnonzero(slots)
-
-        old_terms = _terms_by_column(self.vocab)
-        fresh = sorted(set(chain.from_iterable(added_terms)).difference(self.vocab))
-        if fresh:
-            terms = sorted(old_terms + fresh)  # two sorted runs: Timsort merges them in one pass
-            column = dict(zip(terms, range(len(terms)), strict=True))
-            remap = np.fromiter(map(column.__getitem__, old_terms), dtype=np.int64, count=len(old_terms))
-        else:
-            terms, column, remap = old_terms, self.vocab, np.arange(len(old_terms), dtype=np.int64)
-
-        old_term = np.repeat(remap, np.diff(self.indptr))
-        old_doc = final[self.indices]
-        old_tf = self.tf
-        if len(kept) < self.n_docs:
-            keep = old_doc >= 0
-            old_term, old_doc, old_tf = old_term[keep], old_doc[keep], old_tf[keep]
-        add_indptr, add_indices, add_counts, add_len = _count(added_terms, column)
-        add_tf = _narrow(add_counts)
-        add_term = np.repeat(np.arange(len(terms), dtype=np.int64), np.diff(add_indptr))
-        add_doc = inserted_at[add_indices]
-
-        old_key, add_key = old_term * n_docs + old_doc, add_term * n_docs + add_doc  # both ascending ...
-        if len(remap) > 1 and not bool(np.all(remap[1:] > remap[:-1])):  # ... unless the columns were not sorted
-            order = np.argsort(old_key, kind="stable")
-            old_key, old_doc, old_tf = old_key[order], old_doc[order], old_tf[order]
-        size = len(old_key) + len(add_key)
-        is_added = np.zeros(size, dtype=bool)  # where each added posting lands in the merged term-major order
-        is_added[np.searchsorted(old_key, add_key) + np.arange(len(add_key))] = True
-        del old_key, add_key
-        indices = np.empty(size, dtype=np.int32)
-        indices[~is_added], indices[is_added] = old_doc, add_doc
-        tf = np.empty(size, dtype=np.promote_types(old_tf.dtype, add_tf.dtype))
-        tf[~is_added], tf[is_added] = old_tf, add_tf
-        df = np.bincount(old_term, minlength=len(terms)) + np.bincount(add_term, minlength=len(terms))
-        alive = df > 0
-        if not alive.all():
-            terms = list(compress(terms, alive.tolist()))
-            column, df = dict(zip(terms, range(len(terms)), strict=True)), df[alive]
-        indptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
-        doc_len = np.empty(n_docs, dtype=np.int32)
-        doc_len[final[kept]], doc_len[inserted_at] = self.doc_len[kept], add_len
-        weights = _weights(indptr, indices, tf, doc_len, k1=self.k1, b=self.b, idf=self.idf)
-        return PostingsBM25(indptr, indices, weights, column, n_docs, k1=self.k1, b=self.b, idf=self.idf, tf=tf,
-                            doc_len=doc_len, prune_above=self.prune_above,
-                            prune_min_docs=self.prune_min_docs)  # fmt: skip
 
     @property
     def term_max(self) -> np.ndarray:
@@ -361,7 +264,7 @@ class PostingsBM25:
 
     @classmethod
     def load(cls, folder: Path) -> PostingsBM25:
-        """Read what :meth:`save` wrote (postings saved without term frequencies load, but are not updatable)."""
+        """Read what :meth:`save` wrote."""
         meta = json.loads((folder / "scorer.json").read_text())
         arrays = np.load(folder / "postings.npz")
         vocab = json.loads((folder / "vocab.json").read_text())
@@ -402,7 +305,7 @@ def _weights(
     indptr: np.ndarray, indices: np.ndarray, tf: np.ndarray, doc_len: np.ndarray, *, k1: float, b: float, idf: IdfKind
 ) -> np.ndarray:
     """The BM25 weight (float32) of each posting from raw term frequencies and document lengths; the one formula
-    :meth:`PostingsBM25.build` and :meth:`PostingsBM25.updated` share, so both give the same bits."""
+    :meth:`PostingsBM25.build` uses."""
     n_docs = len(doc_len)
     freq = tf.astype(np.float32, copy=False)
     df = np.diff(indptr).astype(np.float64)
@@ -429,17 +332,6 @@ def _terms_by_column(vocab: Mapping[str, int]) -> list[str]:
     ordered = np.empty(len(vocab), dtype=object)
     ordered[cols] = terms
     return list(ordered.tolist())
-
-
-def _check_splice(kept: np.ndarray, inserted_at: np.ndarray, n_added: int, n_old: int, n_new: int) -> None:
-    """Raise ``ValueError`` unless ``kept`` (old positions) and ``inserted_at`` (final positions) are strictly
-    ascending, in range, and one per added document."""
-    if len(inserted_at) != n_added:
-        raise ValueError(f"inserted_at has {len(inserted_at)} positions for {n_added} added documents; "
-                         "give one final position per added document")  # fmt: skip
-    for name, positions, bound in (("kept", kept, n_old), ("inserted_at", inserted_at, n_new)):
-        if len(positions) and (positions[0] < 0 or positions[-1] >= bound or np.any(np.diff(positions) <= 0)):
-            raise ValueError(f"{name} must be strictly ascending positions in [0, {bound}); got {positions[:8]}...")
 
 
 def _idf(df: np.ndarray, n_docs: int, kind: IdfKind) -> np.ndarray:
@@ -495,32 +387,6 @@ class RankBM25:
         with open(folder / "terms.jsonl", "w", encoding="utf-8") as fh:
             for terms in self._terms:
                 fh.write(json.dumps(terms, ensure_ascii=False) + "\n")
-
-    @property
-    def updatable(self) -> bool:
-        """Always: the analysed corpus is kept."""
-        return True
-
-    def updated(
-        self, kept: np.ndarray, added_terms: Sequence[Sequence[str]], inserted_at: np.ndarray
-    ) -> RankBM25:
-        """The scorer over the kept documents and the added ones, in the given final order (rank-bm25 is rebuilt
-        from the kept analysed corpus; nothing is analysed again). Arguments as :meth:`PostingsBM25.updated`.
-
-        Raises:
-            ValueError: If ``kept`` / ``inserted_at`` do not describe a valid final order.
-        """
-        kept, inserted_at = np.asarray(kept, dtype=np.int64), np.asarray(inserted_at, dtype=np.int64)
-        n_docs = len(kept) + len(added_terms)
-        _check_splice(kept, inserted_at, len(added_terms), self.n_docs, n_docs)
-        terms: list[Sequence[str]] = [[] for _ in range(n_docs)]
-        slots = np.ones(n_docs, dtype=bool)
-        slots[inserted_at] = False
-        for at, old in zip(np.flatnonzero(slots).tolist(), kept.tolist(), strict=True):
-            terms[at] = self._terms[old]
-        for at, new in zip(inserted_at.tolist(), added_terms, strict=True):
-            terms[at] = new
-        return RankBM25(terms, k1=self.k1, b=self.b)
 
     @classmethod
     def load(cls, folder: Path) -> RankBM25:

@@ -180,7 +180,7 @@ class SentenceScorer:
 
     def idf(self, term: str) -> float:
         """The term's IDF in the index (a term the index has never seen counts as the rarest)."""
-        return self.providers.index.sparse.idf(term)
+        return self.providers.index.idf(term)
 
     def coverage(self, cues: QuestionCues, terms: set[str]) -> float:
         """IDF-weighted share of the question's terms found in ``terms``."""
@@ -243,24 +243,22 @@ class SentenceScorer:
         it or holds a quantity in the unit the question asks for; failing that, the same from the entries that
         mention that entity; else ``None``. Needs the index's link table."""
         index = self.providers.index
-        position = index.sparse._positions()
-        if best.chunk_id not in position:
+        whole = index.chunks([best.chunk_id, *(e["chunk_id"] for e in evidence)])  # whole chunks, not the packed text
+        if best.chunk_id not in whole:
             return None
         links = index.links
         named = links.named_in(question)
-        targets = {p for _, hit in links.mentions(best.sentence, exclude=position[best.chunk_id]) for p in hit
-                   if p not in named}  # fmt: skip
-        own = [e for e in evidence if position.get(e["chunk_id"]) in targets and e["chunk_id"] != best.chunk_id]
+        targets = {c for _, hit in links.mentions(best.sentence, exclude=best.chunk_id) for c in hit if c not in named}
+        own = [e for e in evidence if e["chunk_id"] in targets and e["chunk_id"] != best.chunk_id]
         # else the passages that mention the same entity ("... the TW-550 Gravel is built in Kestrel Harbour")
-        def mentions(entry: Evidence) -> set[int]:  # in the whole chunk, not only the sentences the pack kept
-            at = position.get(entry["chunk_id"])
-            text = index.sparse.texts[at] if at is not None else entry["text"]
-            return {p for _, hit in links.mentions(text, exclude=at) for p in hit}
+        def mentions(entry: Evidence) -> set[str]:  # in the whole chunk, not only the sentences the pack kept
+            text = whole[entry["chunk_id"]]["text"] if entry["chunk_id"] in whole else entry["text"]
+            return {c for _, hit in links.mentions(text, exclude=entry["chunk_id"]) for c in hit}
 
         about = [e for e in evidence if e["chunk_id"] not in {best.chunk_id, *(o["chunk_id"] for o in own)}
                  and targets & mentions(e)]  # fmt: skip
         cues = question_cues(question)
-        said = set(_ANALYZER(index.sparse.texts[position[best.chunk_id]]))  # what the bridge passage covers
+        said = set(_ANALYZER(whole[best.chunk_id]["text"]))  # what the bridge passage covers
         rest = QuestionCues(question, tuple(t for t in cues.terms if t not in said), cues.expects, cues.distinctive)
         if not (own or about) or not rest.terms or self.coverage(cues, set(rest.terms)) < min_rest:
             return None

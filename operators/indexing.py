@@ -667,12 +667,9 @@ _STATUSES = ("added", "replaced", "unchanged", "removed")
 
 def _stored_by_path(providers: Providers) -> dict[str, set[str]]:
     """The stored chunk ids by their file (metadata ``path``), before a sync."""
-    if providers.index.count() == 0:
-        return {}
-    sparse = providers.index.sparse
     out: dict[str, set[str]] = {}
-    for cid, meta in zip(sparse.ids, sparse.metadatas, strict=True):
-        out.setdefault(str(meta.get("path", "")), set()).add(cid)
+    for cid, path in providers.index.catalog.ids_by_field("path"):
+        out.setdefault(path, set()).add(cid)
     return out
 
 

@@ -41,55 +41,47 @@ class HopWeights(BaseModel):
     redundancy: float = Field(0.2, ge=0.0, le=10.0, description="penalty: the pair's passages say the same")
 
 
-def _hit_at(providers: Providers, position: int) -> Hit:
-    index = providers.index.sparse
-    return Hit(chunk_id=index.ids[position], text=index.texts[position], score=0.0, channel="link",
-               metadata=dict(index.metadatas[position]))  # fmt: skip
-
-
 def hits_by_id(providers: Providers, chunk_ids: Sequence[str]) -> list[Hit]:
-    """The index's chunks with these ids, as hits (ids the index does not have are skipped)."""
-    position = providers.index.sparse._positions()
-    return [_hit_at(providers, position[c]) for c in chunk_ids if c in position]
+    """The index's chunks with these ids, as hits (ids the index does not have are skipped), read by key."""
+    return providers.index.hits(chunk_ids)
 
 
 def named_by_question(providers: Providers, question: str) -> list[Hit]:
-    """The chunks whose title (or alias) the question names: one lookup in the link table (one retrieval)."""
+    """The chunks that define an anchor the question names: one lookup in the link table (one retrieval)."""
     from modular_rag.trace import record
 
     record(retrievals=1)
-    return [_hit_at(providers, p) for p in sorted(providers.index.links.named_in(question))]
+    return providers.index.hits(sorted(providers.index.links.named_in(question)))
 
 
 def linked_from(providers: Providers, sources: Sequence[Hit]) -> dict[str, list[Hit]]:
-    """For each source chunk, the chunks whose titles its text mentions (the document graph): one lookup in the
-    link table for all of them (one retrieval)."""
+    """For each source chunk, the chunks that define an anchor its text mentions (the document graph): one lookup in
+    the link table for all of them (one retrieval)."""
     from modular_rag.trace import record
 
     record(retrievals=1)
-    position = providers.index.sparse._positions()
-    links = providers.index.links
-    return {h["chunk_id"]: [_hit_at(providers, p) for p in sorted(links.outlinks[position[h["chunk_id"]]])]
-            for h in sources if h["chunk_id"] in position}  # fmt: skip
+    index = providers.index
+    links = index.links.outlinks([h["chunk_id"] for h in sources])
+    found = index.chunks(sorted({c for targets in links.values() for c in targets}))
+    return {source: [Hit(**{**found[c], "channel": "link"}) for c in targets if c in found]
+            for source, targets in links.items()}  # fmt: skip
 
 
 def _context_share(providers: Providers, question: str, source: Hit, target: Hit) -> float:
     """The share of the question's IDF weight found in the source's sentences that mention the target's title."""
     from modular_rag.text import split_sentences
 
-    index, links = providers.index.sparse, providers.index.links
-    position = index._positions()
-    p1, p2 = position.get(source["chunk_id"]), position.get(target["chunk_id"])
-    if p1 is None or p2 is None:
-        return 0.0
+    index = providers.index
+    links = index.links
     around: set[str] = set()
     for sentence in split_sentences(source["text"]):
-        if any(p2 in hit for _, hit in links.mentions(sentence, exclude=p1)):
+        if any(target["chunk_id"] in hit for _, hit in links.mentions(sentence, exclude=source["chunk_id"])):
             around |= set(index.analyzer(sentence))
     around -= set(index.analyzer(str(target["metadata"].get("title") or "")))
     terms = set(index.analyzer(question))
-    total = sum(index.idf(t) for t in terms)
-    return sum(index.idf(t) for t in terms & around) / total if total > 0 else 0.0
+    idf = index.idfs(sorted(terms))
+    total = sum(idf.values())
+    return sum(idf[t] for t in terms & around) / total if total > 0 else 0.0
 
 
 def multihop_rank(
@@ -142,12 +134,12 @@ def multihop_rank(
             return {}
         q = providers.encoder.encode_query(question)
         cos = chunk_vectors(providers, new) @ q
-        bm = providers.index.sparse.score(question, [h["chunk_id"] for h in new])
+        bm = providers.index.score(question, new)
         return {h["chunk_id"]: float(w.dense * c + w.sparse * b / top_bm25 + w.named * (h["chunk_id"] in named_ids))
                 for h, c, b in zip(new, cos.tolist(), bm.tolist(), strict=True)}  # fmt: skip
 
     first = list(hits.values())
-    top_bm25 = max(float(providers.index.sparse.score(question, [h["chunk_id"] for h in first]).max(initial=0.0)), 1e-9)
+    top_bm25 = max(float(providers.index.score(question, first).max(initial=0.0)), 1e-9)
     u = own(first)
     order = sorted(u, key=lambda c: (-u[c], c))
     p1s = [c for c in sources if c in u] if sources is not None else order[:beam]

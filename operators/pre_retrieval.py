@@ -323,14 +323,11 @@ _YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")
 
 
 def _known_values(providers: Providers, fields: list[str] | None, max_values: int) -> dict[str, set[Any]]:
-    values: dict[str, set[Any]] = {}
-    for meta in providers.index.sparse.metadatas:
-        for key, value in meta.items():
-            if fields is not None and key not in fields:
-                continue
-            if isinstance(value, str | int | float | bool):
-                values.setdefault(key, set()).add(value)
-    return {k: v for k, v in values.items() if len(v) <= max_values}
+    """Each metadata field's values (fields with more than ``max_values`` distinct values are left out), read from
+    the catalog field by field."""
+    names = [f for f in providers.index.metadata_fields() if fields is None or f in fields]
+    values = {name: providers.index.catalog.field_values(name, max_values + 1) for name in names}
+    return {k: v for k, v in values.items() if v and len(v) <= max_values}
 
 
 def validate_filter(where: Mapping[str, Any], known: Mapping[str, set[Any]]) -> tuple[dict[str, Any], list[str]]:

@@ -199,7 +199,7 @@ def _synonyms(passages: PassageSet, params: SurfaceParams, providers: Providers)
             return None
 
         passages.derived[key] = nearest
-    return passages.derived[key]  # type: ignore[no-any-return]
+    return passages.derived[key]
 
 
 def _sentences(passages: PassageSet, i: int, params: SurfaceParams) -> list[tuple[int, int]]:
@@ -250,7 +250,7 @@ def _fact(p_text: str, sentences: Sequence[tuple[int, int]], params: FactParams,
           exclude: str = "") -> tuple[int, int, str, int, int] | None:  # fmt: skip
     """A sentence of a passage with a typed span: ``(sentence start, end, type, span start, end)`` in passage
     offsets, or ``None``."""
-    options = []
+    options: list[tuple[int, int, str, int, int]] = []
     for s, e in sentences:
         sentence = p_text[s:e]
         if len(sentence.split()) < params.min_words:

@@ -112,9 +112,9 @@ def llm_questions(params: LLMMakerParams, providers: Providers) -> QuestionMaker
                 continue
             if not answer and kind != "unanswerable" and params.ask_answer:
                 shown = "\n\n".join(slots[k] for k in ("a", "b") if slots.get(k))
-                answer = providers.llm.complete(ANSWER_PROMPT.format(passages=shown, question=question),
-                                                max_tokens=24).text.strip().splitlines()[0:1]  # fmt: skip
-                answer = answer[0].strip().strip('"').rstrip(".") if answer else ""
+                lines = providers.llm.complete(ANSWER_PROMPT.format(passages=shown, question=question),
+                                               max_tokens=24).text.strip().splitlines()[0:1]  # fmt: skip
+                answer = lines[0].strip().strip('"').rstrip(".") if lines else ""
             gold = () if kind == "unanswerable" else (a.id,) if b is None else (a.id, b.id)
             answer = "" if kind == "unanswerable" else answer
             where = find_answer(answer, passages, gold)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
@@ -179,7 +179,7 @@ def _hop_links(params: IterativeParams, providers: Providers, search: Step) -> S
         return {"queries": [question],
                 "candidates": _rank(providers, question, previous, params.hop, second=second, sources=sources)}
 
-    return internal_node(RETRIEVE, links, "hop:links")
+    return cast(Step, internal_node(RETRIEVE, links, "hop:links"))
 
 
 def _words(text: str, n: int) -> str:
@@ -210,7 +210,7 @@ def _hop_evidence(params: IterativeParams, providers: Providers, search: Step) -
                        named=named)  # fmt: skip
         return {"queries": list(seeds), "candidates": ranked, **trace_and_ledger(*runs)}
 
-    return internal_node(RETRIEVE, evidence, "hop:evidence")
+    return cast(Step, internal_node(RETRIEVE, evidence, "hop:evidence"))
 
 
 THOUGHT_PROMPT = (

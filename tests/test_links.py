@@ -53,7 +53,9 @@ def test_an_alias_too_many_chunks_mention_is_not_followed() -> None:
 
 
 @pytest.mark.integration
-def test_the_link_table_is_saved_beside_the_index_and_follows_re_indexing(tmp_path: Path) -> None:
+def test_the_index_writes_its_link_rows_with_each_add_and_removal(tmp_path: Path) -> None:
+    """No table is rebuilt: a document added later is found from the chunks that mentioned it before (their rows are
+    scanned again), a reopened index reads the same rows, and a removed document's anchors and mentions go."""
     from operators.indexing import index_paths
 
     docs = tmp_path / "docs"
@@ -61,19 +63,41 @@ def test_the_link_table_is_saved_beside_the_index_and_follows_re_indexing(tmp_pa
     (docs / "award.md").write_text("---\ntitle: Award 2022\n---\n\nThe TW-550 Gravel won the Coastline award.\n")
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
     index_paths([docs], env, progress=False)
-    assert not any(env.index.links.outlinks)  # nothing the award names is indexed yet
-    saved = list((tmp_path / "index").glob("*.links.json"))
-    assert len(saved) == 1
-    (docs / "spec.md").write_text("---\ntitle: TW-550 Gravel specification sheet\naliases: TW-550 Gravel\n---\n\n"
-                                  "Its frame is chromoly steel.\n")  # fmt: skip
+    award = next(iter(env.index.catalog.ids()))
+    assert env.index.links.outlinks([award]) == {award: []}  # nothing the award names is indexed yet
+    (docs / "spec.md").write_text("---\ntitle: TW-550 Gravel specification sheet\n---\n\n"
+                                  "The TW-550 Gravel has a chromoly steel frame.\n")  # fmt: skip
     index_paths([docs], env, progress=False)
-    links = env.index.links  # the chunks changed: the table is rebuilt, and saved again
-    award = next(i for i, m in enumerate(env.index.sparse.metadatas) if m["doc_id"] == "award")
-    spec = next(i for i, m in enumerate(env.index.sparse.metadatas) if m["doc_id"] == "spec")
-    assert links.outlinks[award] == {spec}
+    spec = next(c for c in env.index.catalog.ids() if c != award)
+    assert env.index.links.outlinks([award]) == {award: [spec]}  # the older chunk was scanned again
     reopened = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
-    assert reopened.index.links.outlinks[award] == {spec}  # loaded from beside the index, same digest
-    assert LinkTable.load(saved[0]) is not None and LinkTable.load(saved[0]).digest == links.digest  # type: ignore[union-attr]
+    assert reopened.index.links.outlinks([award]) == {award: [spec]}
+    assert spec in reopened.index.links.named_in("which frame does the tw-550 gravel have")
+    (docs / "spec.md").unlink()
+    index_paths([docs], env, progress=False, sync=True)
+    assert env.index.links.outlinks([award]) == {award: []}
+    assert spec not in env.index.links.named_in("which frame does the tw-550 gravel have")
+
+
+@pytest.mark.integration
+def test_the_stored_link_table_equals_a_build_over_every_chunk(tmp_path: Path) -> None:
+    """The demo corpus indexed one file at a time (each add scanning only its own chunks and the older chunks that
+    mention anchors it brings) links exactly as a table built over all the chunks at once."""
+    from modular_rag import demo_corpus_path
+    from operators.indexing import index_paths
+
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
+    for file in sorted(demo_corpus_path().glob("*.md"), reverse=True):
+        index_paths([file], env, progress=False)
+    held = [c for part in env.index.catalog.scan() for c in part]
+    built = LinkTable.build([c.text for c in held], [c.metadata for c in held])
+    stored = env.index.links.outlinks([c.id for c in held])
+    assert {(held[i].id, held[j].id) for i, out in enumerate(built.outlinks) for j in out} == {
+        (a, b) for a, out in stored.items() for b in out}
+    questions = [q["text"] for q in map(__import__("json").loads, (demo_corpus_path().parent / "questions.jsonl")
+                                        .read_text().splitlines())]  # fmt: skip
+    for q in questions:
+        assert {held[p].id for p in built.named_in(q)} == env.index.links.named_in(q), q
 
 
 def _chunks(folder: Path) -> tuple[list[str], list[dict]]:
@@ -137,9 +161,10 @@ def test_plain_txt_files_without_titles_link_through_the_subjects_they_define(tm
                                         "built in Kestrel Harbour.\n")  # fmt: skip
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
     index_paths([docs], env, progress=False)
-    metas = env.index.sparse.metadatas
-    assert _graph(env.index.links, list(metas)) == {("news_2022", "harbour-notes"), ("news_2022", "spec")}
-    assert sorted(str(m["title"]) for m in metas) == ["harbour notes", "news 2022", "spec"]  # file names, readable
+    held = {c.id: c for part in env.index.catalog.scan() for c in part}
+    graph = {(held[a].doc_id, held[b].doc_id) for a, out in env.index.links.outlinks(list(held)).items() for b in out}
+    assert graph == {("news_2022", "harbour-notes"), ("news_2022", "spec")}
+    assert sorted(str(c.metadata["title"]) for c in held.values()) == ["harbour notes", "news 2022", "spec"]
 
 
 @pytest.mark.unit
@@ -186,11 +211,3 @@ def test_anchors_computed_per_chunk_beforehand_build_the_same_table() -> None:
     assert (given.table, given.outlinks) == (built.table, built.outlinks)
 
 
-@pytest.mark.unit
-def test_a_table_saved_by_another_version_is_rebuilt(tmp_path: Path) -> None:
-    links = LinkTable.build(TEXTS, METAS, digest="d")
-    links.save(tmp_path / "x.links.json")
-    assert LinkTable.load(tmp_path / "x.links.json") is not None
-    data = (tmp_path / "x.links.json").read_text().replace('"version": ', '"version": 0')
-    (tmp_path / "x.links.json").write_text(data)
-    assert LinkTable.load(tmp_path / "x.links.json") is None

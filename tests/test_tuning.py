@@ -9,9 +9,8 @@ import pytest
 
 from modular_rag.bench import RETRIEVAL_PRESETS, main, retrieval_preset
 from modular_rag.config import load_config
-from modular_rag.errors import ConfigError, DatasetError
+from modular_rag.errors import DatasetError
 from modular_rag.eval.datasets import holdout_split, load_beir
-from modular_rag.eval.tuning import HybridGrid, HybridSetting, hybrid_flow
 from tests.test_finetune import QUERIES, write_beir
 
 pytestmark = pytest.mark.unit
@@ -33,25 +32,6 @@ def test_holdout_rejects_bad_fractions_and_names(tmp_path: Path, fraction: float
     dataset = load_beir(write_beir(tmp_path / "tiny"), split="train")
     with pytest.raises(DatasetError):
         holdout_split(dataset, tmp_path / "held", fraction=fraction, names=names)
-
-
-def test_grid_checks_its_values() -> None:
-    assert HybridGrid(k1=(1.2,), b=(0.75,), fusion=("rrf", "convex"), dense_weight=(0.5,), pool=(100,)).size == 2
-    with pytest.raises(ConfigError, match="unknown fusion 'max'; fusions: rrf, convex, weighted"):
-        HybridGrid(fusion=("max",))
-    with pytest.raises(ConfigError, match="--dense-weight"):
-        HybridGrid(dense_weight=(1.0,))
-
-
-def test_tune_refuses_the_dev_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tune", "--dataset", str(write_beir(tmp_path / "tiny", split="dev")), "--split", "dev"]) == 2
-    assert "error: --split: tuning on the dev split" in capsys.readouterr().err
-
-
-def test_a_tuned_setting_is_a_valid_flow_with_its_bm25_settings() -> None:
-    flow = load_config(hybrid_flow(HybridSetting(0.9, 0.4, "convex", 0.6, 200), k=100))
-    assert (flow.providers.sparse.k1, flow.providers.sparse.b) == (0.9, 0.4)
-    assert flow.slot("retrieve")[0].params["weights"] == [0.6, 0.4]
 
 
 def test_every_preset_is_a_valid_flow() -> None:

@@ -9,7 +9,6 @@ order), so the ratios hold on a noisy shared machine, and prints a table with th
     .venv/bin/python -m benchmarks.perf concurrency [--queries 64] [--concurrency 16] [--latency 1.0]
                                                     [--slots 4] [--local-queries 16]
     .venv/bin/python -m benchmarks.perf startup     [--runs 3]
-    .venv/bin/python -m benchmarks.perf add         [--size 100000] [--docs 10] [--rounds 2]
 
 Run from the repository's root. Add ``--save`` to write the command line and its output to
 ``benchmarks/results/perf-<subcommand>.txt``. What each measures, and how, is in the docstring of its module
@@ -24,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import add, concurrency, indexing, overhead, sparse, startup
+from . import concurrency, indexing, overhead, sparse, startup
 from .common import DEFAULT_DATASET, RESULTS, ROOT, Report
 
 __all__ = ["main"]
@@ -35,7 +34,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Report], None]] = {
     "sparse": sparse.run,
     "concurrency": concurrency.run,
     "startup": startup.run,
-    "add": add.run,
 }
 
 
@@ -66,11 +64,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--local-queries", type=int, default=16, help="queries against the local llama-server")
     p = sub.add_parser("startup", help="modular-rag run on the demo: total and split")
     p.add_argument("--runs", type=int, default=3)
-    p = sub.add_parser("add", help="adding a few documents to a large index: full BM25 rebuild vs incremental")
-    p.add_argument("--size", type=int, default=100_000, help="chunks in the index added to; default 100000")
-    p.add_argument("--docs", type=int, default=10, help="documents added per run; default 10")
-    p.add_argument("--rounds", type=int, default=2, help="rounds (each runs both ways); default 2")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus and the random vectors")
     for p in sub.choices.values():
         p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the SciFact folder (BEIR format)")
         p.add_argument("--save", action="store_true", help="also write benchmarks/results/perf-<command>.txt")

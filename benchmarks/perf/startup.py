@@ -1,7 +1,8 @@
 """``python -m benchmarks.perf startup``: wall time from starting ``modular-rag run --config <linear template>
 QUESTION`` to its exit with the answer, over the demo index; and, in a fresh process doing the same steps, the split:
 interpreter, imports, flow build, model loads (embedder, Chroma, BM25), llama-server start, query; side by side with
-the embedder on torch instead of ONNX Runtime, and with llama-server started only when first needed.
+the embedder on torch instead of ONNX Runtime, with the embedder's int8 export (``embeddings: {precision: int8}``, over
+a demo index embedded with it), and with llama-server started only when first needed.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ flow = build_flow(config, providers=env)
 mark("build flow (operator and pattern plugins)")
 env.encoder.encode_query(sys.argv[2])
 mark("load embedder (MiniLM: ONNX Runtime session, or torch + sentence-transformers)")
-env.index.count(); env.index.sparse
-mark("open index (Chroma, BM25 file)")
+env.index.count()
+mark("open index (Chroma, catalog, BM25 segments: opened, nothing loaded whole)")
 env.llm  # the chat client (imports langchain-openai) on the local server, which it starts or waits for
 mark("LLM client + llama-server: start it, or wait for the launched one")
 result = flow.invoke({"query": sys.argv[2]})
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace, out: Report) -> None:
 
     index = str(ROOT / ".modular_rag" / "demo")
     ensure_demo_index(index)
+    int8_index = str(ROOT / ".modular_rag" / "demo-int8")  # the vectors of the questions' embedder
+    ensure_demo_index(int8_index, embeddings={"name": "minilm", "precision": "int8"})
     python = sys.executable
     binary = str(Path(python).parent / "modular-rag")
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,9 +73,14 @@ def run(args: argparse.Namespace, out: Report) -> None:
         data["providers"]["embeddings"] = {"name": "minilm", "backend": "torch"}
         torch_config = Path(tmp) / "linear-torch.yaml"
         torch_config.write_text(yaml.safe_dump(data))
+        data["providers"]["embeddings"] = {"name": "minilm", "precision": "int8"}
+        data["providers"]["vectorstore"]["path"] = int8_index
+        int8_config = Path(tmp) / "linear-int8.yaml"
+        int8_config.write_text(yaml.safe_dump(data))
         variants = {  # column: (config, mode)
             "as run does it (s)": (config, "prestart"),
             "embeddings backend torch (s)": (torch_config, "prestart"),
+            "embeddings precision int8 (s)": (int8_config, "prestart"),
             "server started on first use (s)": (config, "sequential"),
         }
         totals, interpreter = [], []
@@ -101,7 +109,8 @@ def run(args: argparse.Namespace, out: Report) -> None:
     out()
     out("The same steps in a fresh process, timed one by one: as `run` does them (llama-server launched at once, so "
         "it loads while the rest does; the embedder on ONNX Runtime), with the embedder on torch + "
-        "sentence-transformers instead, and with the server started only when first needed")
+        "sentence-transformers instead, with its int8 export (over a demo index embedded with it), and with the "
+        "server started only when first needed")
     first = next(iter(variants))
     rows: list[list[Any]] = [["python interpreter start (python -c pass)",
                               *[statistics.median(interpreter)] * len(variants)]]  # fmt: skip

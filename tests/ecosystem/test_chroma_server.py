@@ -16,7 +16,7 @@ from tests.ecosystem.conftest import background, executable, free_port
 
 @pytest.mark.integration
 def test_index_and_retrieve_through_a_chroma_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the BM25 index of a server-backed store lives under MODULAR_RAG_HOME/sparse
+    # the catalog and postings of a server-backed store live under MODULAR_RAG_HOME/index (texts stay in Chroma)
     monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
     port = free_port()
     cmd = [
@@ -38,7 +38,7 @@ def test_index_and_retrieve_through_a_chroma_server(tmp_path: Path, monkeypatch:
         assert env.index.dense.describe() == f"chroma server 127.0.0.1:{port}/served"
         summary = index_paths([demo_corpus_path()], env, progress=False)
         assert summary.files_indexed == 36 and env.index.count() == summary.index_chunks > 0
-        assert (tmp_path / "home" / "sparse" / f"127.0.0.1_{port}_served.sparse.npz").exists()
+        assert (tmp_path / "home" / "index" / f"127.0.0.1_{port}_served" / "catalog.sqlite").exists()
 
         flow = build_flow(
             {

@@ -44,9 +44,11 @@ from modular_rag.providers import Providers
 
 vs = json.loads(sys.argv[1])
 env = Providers(ProvidersConfig.model_validate({"vectorstore": vs}))
-mirror = env.index.sparse  # the local BM25 mirror, built now (empty) and never refreshed in this process
-print(json.dumps({"count": env.index.count(), "bm25": len(env.index.search_sparse("E07", 5)),
-                  "mirror": len(mirror.ids)}), flush=True)
+def shared():  # what the writer's adds put in the shared catalog: term statistics and the link table
+    return {"df": env.index.catalog.document_frequencies(["e07"])["e07"],
+            "named": len(env.index.links.named_in("which battery does the tw-e2 cargo have"))}
+print(json.dumps({"count": env.index.count(), "bm25": len(env.index.search_sparse("E07", 5)), **shared()}),
+      flush=True)
 sys.stdin.readline()
 bm25 = env.index.search_sparse("speed sensor signal lost", 3)
 dense = env.index.search_dense("the display says the wheel speed is not read", 3)
@@ -54,12 +56,12 @@ retrieve = {"name": "hybrid", "params": {"k": 5}}
 flow = build_flow({"pattern": "linear", "providers": {"vectorstore": vs}, "operators": {
     "retrieve": retrieve, "context": "none", "generate": "none"}}, providers=env)
 out = flow.invoke({"query": sys.argv[2]})
-# link_hop and the evidence scorer read the local mirror (empty here): they must not fail
+# link_hop and the evidence scorer read the catalog the writer filled, by key
 hop = build_flow({"pattern": "linear", "providers": {"vectorstore": vs}, "operators": {
     "retrieve": retrieve, "rerank": {"name": "link_hop", "params": {"k": 5}}, "context": "evidence_first",
     "generate": "none"}}, providers=env).invoke({"query": sys.argv[2]})
 print(json.dumps({
-    "count": env.index.count(), "mirror": len(env.index.sparse.ids),
+    "count": env.index.count(), **shared(),
     "bm25": [h["metadata"].get("title") for h in bm25], "dense": [h["metadata"].get("title") for h in dense],
     "hybrid": [h["metadata"].get("title") for h in out["candidates"]],
     "evidence": [e["metadata"].get("title") for e in hop.get("evidence") or []],
@@ -115,8 +117,9 @@ def _providers(vectorstore: dict[str, Any]) -> Providers:
 
 @pytest.mark.integration
 @needs_milvus
-def test_what_one_process_adds_another_retrieves_by_bm25_and_dense(milvus_uri: str) -> None:
-    vectorstore = json.dumps({"name": "milvus", "uri": milvus_uri, "collection": "shared"})
+def test_what_one_process_adds_another_retrieves_by_bm25_and_dense(milvus_uri: str, tmp_path: Path) -> None:
+    vectorstore = json.dumps({"name": "milvus", "uri": milvus_uri, "collection": "shared",
+                              "catalog": str(tmp_path / "catalog")})  # the folder both processes share
     reader = subprocess.Popen(
         [sys.executable, "-c", READER, vectorstore, QUESTION], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=REPO, env=_child_env(),
@@ -124,7 +127,7 @@ def test_what_one_process_adds_another_retrieves_by_bm25_and_dense(milvus_uri: s
     try:
         assert reader.stdout is not None and reader.stdin is not None
         before = json.loads(reader.stdout.readline() or "null")
-        assert before == {"count": 0, "bm25": 0, "mirror": 0}, reader.stderr.read() if reader.stderr else ""
+        assert before == {"count": 0, "bm25": 0, "df": 0, "named": 0}, reader.stderr.read() if reader.stderr else ""
         writer = subprocess.run([sys.executable, "-c", WRITER, vectorstore], capture_output=True, text=True,
                                 cwd=REPO, env=_child_env(), timeout=120)  # fmt: skip
         assert writer.returncode == 0, writer.stderr[-3000:]
@@ -138,11 +141,11 @@ def test_what_one_process_adds_another_retrieves_by_bm25_and_dense(milvus_uri: s
     assert reader.returncode == 0, err[-3000:]
     after = json.loads(out.strip().splitlines()[-1])
     assert after["count"] == wrote["chunks"]  # the server's count, seen from the reader
-    assert after["mirror"] == 0  # the reader's local BM25 mirror is as of its first use ...
-    assert after["bm25"][0] == "E-bike display error E07"  # ... but BM25 ran in Milvus over the writer's chunks
+    assert after["df"] > 0 and after["named"] > 0  # the writer's statistics and links, read by key: no copy, no lag
+    assert after["bm25"][0] == "E-bike display error E07"  # BM25 ran in Milvus over the writer's chunks
     assert "E-bike display error E07" in after["dense"]
     assert after["hybrid"] and after["hybrid"][0] == "E-bike display error E07"
-    assert after["evidence"]  # link_hop and evidence_first read the stale mirror without failing
+    assert after["evidence"]  # link_hop and evidence_first ran over the writer's chunks
     assert "one Milvus hybrid_search per query" in after["trace"]["retrieve"]
     assert after["ledger"]["retrieve"] == 2  # two channels, one call
 
@@ -283,7 +286,7 @@ def test_sync_deletes_removed_and_replaced_files_in_milvus(milvus_uri: str, tmp_
     docs.mkdir()
     for name in ("display-error-e07.md", "display-error-e12.md", "warranty-policy-2019.md"):
         shutil.copy(demo_corpus_path() / name, docs / name)
-    vectorstore = {"name": "milvus", "uri": milvus_uri, "collection": "synced"}
+    vectorstore = {"name": "milvus", "uri": milvus_uri, "collection": "synced", "catalog": str(tmp_path / "catalog")}
     env = _providers(vectorstore)
     first = index_paths([docs], env, progress=False, sync=True)
     assert first.synced["added"] == 3 and env.index.count() == first.index_chunks

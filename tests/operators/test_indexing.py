@@ -90,24 +90,27 @@ def test_indexing_the_same_folder_twice_gives_the_same_counts(tmp_path: Path) ->
     assert first.files_read == first.files_indexed + first.files_skipped
     assert first.chunks == second.chunks > 36  # 400-character chunks split the documents
     assert first.added == first.chunks and second.added == 0 and second.existing == first.chunks
-    assert env.index.count() == first.chunks == len(env.index.sparse.ids)
-    assert sorted(env.index.sparse.ids) == env.index.sparse.ids
+    assert env.index.count() == first.chunks == env.index.catalog.count() == env.index.dense.count()
+    assert env.index.postings is not None and env.index.postings.next_position == first.chunks  # written once
 
 
 @pytest.mark.integration
-def test_stale_sparse_index_is_rebuilt_from_the_dense_store(tmp_path: Path) -> None:
+def test_a_run_killed_between_writes_is_completed_by_the_next(tmp_path: Path) -> None:
+    """Writes go catalog, dense store, postings: a run killed after the catalog (or after the dense store) leaves
+    chunks the next run completes, embedding only what the dense store lacks."""
+    from modular_rag.index import KnowledgeIndex
+
     cfg = ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path), collection="stale"))
     env = Providers(cfg)
     index_paths([DEMO / "display-error-e07.md"], env, progress=False)
-    sparse_file = env.index.sparse_file
-    assert sparse_file is not None and sparse_file.exists()
-    saved = sparse_file.read_bytes()
-    index_paths([DEMO / "display-error-e12.md"], env, progress=False)
-    sparse_file.write_bytes(saved)  # as if killed between the dense write and the sparse write
-    from modular_rag.index import KnowledgeIndex
-
-    fresh = KnowledgeIndex(env.index.dense, env.encoder, sparse_file=sparse_file, analyzer=env.index.analyzer)
-    assert len(fresh.sparse.ids) == fresh.count() == 2
+    docs, _ = load_file(DEMO / "display-error-e12.md", DEMO, env)
+    chunks = [c for d in docs for c in chunker("recursive")(d)]
+    env.index._catalog_add(chunks)  # killed after the catalog write: no vectors, no postings
+    assert env.index.catalog.count() == 2 and env.index.dense.count() == 1
+    assert env.index.search_sparse("E12 battery overtemperature", 1) == []  # no postings for it yet
+    fresh = KnowledgeIndex(env.index.dense, env.encoder, folder=env.index.folder, analyzer=env.index.analyzer)
+    report = fresh.add(chunks)
+    assert report.added == len(chunks) and fresh.dense.count() == fresh.count() == 2
     assert fresh.search_sparse("E12 battery", 1)[0]["metadata"]["doc_id"] == "display-error-e12"
 
 
@@ -130,6 +133,10 @@ def test_summary_counts_reconcile(tmp_path: Path) -> None:
     json.dumps(summary.__dict__, default=str)
 
 
+def _titles(env: Providers) -> set[str]:
+    return {str(c.metadata["title"]) for part in env.index.catalog.scan() for c in part}
+
+
 def _write(folder: Path, name: str, title: str, body: str) -> None:
     (folder / name).write_text(f"---\ntitle: {title}\n---\n{body}\n", encoding="utf-8")
 
@@ -144,7 +151,8 @@ def test_sync_makes_the_index_follow_its_sources(tmp_path: Path) -> None:
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="sync")))
     first = index_paths([docs], env, progress=False, sync=True)
     assert first.synced == {"added": 3, "replaced": 0, "unchanged": 0, "removed": 0}
-    assert "Warranty" in {str(m["title"]) for m in env.index.sparse.metadatas}
+    assert "Warranty" in _titles(env)
+    assert env.index.links.named_in("what does the warranty cover")  # the title is an anchor
 
     _write(docs, "edit.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
     (docs / "gone.md").unlink()
@@ -155,12 +163,12 @@ def test_sync_makes_the_index_follow_its_sources(tmp_path: Path) -> None:
     assert second.files_read == second.files_indexed + second.files_skipped == 3
     assert any("removed gone.md" in line for line in second.lines())
     # dense, sparse and link table agree, and nothing of the deleted or old text is left in either channel
-    assert env.index.count() == len(env.index.sparse.ids) == 3
-    assert {str(m["title"]) for m in env.index.sparse.metadatas} == {"Saddle", "Chain", "Tyres"}
+    assert env.index.count() == env.index.dense.count() == 3
+    assert _titles(env) == {"Saddle", "Chain", "Tyres"}
     assert all("warranty" not in h["text"].lower() for h in env.index.search_sparse("frame warranty years", 5))
     assert all("warranty" not in h["text"].lower() for h in env.index.search_dense("frame warranty years", 5))
     assert all("300 km" not in h["text"] for h in env.index.search_dense("oil the chain", 5))
-    assert len(env.index.links.documents) == 3 and env.index.links.digest == env.index.sparse.digest
+    assert not env.index.links.named_in("what does the warranty cover")  # the removed chunk's anchors went with it
 
     third = index_paths([docs], env, progress=False, sync=True)  # nothing changed: nothing embedded or removed
     assert third.synced == {"added": 0, "replaced": 0, "unchanged": 3, "removed": 0}
@@ -180,68 +188,60 @@ def test_without_sync_an_edited_file_leaves_its_old_chunks(tmp_path: Path) -> No
 
 
 @pytest.mark.integration
-def test_adding_and_pruning_update_the_sparse_index_without_reading_every_chunk_again(
+def test_adding_and_pruning_touch_only_what_changed_and_equal_a_fresh_build(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import numpy as np
-
-    from modular_rag.index import ChromaStore, KnowledgeIndex, SparseIndex
-    from modular_rag.sparse import PostingsBM25
-    from modular_rag.state import Chunk
+    from modular_rag.index import ChromaStore
     from modular_rag.text import Analyzer
 
     docs = tmp_path / "docs"
     docs.mkdir()
-    for name in ("display-error-e07.md", "display-error-e12.md", "chain-lubrication-guide.md", "company-history.md"):
+    for name in ("display-error-e07.md", "display-error-e12.md", "chain-lubrication-guide.md", "company-history.md",
+                 "tw-e1-ebike-manual.md"):  # fmt: skip
         (docs / name).write_text((DEMO / name).read_text())
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="incremental")))
     index_paths([docs], env, progress=False, sync=True)
-    assert env.index.sparse_file is not None
-    before = set(env.index.sparse.ids)
+    before = set(env.index.catalog.ids())
 
     (docs / "company-history.md").unlink()
     _write(docs, "chain-lubrication-guide.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
-    for name in ("display-error-e03.md", "battery-recycling-policy.md"):
+    for name in ("display-error-e03.md", "battery-recycling-policy.md", "tp-4410-brake-pads.md"):
         (docs / name).write_text((DEMO / name).read_text())
 
     def no_dump(self: ChromaStore) -> None:
-        raise AssertionError("the incremental path must not read every chunk back from the dense store")
+        raise AssertionError("an add must not read every chunk back from the dense store")
 
     analysed: list[str] = []
-    many = Analyzer.many
+    call = Analyzer.__call__
 
-    def counted(self: Analyzer, texts: list[str]) -> list[list[str]]:
-        analysed.extend(texts)
-        return many(self, texts)
+    def counted(self: Analyzer, text: str) -> list[str]:
+        analysed.append(text)
+        return call(self, text)
 
     monkeypatch.setattr(ChromaStore, "dump", no_dump)
-    monkeypatch.setattr(Analyzer, "many", counted)
+    monkeypatch.setattr(Analyzer, "__call__", counted)
+    monkeypatch.setattr(Analyzer, "many", lambda self, texts: [counted(self, t) for t in texts])
     summary = index_paths([docs], env, progress=False, sync=True)
-    assert summary.synced == {"added": 2, "replaced": 1, "unchanged": 2, "removed": 1}
-    assert summary.added > 0 and summary.removed > 0
-    got = env.index.sparse
-    added = [t for cid, t in zip(got.ids, got.texts, strict=True) if cid not in before]
-    assert len(added) == summary.added and sorted(analysed) == sorted(added)  # only the added chunks were analysed
-
-    # an index with nothing in memory updates the saved file the same way
-    reopened = KnowledgeIndex(env.index.dense, env.encoder, sparse_file=env.index.sparse_file, analyzer=Analyzer())
-    extra = Chunk(chunk_id="zz-extra", text="Tyres: inflate them to 3.5 bar.", metadata={"title": "Tyres"})
-    report = reopened.add([extra])
-    assert report.sparse_path == "incremental" and set(report.sparse_stages) == {"analyse", "merge", "save"}
     monkeypatch.undo()
+    assert summary.synced == {"added": 3, "replaced": 1, "unchanged": 3, "removed": 1}
+    now = set(env.index.catalog.ids())
+    changed = {c.text for c in env.index.catalog.get(sorted(now - before)).values()}
+    assert len(now - before) == summary.added and len(before - now) == summary.removed
+    assert {t for t in analysed if len(t) > 60} <= changed | {t for t in analysed if "300 km" in t or "founded" in t
+                                                               or "Founded" in t}  # fmt: skip
+    assert len([t for t in analysed if len(t) > 60]) <= summary.added + summary.removed + 2  # + the queries below
 
-    full = KnowledgeIndex(env.index.dense, None, sparse_file=None, analyzer=Analyzer()).rebuild_sparse()
-    for index in (reopened.sparse, SparseIndex.load(env.index.sparse_file)):
-        assert index.ids == full.ids == sorted(full.ids) and index.digest == full.digest
-        assert index.texts == full.texts and index.metadatas == full.metadatas
-        a, b = index.scorer, full.scorer
-        assert isinstance(a, PostingsBM25) and isinstance(b, PostingsBM25) and a.vocab == b.vocab
-        assert np.array_equal(a.indices, b.indices) and np.allclose(a.data, b.data, rtol=1e-6, atol=0)
-        for query in ("E03 display error", "wax chain rain", "battery recycling", "company founded", "tyres bar"):
-            assert index.search(query, 5) == full.search(query, 5)
-    assert not any("300 km" in t or "history" in str(m.get("path")) for t, m in zip(full.texts, full.metadatas,
-                                                                                     strict=True))  # fmt: skip
-    assert reopened.links.digest == full.digest and len(reopened.links.documents) == len(full.ids)
+    # a fresh index of the final documents reads the same: BM25, IDFs, links
+    fresh = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "fresh"), collection="fresh")))
+    index_paths([docs], fresh, progress=False)
+    assert fresh.index.count() == env.index.count() and set(fresh.index.catalog.ids()) == now
+    for query in ("E03 display error", "wax chain rain", "battery recycling", "company founded", "brake pads TW-E1"):
+        assert [(h["chunk_id"], round(h["score"], 4)) for h in env.index.search_sparse(query, 5)] == [
+            (h["chunk_id"], round(h["score"], 4)) for h in fresh.index.search_sparse(query, 5)]
+    terms = ["wax", "chain", "e03", "found", "tw"]
+    assert env.index.idfs(terms) == fresh.index.idfs(terms)
+    assert env.index.links.outlinks(sorted(now)) == fresh.index.links.outlinks(sorted(now))
+    assert any(env.index.links.outlinks(sorted(now)).values())  # the brake pads' page links to the TW-E1 manual
 
 
 @pytest.mark.unit

@@ -146,10 +146,8 @@ def test_self_rag_retrieves_again_when_the_answer_is_not_useful(demo_dir: Path) 
 
 
 def _hit(env: Any, doc_id: str) -> dict[str, Any]:
-    index = env.index.sparse
-    i = next(i for i, m in enumerate(index.metadatas) if m.get("doc_id") == doc_id)
-    return {"chunk_id": index.ids[i], "text": index.texts[i], "score": 1.0, "channel": "fixed",
-            "metadata": dict(index.metadatas[i])}  # fmt: skip
+    chunk = next(c for part in env.index.catalog.scan() for c in part if c.doc_id == doc_id)
+    return {"chunk_id": chunk.id, "text": chunk.text, "score": 1.0, "channel": "fixed", "metadata": chunk.metadata}
 
 
 @pytest.mark.integration

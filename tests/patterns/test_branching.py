@@ -99,10 +99,8 @@ class PassageChat(BaseChatModel):
 
 
 def _chunk_of(env: Any, doc_id: str) -> dict[str, Any]:
-    index = env.index.sparse
-    i = next(i for i, m in enumerate(index.metadatas) if m.get("doc_id") == doc_id)
-    return {"chunk_id": index.ids[i], "text": index.texts[i], "score": 0.0, "channel": "fixed",
-            "metadata": dict(index.metadatas[i])}  # fmt: skip
+    chunk = next(c for part in env.index.catalog.scan() for c in part if c.doc_id == doc_id)
+    return {"chunk_id": chunk.id, "text": chunk.text, "score": 0.0, "channel": "fixed", "metadata": chunk.metadata}
 
 
 @pytest.mark.integration

@@ -70,8 +70,8 @@ BAD: list[tuple[str, object, str, str]] = [
      "providers.vectorstore.port", "less than 65536"),
     ("vectorstore-collection", with_(providers={"vectorstore": {"name": "chroma", "collection": "a b"}}),
      "providers.vectorstore.collection", "pattern"),
-    ("sparse-backend", with_(providers={"sparse": {"backend": "lucene"}}), "providers.sparse.backend",
-     "'sparse' or 'rank_bm25'"),
+    ("sparse-stemmer", with_(providers={"sparse": {"stemmer": "porter"}}), "providers.sparse.stemmer",
+     "'english' or 'none'"),
     ("sparse-b", with_(providers={"sparse": {"b": 2}}), "providers.sparse.b", "less than or equal to 1"),
     ("providers-extra", with_(providers={"gpu": True}), "providers.gpu", "unknown key"),
     # operators: names, ports, slots

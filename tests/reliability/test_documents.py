@@ -51,10 +51,10 @@ def test_bad_documents_are_skipped_with_reasons_and_counts_reconcile(tmp_path: P
     notes = {r.path: r.notes for r in summary.files if r.notes}
     assert notes["rows.jsonl"] == ["3 broken lines skipped", "1 duplicate ids skipped (first kept)"]
     assert "not UTF-8" in notes["latin1.txt"][0]
-    doc_ids = {m["doc_id"] for m in env.index.sparse.metadatas}
-    assert doc_ids == {"good", "good.txt"[:-4], "latin1", "r1", "r3"}
-    assert summary.documents == 5 and env.index.count() == len(env.index.sparse.ids) == summary.chunks
-    assert any("réduisent" in t for t in env.index.sparse.texts)
+    held = [c for part in env.index.catalog.scan() for c in part]
+    assert {c.doc_id for c in held} == {"good", "good.txt"[:-4], "latin1", "r1", "r3"}
+    assert summary.documents == 5 and env.index.count() == env.index.dense.count() == len(held) == summary.chunks
+    assert any("réduisent" in c.text for c in held)
 
 
 def _corpus(folder: Path, n: int) -> None:
@@ -97,4 +97,5 @@ def test_sigkill_midway_then_rerun_gives_every_chunk_exactly_once(tmp_path: Path
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(store), collection="crash")))
     ids, _, _ = env.index.dense.dump()
     assert len(ids) == len(set(ids)) == 400
-    assert env.index.sparse.ids == ids  # dense and sparse agree
+    assert sorted(env.index.catalog.ids()) == ids  # dense store and catalog agree
+    assert env.index.postings is not None and env.index.postings.next_position >= 400  # postings cover every chunk

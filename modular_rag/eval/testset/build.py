@@ -143,7 +143,8 @@ def _build(port: Any, spec: MakerSpec | CheckSpec, path: str, providers: Any) ->
     from modular_rag.validation import validate_params
 
     info = get_operator(port, spec.name)
-    return info.factory(validate_params(info.params, spec.params, f"{path}.params"), providers)  # type: ignore[no-any-return]
+    built: Callable[..., Any] = info.factory(validate_params(info.params, spec.params, f"{path}.params"), providers)
+    return built
 
 
 def _quotas(specs: Sequence[MakerSpec], size: int) -> list[int]:
