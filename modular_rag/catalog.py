@@ -38,12 +38,14 @@ CREATE TABLE IF NOT EXISTS fields (name TEXT NOT NULL, type TEXT NOT NULL, n INT
 CREATE TABLE IF NOT EXISTS anchors (anchor TEXT NOT NULL, pos INTEGER NOT NULL, rank INTEGER NOT NULL,
                                     PRIMARY KEY (anchor, pos)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS anchors_pos ON anchors (pos);
-CREATE TABLE IF NOT EXISTS mentions (pos INTEGER NOT NULL, anchor TEXT NOT NULL,
-                                     PRIMARY KEY (pos, anchor)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mentions (pos INTEGER NOT NULL, start INTEGER NOT NULL, anchor TEXT NOT NULL,
+                                     outer INTEGER NOT NULL, PRIMARY KEY (pos, start, anchor)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS mentions_anchor ON mentions (anchor);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 
+SCHEMA_VERSION = 2
+"""The catalog's schema (SQLite ``user_version``); an earlier one is migrated on open."""
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict,
                            "NoneType": type(None)}  # fmt: skip
 _BATCH = 900
@@ -83,7 +85,23 @@ class Catalog:
             if self.path is not None:
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
             self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _migrate(self) -> None:
+        """Bring a catalog of an earlier schema up to this one: version 1 kept one row per anchor a chunk mentions
+        (no word offset, no outermost flag); its mention rows are dropped and the chunks marked for a scan
+        (:meth:`pending_scan`)."""
+        columns = [r[1] for r in self._db.execute("PRAGMA table_info(mentions)").fetchall()]
+        if columns and not {"start", "outer"} <= set(columns):
+            self._db.execute("DROP TABLE mentions")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('scan_mentions', '1')")
+
+    def pending_scan(self) -> bool:
+        """Whether the chunks' mention rows must be scanned again (a catalog migrated from an earlier schema)."""
+        return self.setting("scan_mentions") is not None
 
     def __repr__(self) -> str:
         return f"Catalog({str(self.path) if self.path else ':memory:'})"
@@ -175,9 +193,14 @@ class Catalog:
         """Record ``(anchor, position, rank)``: what a chunk defines."""
         db.executemany("INSERT OR REPLACE INTO anchors (anchor, pos, rank) VALUES (?, ?, ?)", rows)
 
-    def set_mentions(self, rows: Iterable[tuple[int, str]], db: sqlite3.Connection) -> None:
-        """Record ``(position, anchor)``: an anchor a chunk's text mentions."""
-        db.executemany("INSERT OR IGNORE INTO mentions (pos, anchor) VALUES (?, ?)", rows)
+    def set_mentions(self, rows: Iterable[tuple[int, int, str, bool]], db: sqlite3.Connection) -> None:
+        """Record ``(position, word offset, anchor, outermost)``: an anchor a chunk's text contains at that word,
+        and whether no longer anchor there covers it."""
+        db.executemany("INSERT OR IGNORE INTO mentions (pos, start, anchor, outer) VALUES (?, ?, ?, ?)", rows)
+
+    def scanned(self, db: sqlite3.Connection) -> None:
+        """Mark the mention rows as current again (after a scan of every chunk)."""
+        db.execute("DELETE FROM settings WHERE key = 'scan_mentions'")
 
     def clear(self) -> None:
         """Forget everything."""
@@ -343,18 +366,19 @@ class Catalog:
         for part in _parts([int(p) for p in positions]):
             db.execute(f"DELETE FROM mentions WHERE pos IN ({','.join('?' * len(part))})", part)
 
-    def mentioned_by(self, positions: Sequence[int], db: sqlite3.Connection | None = None) -> dict[int, list[str]]:
-        """The anchors each chunk mentions: position -> [anchor]."""
-        out: dict[int, list[str]] = {}
-        for pos, anchor in self._in(db, "SELECT pos, anchor FROM mentions WHERE pos IN ({})",
-                                    [int(p) for p in positions]):  # fmt: skip
-            out.setdefault(int(pos), []).append(anchor)
-        return out
+    def mentioned_by(self, positions: Sequence[int], db: sqlite3.Connection | None = None
+                     ) -> dict[int, list[tuple[int, str]]]:  # fmt: skip
+        """The anchors each chunk contains: position -> [(word offset, anchor)], by offset."""
+        out: dict[int, list[tuple[int, str]]] = {}
+        for pos, start, anchor in self._in(db, "SELECT pos, start, anchor FROM mentions WHERE pos IN ({})",
+                                           [int(p) for p in positions]):  # fmt: skip
+            out.setdefault(int(pos), []).append((int(start), str(anchor)))
+        return {p: sorted(found) for p, found in out.items()}
 
     def mention_counts(self, anchors: Sequence[str], db: sqlite3.Connection | None = None) -> dict[str, int]:
-        """How many chunks mention each anchor."""
-        rows = self._in(db, "SELECT anchor, COUNT(*) FROM mentions WHERE anchor IN ({}) GROUP BY anchor",
-                        list(anchors))  # fmt: skip
+        """How many chunks contain each anchor outside a longer one (what a scan of their texts would mention)."""
+        rows = self._in(db, "SELECT anchor, COUNT(DISTINCT pos) FROM mentions WHERE outer = 1 AND anchor IN ({}) "
+                            "GROUP BY anchor", list(anchors))  # fmt: skip
         return {a: int(rows_n) for a, rows_n in rows}
 
     def anchor_count(self) -> int:

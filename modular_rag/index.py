@@ -124,7 +124,7 @@ class KnowledgeIndex:
     def _analyzer_key(self) -> str:
         return f"{self.analyzer.stemmer_name}/{self.analyzer.stopwords_name}"
 
-    def _check_analyzer(self) -> None:
+    def _prepare(self) -> None:
         """Once per process: bring the catalog in line with the store and the analyzer. A catalog that holds fewer
         chunks than a store others write to (a Chroma server), or none where the store holds some (an index written
         before the catalog existed), takes the missing chunks from the store; term statistics made by another analyzer
@@ -135,6 +135,13 @@ class KnowledgeIndex:
             if self._analyzed:
                 return
             self._reconcile()
+            if self.catalog.pending_scan():
+                log.info("scanning the index's chunks for the anchors they mention (a catalog of an earlier version)")
+                for part in self.catalog.scan():
+                    with self.catalog.transaction() as db:
+                        self._stored_links().rescan(db, [c.pos for c in part], self._texts(part))
+                with self.catalog.transaction() as db:
+                    self.catalog.scanned(db)
             key, held = self._analyzer_key(), self.catalog.setting("analyzer")
             if held is not None and held != key and not self.texts_in_store:
                 log.info("the index's BM25 terms were made by analyzer %s; analysing its chunks again with %s",
@@ -179,7 +186,7 @@ class KnowledgeIndex:
 
     def count(self) -> int:
         """Chunks held (the catalog's count; for a store that others write to, the store's)."""
-        self._check_analyzer()
+        self._prepare()
         if self.texts_in_store:
             return self.dense.count()
         return self.catalog.count()
@@ -188,7 +195,7 @@ class KnowledgeIndex:
         """The chunks of these ids (text and metadata; ids not held are left out), read by key."""
         if not ids:
             return {}
-        self._check_analyzer()
+        self._prepare()
         if self.texts_in_store:
             return {h["chunk_id"]: h for h in self.dense.get(list(ids))}  # type: ignore[union-attr]
         return {c.id: _hit(c) for c in self.catalog.get(list(dict.fromkeys(ids))).values()}
@@ -209,7 +216,7 @@ class KnowledgeIndex:
 
     def idfs(self, terms: Sequence[str]) -> dict[str, float]:
         """Lucene's BM25 IDF of each analysed term over the indexed chunks (read from the catalog's statistics)."""
-        self._check_analyzer()
+        self._prepare()
         n, _ = self.catalog.stats()
         return {t: lucene_idf(df, n) for t, df in self.catalog.document_frequencies(terms).items()}
 
@@ -270,7 +277,7 @@ class KnowledgeIndex:
         if isinstance(self.dense, MilvusStore):
             return self.dense.search_sparse(query, k, where)
         assert self.postings is not None
-        self._check_analyzer()
+        self._prepare()
         terms = self.analyzer(query)
         if not terms or k <= 0:
             return []
@@ -293,6 +300,10 @@ class KnowledgeIndex:
     @property
     def links(self) -> Any:
         """The link table over the indexed chunks (:class:`~modular_rag.links.StoredLinks`), read by key."""
+        self._prepare()
+        return self._stored_links()
+
+    def _stored_links(self) -> Any:
         if self._links is None:
             from modular_rag.links import StoredLinks
 
@@ -328,7 +339,7 @@ class KnowledgeIndex:
             IndexingError: If embedding or a dense write fails (what was written stays; rerun to resume).
         """
         start = time.perf_counter()
-        self._check_analyzer()
+        self._prepare()
         with self._lock:
             unique: dict[str, Chunk] = {}
             for ch in chunks:
@@ -363,8 +374,8 @@ class KnowledgeIndex:
                  "" if self.texts_in_store else c["text"], self._stored_meta(c["metadata"])) for c in chunks]
         with self.catalog.transaction() as db:
             positions = self.catalog.add_chunks(rows, [len(t) for t in terms], terms, db)
-            self.links.added(db, positions, [c["text"] for c in chunks], [self._stored_meta(c["metadata"]) for c in
-                                                                          chunks], find=self._containing)  # fmt: skip
+            metas = [self._stored_meta(c["metadata"]) for c in chunks]
+            self._stored_links().added(db, positions, [c["text"] for c in chunks], metas, find=self._containing)
 
     def _containing(self, words: Sequence[str]) -> list[int]:
         """Positions of held chunks whose text may contain these words (every analysed term of them): the BM25

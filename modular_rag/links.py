@@ -260,19 +260,34 @@ class StoredLinks:
             catalog.delete_mentions([c.pos for c in older], db)
             self._scan(db, [c.pos for c in older], [c.text for c in older])
 
+    def rescan(self, db: Any, positions: Sequence[int], texts: Sequence[str]) -> None:
+        """Record again what these chunks contain (their old mention rows replaced)."""
+        self.catalog.delete_mentions(list(positions), db)
+        self._scan(db, positions, texts)
+
     def _scan(self, db: Any, positions: Sequence[int], texts: Sequence[str]) -> None:
-        """Record what each chunk's text mentions (the longest anchor that leads out of its document and that the
-        chunk does not define itself)."""
+        """Record every anchor each chunk's text contains, with its word offset and whether a longer anchor there
+        covers it: which of them a mention resolves to (the longest that leads out of the document, among anchors not
+        too generic) is decided when the table is read, against the definers and counts then."""
         if not positions:
             return
-        own = self.catalog.anchors_of(positions, db=db)
-        docs = self.catalog.documents_of(positions, db=db)
-        mentions: list[tuple[int, str]] = []
+        rows: list[tuple[int, int, str, bool]] = []
         for pos, text in zip(positions, texts, strict=True):
-            for alias, _ in self._mentions(words_of(text), db, exclude=(int(pos), docs.get(int(pos), ""),
-                                                                        set(own.get(int(pos), {}))), cut=False):
-                mentions.append((int(pos), " ".join(alias)))
-        self.catalog.set_mentions(mentions, db)
+            found = self._occurrences(words_of(text), db)
+            ends = sorted((i, i + len(a.split())) for i, a in found)
+            for i, a in found:
+                end = i + len(a.split())
+                covered = any(j <= i and e >= end and (j, e) != (i, end) for j, e in ends if j <= i)
+                rows.append((int(pos), i, a, not covered))
+        self.catalog.set_mentions(rows, db)
+
+    def _occurrences(self, folded: Sequence[str], db: Any = None) -> list[tuple[int, str]]:
+        """Every ``(word offset, anchor)`` where an anchor the catalog holds occurs in the folded words."""
+        longest = int(self.catalog.stat_values().get("max_words", 1))
+        spans = {(i, " ".join(folded[i : i + n])) for i in range(len(folded))
+                 for n in range(1, min(longest, len(folded) - i) + 1)}  # fmt: skip
+        known = self.catalog.known_anchors(sorted({a for _, a in spans}), db=db)
+        return sorted((i, a) for i, a in spans if a in known)
 
     # ----------------------------------------------------------------------------------------------------- reading
 
@@ -300,27 +315,17 @@ class StoredLinks:
         return out
 
     def _mentions(
-        self, folded: Sequence[str], db: Any = None, *, exclude: tuple[int, str, set[str]] | None = None,
-        cut: bool = True,
+        self, folded: Sequence[str], db: Any = None, *, exclude: tuple[int, str] | None = None,
+        occurrences: Sequence[tuple[int, str]] | None = None,
     ) -> list[tuple[Alias, frozenset[int]]]:  # fmt: skip
-        """The anchors the folded words mention, with the positions they lead to (see :func:`match_anchors`)."""
-        longest = int(self.catalog.stat_values().get("max_words", 1))
-        candidates = {" ".join(folded[i : i + n]) for i in range(len(folded))
-                      for n in range(1, min(longest, len(folded) - i) + 1)}  # fmt: skip
-        known = self.catalog.known_anchors(sorted(candidates), db=db)
-        if not known:
+        """The anchors the folded words mention, with the positions they lead to (:func:`match_anchors` over the
+        anchors found in them, or over the ``occurrences`` already recorded), too generic ones cut."""
+        found = occurrences if occurrences is not None else self._occurrences(folded, db)
+        if not found:
             return []
-        targets = self._targets(sorted(known), db, cut=cut)
-        own_pos, own_doc, own_anchors = exclude if exclude is not None else (-1, None, set())
-
-        def lead(alias: Alias) -> frozenset[int]:
-            key = " ".join(alias)
-            if key in own_anchors:
-                return frozenset()
-            return frozenset(p for p, d in targets.get(key, ()) if d != own_doc and p != own_pos)
-
-        aliases = [tuple(a.split()) for a in targets]
-        return match_anchors(list(folded), lead, *prefix_sets(aliases))
+        targets = self._targets(sorted({a for _, a in found}), db, cut=True)
+        own_pos, own_doc = exclude if exclude is not None else (-1, None)
+        return _replay(found, _leads(targets, own_pos, own_doc))
 
     def _ids(self, positions: Iterable[int]) -> dict[int, str]:
         return {c.pos: c.id for c in self.catalog.at(sorted(set(positions)))}
@@ -332,7 +337,7 @@ class StoredLinks:
         if exclude is not None:
             at = self.catalog.positions([exclude]).get(exclude)
             if at is not None:
-                spec = (at, self.catalog.documents_of([at]).get(at, ""), set(self.catalog.anchors_of([at]).get(at, {})))
+                spec = (at, self.catalog.documents_of([at]).get(at, ""))
         found = self._mentions(words_of(text), exclude=spec)
         ids = self._ids(p for _, hit in found for p in hit)
         return [(alias, frozenset(ids[p] for p in hit if p in ids)) for alias, hit in found]
@@ -342,18 +347,50 @@ class StoredLinks:
         return set().union(*(hit for _, hit in self.mentions(text)))
 
     def outlinks(self, ids: Sequence[str]) -> dict[str, list[str]]:
-        """For each chunk id held, the ids of the chunks its text links to (sorted by position)."""
+        """For each chunk id held, the ids of the chunks its text links to (sorted by position): its recorded
+        anchors resolved as a scan of its text would resolve them now."""
         at = self.catalog.positions(list(ids))
         if not at:
             return {}
         said = self.catalog.mentioned_by(list(at.values()))
         docs = self.catalog.documents_of(list(at.values()))
-        targets = self._targets(sorted({a for found in said.values() for a in found}), None, cut=True)
-        own = self.catalog.anchors_of(list(at.values()))
-        links: dict[str, set[int]] = {}
-        for cid, pos in at.items():
-            mine = set(own.get(pos, {}))
-            links[cid] = {p for a in said.get(pos, ()) if a not in mine for p, d in targets.get(a, ())
-                          if d != docs.get(pos) and p != pos}  # fmt: skip
+        targets = self._targets(sorted({a for found in said.values() for _, a in found}), None, cut=True)
+        links = {cid: {p for _, hit in _replay(said.get(pos, []), _leads(targets, pos, docs.get(pos))) for p in hit}
+                 for cid, pos in at.items()}  # fmt: skip
         names = self._ids(p for found in links.values() for p in found)
         return {cid: [names[p] for p in sorted(found) if p in names] for cid, found in links.items()}
+
+
+def _leads(targets: Mapping[str, Sequence[tuple[int, str]]], own: int, doc: str | None
+           ) -> Callable[[Alias], frozenset[int]]:  # fmt: skip
+    """Where a mention of an anchor in chunk ``own`` (of document ``doc``) leads: the anchor's definers outside that
+    document; nowhere when the chunk is one of them (documents that share a heading are peers, not a bridge)."""
+
+    def lead(alias: Alias) -> frozenset[int]:
+        found = targets.get(" ".join(alias), ())
+        if any(p == own for p, _ in found):
+            return frozenset()
+        return frozenset(p for p, d in found if d != doc)
+
+    return lead
+
+
+def _replay(occurrences: Sequence[tuple[int, str]], lead: Callable[[Alias], frozenset[int]]
+            ) -> list[tuple[Alias, frozenset[int]]]:  # fmt: skip
+    """:func:`match_anchors` over recorded occurrences ``(word offset, anchor)``: from each offset in order (skipping
+    offsets inside a mention already found), the longest anchor there that leads somewhere."""
+    by_start: dict[int, list[Alias]] = {}
+    for start, anchor in occurrences:
+        by_start.setdefault(start, []).append(tuple(anchor.split()))
+    out: list[tuple[Alias, frozenset[int]]] = []
+    done = 0
+    for start in sorted(by_start):
+        if start < done:
+            continue
+        for alias in sorted(by_start[start], key=len, reverse=True):
+            hit = lead(alias)
+            if hit:
+                out.append((alias, hit))
+                done = start + len(alias)
+                break
+    return out

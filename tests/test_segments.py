@@ -101,11 +101,11 @@ def test_the_catalog_reads_chunks_statistics_and_fields_by_key(tmp_path: Path) -
     assert catalog.metadata_fields() == {"year": {int}, "source": {str}}
     with catalog.transaction() as db:
         catalog.set_anchors([("e07", 0, 3)], db)
-        catalog.set_mentions([(1, "e07")], db)
+        catalog.set_mentions([(1, 0, "e07", True)], db)
         catalog.remove_chunks([0], [terms[0]], db)
     assert catalog.count() == 2 and catalog.stats() == (2, 4.0)
     assert catalog.document_frequencies(["error"]) == {"error": 0}
-    assert catalog.definers(["e07"]) == {} and catalog.mentioned_by([1]) == {1: ["e07"]}
+    assert catalog.definers(["e07"]) == {} and catalog.mentioned_by([1]) == {1: [(0, "e07")]}
     assert catalog.metadata_fields() == {"year": {int}, "source": {str}}
     with catalog.transaction() as db:
         assert catalog.add_chunks([("c4", "d3", "New.", {})], [1], [["new"]], db) == [3]  # positions are not reused
