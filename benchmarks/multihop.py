@@ -1,7 +1,8 @@
 """Every pattern on HotpotQA and NQ-open dev: retrieval-only rows without an LLM on every question, and the
 LLM-driven patterns on a sample.
 
-    .venv/bin/python benchmarks/multihop.py [--root ../shared/datasets] [--llm-limit 60] [--skip-llm] [--save]
+    .venv/bin/python benchmarks/multihop.py [--root ../shared/datasets] [--llm-limit 60] [--skip-llm] [--runs a,b]
+                                            [--save]
 
 Retrieval-only rows (generation off, no LLM anywhere) on all 350 HotpotQA and all 1,858 NQ-open dev questions: the
 configs in ``configs/`` (single-shot hybrid; linear + ``link_hop``; iterative ``query_with: links`` and
@@ -10,11 +11,10 @@ weights of the pair ranking were chosen on a fit split of 120 HotpotQA questions
 the command also prints each row on the other 230 alone.
 
 LLM rows, on the first ``--llm-limit`` HotpotQA questions spread over the file: each pattern's template (local
-SmolLM2-135M), which writes its hops with the model (ITER-RETGEN, multi-query branching, Tree of Clarifications,
-FLARE), with the 95% interval of its all@5.
+SmolLM2-135M), which writes its hops with the model (ITER-RETGEN, IRCoT, multi-query branching, Tree of
+Clarifications, FLARE), with the 95% interval of its all@5.
 
-``--save`` writes the output to ``benchmarks/results/multihop.txt`` and the eval reports under
-``benchmarks/results/multihop/``.
+``--save`` writes the output to ``benchmarks/results/multihop.txt``.
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from common import main as common_main  # noqa: E402
 RETRIEVAL = ["hotpotqa-linear", "hotpotqa-multihop", "hotpotqa-iterative-links", "hotpotqa-branching-passages",
              "hotpotqa-recursive-links"]  # fmt: skip
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "iterative-evidence (MDR-style)": ("hotpotqa-iterative-links", {"params": {"query_with": "evidence"}}),
+    "iterative-evidence (MDR, beam 1)": ("hotpotqa-iterative-links", {"params": {"query_with": "evidence",
+                                                                                 "hop": {"beam": 1}}}),
     "branching-passages-evidence": ("hotpotqa-branching-passages", {"params": {"hop_with": "evidence"}}),
 }
-LLM_RUNS = ["linear-checked", "iterative", "branching", "recursive", "adaptive"]
+LLM_RUNS = ["linear-checked", "iterative", "iterative-ircot", "branching", "recursive", "adaptive"]
 
 
 def _fit_ids(dataset: Any) -> set[str]:
@@ -55,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
     from modular_rag.bench import pattern_config
     from modular_rag.config import OperatorSpec, load_config
     from modular_rag.eval.datasets import load_beir
-    from modular_rag.eval.report import write_report
     from modular_rag.eval.runner import FlowResult, dataset_providers, evaluate_flow
     from modular_rag.tables import format_table
 
@@ -65,7 +65,10 @@ def run(args: argparse.Namespace) -> int:
         configs[name] = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8"))
     for label, (base, extra) in VARIANTS.items():
         data = yaml.safe_load((ROOT / "configs" / f"{base}.yaml").read_text(encoding="utf-8"))
-        data["params"] = {**data.get("params", {}), **extra["params"]}
+        params = dict(data.get("params", {}))
+        for key, value in extra["params"].items():  # one level deeper for mappings (the hop's weights stay)
+            params[key] = {**params.get(key, {}), **value} if isinstance(value, dict) else value
+        data["params"] = params
         data["name"] = label
         configs[label] = data
     headers = ["set", "config", "questions", "all@5", "R@5", "R@10", "nDCG@10", "retrievals/q", "LLM calls/q", "ms/q"]
@@ -93,9 +96,6 @@ def run(args: argparse.Namespace) -> int:
                 gold = dataset.qrels
                 all5 = sum(all(d in r.docs[:5] for d in gold[r.qid]) for r in rest) / len(rest)
                 rest_rows.append([name, str(len(rest)), f"{all5:.3f}"])
-        if args.save:
-            write_report(results, ROOT / "benchmarks" / "results" / "multihop" / set_name, dataset=set_name,
-                         quality="all@5", cost="retrievals")  # fmt: skip
     print("retrieval only, no LLM, every dev question:")
     print(format_table(headers, rows))
     print("\nHotpotQA, the 230 questions outside the fit split the pair weights were chosen on:")
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_llm:
         dataset = load_beir(root / "hotpotqa").limited(args.llm_limit, spread=True)
         llm_rows = []
-        for run_name in LLM_RUNS:
+        for run_name in args.runs.split(","):
             config = load_config(pattern_config(run_name))
             env = dataset_providers(dataset, config.providers, chunker=OperatorSpec(name="document"), progress=False)
             result = evaluate_flow(config, dataset, env, name=run_name)
@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llm-limit", type=int, default=60, help="HotpotQA questions for the LLM rows (60)")
     parser.add_argument("--skip-llm", action="store_true", help="only the retrieval-only rows")
+    parser.add_argument("--runs", default=",".join(LLM_RUNS), help=f"the LLM runs (default: {','.join(LLM_RUNS)})")
 
 
 def main() -> int:

@@ -38,13 +38,18 @@ PATTERN_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "branching-documents": ("branching", {"params": {"mode": "documents", "branches": 3},
                                           "operators": {"expand": "none", "fuse": {"name": "replug"}}}),
     "iterative": ("iterative", {}),
+    "iterative-ircot": ("iterative", {"params": {"query_with": "thought"},
+                                      "operators": {"retrieve": {"name": "hybrid", "params": {"k": 4}},
+                                                    "context": {"name": "budget",
+                                                                "params": {"max_chunks": 12, "max_tokens": 1800}}}}),
     "recursive": ("recursive", {}),
     "adaptive": ("adaptive", {}),
     "adaptive-self-rag": ("adaptive", {"params": {"mode": "self_rag", "max_steps": 2},
                                        "operators": {"draft": "none", "judge": {"name": "llm_judge"}}}),
 }  # fmt: skip
 """The pattern runs of ``bench patterns`` (and the default candidates of ``recommend``): each template; linear with
-the model answering (checked) and with the document-graph hop; the second mode of branching and adaptive."""
+the model answering (checked) and with the document-graph hop; the second mode of branching and adaptive; the
+iterative pattern as IRCoT (the next chain-of-thought sentence as the query, 4 passages a round, up to 12 kept)."""
 
 
 def pattern_config(run: str) -> dict[str, Any]:
