@@ -182,6 +182,25 @@ class KnowledgeIndex:
             return self.catalog.count() > 0
         return True
 
+    def require_listing(self, feature: str) -> None:
+        """Refuse a feature that needs every chunk the store holds (BM25, hybrid retrieval, link hops) when the kit
+        cannot know them: a LangChain store whose chunks were not indexed through the kit in this process. (On such a
+        store ``--sync`` removes only chunks the kit indexed.)
+
+        Raises:
+            ConfigError: Naming the store and the alternatives.
+        """
+        if self.enumerable:
+            return
+        from modular_rag.errors import ConfigError
+
+        raise ConfigError("providers.vectorstore", f"{feature} needs every chunk the index holds, and "
+                          f"{self.dense.describe()} cannot list them (a LangChain VectorStore has no API for it; the "
+                          "kit knows only the chunks indexed through it, and none were in this process): index the "
+                          "documents through the kit (modular-rag index, index_paths or index_documents) so its "
+                          "catalog holds them, use a store the kit reads (vectorstore: chroma or milvus), or retrieve "
+                          "with dense only")  # fmt: skip
+
     # ----------------------------------------------------------------------------------------------------- reading
 
     def count(self) -> int:

@@ -70,6 +70,15 @@ class HybridParams(DenseParams):
         return self
 
 
+def needs_listing(providers: Providers, feature: str) -> None:
+    """At build time: refuse ``feature`` on a LangChain vector store whose chunks the kit cannot list (see
+    :meth:`~modular_rag.index.KnowledgeIndex.require_listing`); the kit's own stores are never opened for it."""
+    from modular_rag.config import ChromaConfig, MilvusConfig
+
+    if not isinstance(providers.config.vectorstore, ChromaConfig | MilvusConfig):
+        providers.index.require_listing(feature)
+
+
 def _multi(lists: list[list[Hit]], k: int) -> list[Hit]:
     return fuse(lists, "rrf", k=k, channel=lists[0][0]["channel"] if lists and lists[0] else "rrf")
 
@@ -104,6 +113,7 @@ def dense(params: DenseParams, providers: Providers) -> Operator:
 @operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE, cost=_retrieval_cost(1))
 def bm25(params: BM25Params, providers: Providers) -> Operator:
     """BM25 over the sparse index (case folding, stop words, Snowball stemming)."""
+    needs_listing(providers, "bm25 retrieval")
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         where = where_of(state, params.filter)
@@ -119,6 +129,7 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
 
     With a Milvus store that runs the fusion (``rrf`` with equal weights; ``weighted``, Milvus's WeightedRanker over
     its own score normalisation), both channels and the fusion are one Milvus call per query."""
+    needs_listing(providers, "hybrid retrieval (its BM25 channel)")
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         where = where_of(state, params.filter)
@@ -207,6 +218,7 @@ def link_hop(params: HopParams, providers: Providers) -> Operator:
     """Document-graph hop, no LLM: add the chunks whose titles the question names, follow the titles the best
     first-hop chunks mention to the chunks they name, and rank by pairs (first chunk, the chunk it leads to)
     scored against the question (HopWeights). Two link-table lookups, counted as retrievals."""
+    needs_listing(providers, "link_hop (the link table)")
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         return {"candidates": hop(providers, str(state.get("query", "")), list(state.get("candidates") or []), params)}

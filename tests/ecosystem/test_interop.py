@@ -143,3 +143,25 @@ def test_a_retriever_object(store: InMemoryVectorStore, demo_dir: Path) -> None:
     assert out["candidates"][0]["chunk_id"] in store.store  # the document ids the store gave back
     assert out["answer"]["text"] == ANSWER and cited(out) == ["E-bike display error E07"]
     assert out["ledger"][0]["operator"] == "<VectorStoreRetriever>" and out["ledger"][0]["retrievals"] == 1
+
+
+@pytest.mark.integration
+def test_a_vector_store_filled_elsewhere_refuses_what_needs_the_chunk_list(embeddings: KitEmbeddings) -> None:
+    """A LangChain store opened on chunks another program wrote: the kit cannot list them, so BM25, hybrid and link
+    hops are refused when the flow is built, naming the store and the alternatives; dense retrieval works."""
+    from modular_rag.errors import ConfigError
+
+    elsewhere = InMemoryVectorStore(embedding=embeddings)
+    elsewhere.add_texts(["Error E07 means speed sensor signal lost.", "Oil the chain every 300 km."],
+                        metadatas=[{"title": "E07"}, {"title": "Chain"}])  # fmt: skip
+    env = Providers(ProvidersConfig(vectorstore=elsewhere, llm=fake_llm(ANSWER)))
+    for retrieve in ("bm25", "hybrid"):
+        with pytest.raises(ConfigError, match=r"LangChain InMemoryVectorStore cannot list them .*\(vectorstore: "
+                                              r"chroma or milvus\)"):  # fmt: skip
+            build_flow(linear(env.config, retrieve=retrieve), providers=env)
+    hop = {**linear(env.config, retrieve="dense"), "operators": {"retrieve": "dense", "rerank": "link_hop",
+                                                                 "generate": "none"}}  # fmt: skip
+    with pytest.raises(ConfigError, match="link_hop"):
+        build_flow(hop, providers=env)
+    out = build_flow(linear(env.config, retrieve="dense"), providers=env).invoke({"query": QUESTION})
+    assert out["candidates"][0]["text"].startswith("Error E07")
