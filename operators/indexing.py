@@ -76,7 +76,12 @@ class FileReport:
     the index: the file is gone, or now skipped)."""
 
 
-Loader = Callable[[Path, str], tuple[list[Document], list[str]]]
+Loader = Callable[[Path, str], tuple[Iterable[Document], list[str]]]
+"""A loader: ``(path, document id) -> (documents, notes)``. The documents may be a lazy iterable (a JSON-lines file is
+read line by line); notes are appended to while it is consumed, and :class:`_Skip` may be raised then too."""
+
+STREAMED = frozenset({".jsonl"})
+"""Line-oriented formats read as a stream: no ``max_file_mb`` cap (formats read whole keep it)."""
 
 
 def _read_text(path: Path) -> tuple[str, list[str]]:
@@ -155,12 +160,25 @@ def markdown_loader(params: LoaderParams, providers: Providers) -> Loader:
 def jsonl_loader(params: LoaderParams, providers: Providers) -> Loader:
     """JSON lines in BEIR corpus form: ``{"id" | "_id", "title", "text", ...}``; other scalar fields become metadata."""
 
-    def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
-        text, notes = _read_text(path)
-        docs: list[Document] = []
-        seen: set[str] = set()
-        broken = duplicates = empty = 0
-        for line in text.splitlines():
+    def load(path: Path, doc_id: str) -> tuple[Iterable[Document], list[str]]:
+        notes: list[str] = []
+        return _jsonl_rows(path, notes), notes
+
+    return load
+
+
+def _jsonl_rows(path: Path, notes: list[str]) -> Iterator[Document]:
+    """The documents of a JSON-lines file, read line by line (memory bounded by one line); what was skipped is
+    appended to ``notes`` when the file ends."""
+    seen: set[str] = set()
+    broken = duplicates = empty = kept = 0
+    latin1 = False
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line, latin1 = raw.decode("cp1252", errors="replace"), True
             if not line.strip():
                 continue
             try:
@@ -189,16 +207,16 @@ def jsonl_loader(params: LoaderParams, providers: Providers) -> Loader:
                 if k not in ("id", "_id", "text") and isinstance(v, str | int | float | bool)
             }  # fmt: skip
             meta.setdefault("title", "")
-            docs.append(Document(doc_id=rid, text=body.strip(), metadata=meta))
-        for count, what in ((broken, "broken lines skipped"), (duplicates, "duplicate ids skipped (first kept)"),
-                            (empty, "rows with empty text skipped")):  # fmt: skip
-            if count:
-                notes.append(f"{count} {what}")
-        if not docs:
-            raise _Skip("no valid rows" + (f" ({'; '.join(notes)})" if notes else ""))
-        return docs, notes
-
-    return load
+            kept += 1
+            yield Document(doc_id=rid, text=body.strip(), metadata=meta)
+    if latin1:
+        notes.append("not UTF-8 in places: those lines read as cp1252")
+    for count, what in ((broken, "broken lines skipped"), (duplicates, "duplicate ids skipped (first kept)"),
+                        (empty, "rows with empty text skipped")):  # fmt: skip
+        if count:
+            notes.append(f"{count} {what}")
+    if not kept:
+        raise _Skip("no valid rows" + (f" ({'; '.join(notes)})" if notes else ""))
 
 
 def _optional(module: str, kind: str) -> Any:
@@ -336,29 +354,44 @@ def load_file(
     path: Path, root: Path, providers: Providers, *, max_file_mb: float = 20.0
 ) -> tuple[list[Document], FileReport]:
     """Load one file with the loader for its suffix; never raises for a bad file (it is skipped with a reason)."""
+    report = FileReport(path="")
+    docs = list(stream_file(path, root, providers, report, max_file_mb=max_file_mb))
+    return docs, report
+
+
+def stream_file(
+    path: Path, root: Path, providers: Providers, report: FileReport, *, max_file_mb: float = 20.0
+) -> Iterator[Document]:
+    """The documents of one file, as its loader reads them (a JSON-lines file line by line), filling ``report`` as
+    it goes; a bad file yields nothing and says why in ``report.skipped`` (never raises for it). Formats read whole
+    are refused over ``max_file_mb``; streamed ones (:data:`STREAMED`) are not."""
     rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
-    report = FileReport(path=rel)
+    report.path = rel
     name = LOADER_BY_SUFFIX.get(path.suffix.lower())
     if name is None:
         report.skipped = f"unsupported file type {path.suffix or '(none)'!r}; supported: {', '.join(LOADER_BY_SUFFIX)}"
-        return [], report
+        return
+    count = 0
+    notes: list[str] = []
     try:
         size_mb = path.stat().st_size / 1e6
-        if size_mb > max_file_mb:
+        if size_mb > max_file_mb and path.suffix.lower() not in STREAMED:
             raise _Skip(f"{size_mb:.1f} MB is larger than max_file_mb={max_file_mb:g}")
         loader = get_operator(Port.LOAD, name).factory(LoaderParams(max_file_mb=max_file_mb), providers)
         doc_id = rel.rsplit(".", 1)[0] if name != "jsonl" else rel
         docs, notes = loader(path, doc_id)
         for d in docs:
             d["metadata"].setdefault("path", rel)
+            count += 1
+            report.documents = count
+            yield d
     except _Skip as reason:
         report.skipped = str(reason)
-        return [], report
+        return
     except OSError as exc:
         report.skipped = f"unreadable: {exc.strerror or exc}"
-        return [], report
-    report.documents, report.notes = len(docs), notes
-    return docs, report
+        return
+    report.documents, report.notes = count, notes
 
 
 # ------------------------------------------------------------------------------------------------------- chunkers
@@ -554,12 +587,15 @@ def index_paths(
     start = time.perf_counter()
     chunk_fn = _chunker(chunker, providers)
     reports: list[FileReport] = []
-    docs: list[Document] = []
-    for path, root in iter_files(paths):
-        loaded, report = load_file(path, root, providers, max_file_mb=max_file_mb)
-        reports.append(report)
-        docs.extend(loaded)
-    return _index(docs, reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress, sync=sync)
+
+    def documents() -> Iterator[Document]:
+        for path, root in iter_files(paths):
+            report = FileReport(path="")
+            reports.append(report)
+            yield from stream_file(path, root, providers, report, max_file_mb=max_file_mb)
+
+    return _index(documents(), reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress,
+                  sync=sync)  # fmt: skip
 
 
 def index_documents(
@@ -595,10 +631,17 @@ def index_documents(
     start = time.perf_counter()
     chunk_fn = _chunker(chunker, providers)
     items = documents.lazy_load() if hasattr(documents, "lazy_load") else documents
-    docs = [_as_document(item, i) for i, item in enumerate(items)]
-    per_path = Counter(str(d["metadata"].get("path", "")) for d in docs)
-    reports = [FileReport(path=path, documents=count) for path, count in sorted(per_path.items())]
-    return _index(docs, reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress, sync=sync)
+    per_path: Counter[str] = Counter()
+    reports: list[FileReport] = []
+
+    def docs() -> Iterator[Document]:
+        for i, item in enumerate(items):
+            doc = _as_document(item, i)
+            per_path[str(doc["metadata"].get("path", ""))] += 1
+            yield doc
+        reports.extend(FileReport(path=path, documents=count) for path, count in sorted(per_path.items()))
+
+    return _index(docs(), reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress, sync=sync)
 
 
 def _as_document(item: Any, position: int) -> Document:
@@ -634,31 +677,71 @@ def _chunker(chunker: OperatorSpec | Any | None, providers: Providers) -> Chunke
     return fn
 
 
+FLUSH_CHUNKS = 4096
+"""Chunks gathered before they are written (one catalog transaction, one BM25 segment): memory stays bounded by
+this, whatever the corpus size."""
+
+
 def _index(
-    docs: list[Document], reports: list[FileReport], chunk_fn: Chunker, providers: Providers, start: float, *,
+    docs: Iterable[Document], reports: list[FileReport], chunk_fn: Chunker, providers: Providers, start: float, *,
     batch_size: int, progress: bool, sync: bool,
 ) -> IndexSummary:  # fmt: skip
-    """Chunk the loaded documents and add them to the index (the shared end of both indexing entry points)."""
-    chunks = [chunk for doc in docs for chunk in chunk_fn(doc)]
-    loaded = time.perf_counter() - start
+    """Chunk the documents as they are read and add them to the index every :data:`FLUSH_CHUNKS` chunks (the shared
+    end of both indexing entry points); with ``sync``, remove afterwards what the index held and the run did not
+    bring."""
+    flush = FLUSH_CHUNKS
     bar = None
-    if progress and chunks:
+    if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(chunks), desc="indexing", unit="chunk", leave=False)
+        bar = tqdm(desc="indexing", unit=" chunks", leave=False)
     before = _stored_by_path(providers) if sync else {}
+    now: dict[str, set[str]] = {}
+    pending: list[Chunk] = []
+    counts = {"documents": 0, "chunks": 0, "added": 0, "existing": 0}
+    stages: dict[str, float] = {"load and chunk": 0.0}
+
+    def write() -> None:
+        report = providers.index.add(pending, batch_size=batch_size, progress=bar.update if bar is not None else None)
+        counts["added"] += report.added
+        counts["existing"] += report.existing
+        for name, seconds in report.stages.items():
+            stages[name] = stages.get(name, 0.0) + seconds
+        pending.clear()
+
     try:
-        added = providers.index.add(chunks, batch_size=batch_size, progress=bar.update if bar else None, prune=sync)
+        t0 = time.perf_counter()
+        for doc in docs:
+            counts["documents"] += 1
+            for chunk in chunk_fn(doc):
+                counts["chunks"] += 1
+                pending.append(chunk)
+                if sync:  # the ids a sync keeps (ids only: the texts go with each write)
+                    now.setdefault(str(chunk["metadata"].get("path", "")), set()).add(chunk["chunk_id"])
+            if bar is not None:
+                bar.set_postfix(documents=counts["documents"], refresh=False)
+            if len(pending) >= flush:
+                stages["load and chunk"] += time.perf_counter() - t0
+                write()
+                t0 = time.perf_counter()
+        stages["load and chunk"] += time.perf_counter() - t0
+        if pending:
+            write()
+        removed = 0
+        if sync:
+            keep = set().union(*now.values()) if now else set()
+            stale = [cid for ids in before.values() for cid in ids if cid not in keep]
+            removed = providers.index.remove(stale)
     finally:
         if bar is not None:
             bar.close()
     read, skipped = len(reports), sum(1 for r in reports if r.skipped)
-    synced = _sync_statuses(reports, chunks, before) if sync else {}
+    synced = _sync_statuses(reports, now, before) if sync else {}
     return IndexSummary(
-        files_read=read, files_indexed=read - skipped, files_skipped=skipped, documents=len(docs),
-        chunks=added.chunks, added=added.added, existing=added.existing, seconds=time.perf_counter() - start,
-        files=reports, index_chunks=providers.index.count(), stages={"load and chunk": loaded, **added.stages},
-        removed=added.removed, synced=synced,
+        files_read=read, files_indexed=read - skipped, files_skipped=skipped, documents=counts["documents"],
+        chunks=counts["chunks"], added=counts["added"], existing=counts["existing"],
+        seconds=time.perf_counter() - start, files=reports, index_chunks=providers.index.count(), stages=stages,
+        removed=removed, synced=synced,
     )  # fmt: skip
 
 
@@ -674,12 +757,10 @@ def _stored_by_path(providers: Providers) -> dict[str, set[str]]:
 
 
 def _sync_statuses(
-    reports: list[FileReport], chunks: Sequence[Chunk], before: Mapping[str, set[str]]
+    reports: list[FileReport], now: Mapping[str, set[str]], before: Mapping[str, set[str]]
 ) -> dict[str, int]:
-    """Set each file report's sync status (and add reports for files that left the index); files per status."""
-    now: dict[str, set[str]] = {}
-    for ch in chunks:
-        now.setdefault(str(ch["metadata"].get("path", "")), set()).add(ch["chunk_id"])
+    """Set each file report's sync status (and add reports for files that left the index); files per status.
+    ``now`` and ``before`` are the chunk ids by file after the run and before it."""
     for rep in reports:
         if rep.skipped:
             rep.status = "removed" if rep.path in before else ""

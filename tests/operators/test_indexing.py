@@ -253,3 +253,46 @@ def test_a_markdown_heading_of_the_title_is_not_repeated_in_the_chunk(tmp_path: 
         assert text.count("Saddle height") == 1 and text.startswith("Saddle height"), (name, text)
     other = Document(doc_id="d", text="## Fitting\nSet it so the knee is slightly bent.", metadata={"title": "Saddle"})
     assert chunker("document")(other)[0]["text"] == "Saddle\n## Fitting\nSet it so the knee is slightly bent."
+
+
+@pytest.mark.integration
+def test_documents_are_read_and_written_as_a_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loader is consumed lazily: chunks are written every FLUSH_CHUNKS as they come, so what was read first is in
+    the index before the loader has yielded the rest (memory bounded by a batch, whatever the corpus size)."""
+    from langchain_core.document_loaders import BaseLoader
+    from langchain_core.documents import Document as LCDocument
+
+    import operators.indexing as indexing
+
+    monkeypatch.setattr(indexing, "FLUSH_CHUNKS", 40)
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="stream")))
+    held_when: list[int] = []
+
+    class Notes(BaseLoader):
+        def lazy_load(self):  # type: ignore[no-untyped-def]
+            for i in range(120):
+                held_when.append(env.index.count())
+                yield LCDocument(page_content=f"Note {i}: the part number is TP-{4000 + i}.",
+                                 metadata={"source": f"notes/{i}.md"})  # fmt: skip
+
+    summary = indexing.index_documents(Notes(), env, chunker=OperatorSpec(name="document"), progress=False)
+    assert summary.documents == summary.chunks == summary.added == 120 and env.index.count() == 120
+    assert held_when[0] == 0 and held_when[40] == 40 and held_when[119] == 80  # written in batches as it read
+    assert "Note 117:" in env.index.search_sparse("TP-4117", 1)[0]["text"]
+
+
+@pytest.mark.integration
+def test_a_json_lines_file_over_max_file_mb_is_streamed_not_refused(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    rows = [json.dumps({"id": f"r{i}", "title": f"Row {i}", "text": f"Row {i} says the code is E{i:02d}."})
+            for i in range(60)]  # fmt: skip
+    (docs / "export.jsonl").write_text("\n".join(rows) + "\nnot json\n", encoding="utf-8")
+    (docs / "big.txt").write_text("x " * 20_000, encoding="utf-8")
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="jsonl")))
+    summary = index_paths([docs], env, max_file_mb=0.01, progress=False)
+    by_path = {r.path: r for r in summary.files}
+    assert by_path["export.jsonl"].skipped is None and by_path["export.jsonl"].documents == 60
+    assert by_path["export.jsonl"].notes == ["1 broken lines skipped"]
+    assert "larger than max_file_mb=0.01" in str(by_path["big.txt"].skipped)  # a format read whole keeps the cap
+    assert env.index.count() == 60
