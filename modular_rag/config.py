@@ -164,6 +164,7 @@ class OpenAIEmbeddingsConfig(StrictModel):
     base_url: str | None = Field(None, description="endpoint URL ending in /v1; default: OPENAI_BASE_URL or OpenAI")
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
     batch_size: int = Field(64, gt=0, le=4096, description="texts per request")
+    concurrency: int = Field(4, gt=0, le=64, description="requests in flight at once while indexing")
     dimensions: int | None = Field(None, gt=0, le=65536, description="ask for shorter vectors (OpenAI v3 models)")
     timeout_s: float = Field(60.0, gt=0, le=3600, description="per-request timeout, seconds")
     max_retries: int = Field(2, ge=0, le=20, description="retries with exponential backoff on errors/429/5xx")

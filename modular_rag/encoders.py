@@ -199,27 +199,38 @@ class EndpointEncoder(QueryCache):
                              max_retries=self.config.max_retries)  # fmt: skip
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts, one request per batch (one embedding call in the ledger per request)."""
-        rows: list[list[float]] = []
-        extra = {"dimensions": self.config.dimensions} if self.config.dimensions else {}
-        for i in range(0, len(texts), self.config.batch_size):
-            batch = [t if t.strip() else " " for t in texts[i : i + self.config.batch_size]]
-            record(embed_calls=1)
-            try:
-                reply = self.client.embeddings.create(model=self.config.model, input=batch, **extra)
-            except Exception as exc:  # openai raises its own hierarchy; say where
-                raise ProviderError(f"embeddings endpoint {self.where} ({self.config.model}): "
-                                    f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
-            data = sorted(reply.data, key=lambda d: d.index)
-            if len(data) != len(batch):
-                raise ProviderError(f"embeddings endpoint {self.where} returned {len(data)} vectors for "
-                                    f"{len(batch)} texts")  # fmt: skip
-            rows.extend(d.embedding for d in data)
-        if not rows:
+        """Embed texts, one request per batch of ``batch_size``, up to ``concurrency`` requests in flight (one
+        embedding call in the ledger per request); the vectors come back in the texts' order."""
+        batches = [[t if t.strip() else " " for t in texts[i : i + self.config.batch_size]]
+                   for i in range(0, len(texts), self.config.batch_size)]  # fmt: skip
+        if not batches:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
-        vectors = l2_normalise(np.asarray(rows, dtype=np.float32))
+        record(embed_calls=len(batches))
+        if len(batches) == 1 or self.config.concurrency == 1:
+            parts = [self._request(b) for b in batches]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(batches)),
+                                    thread_name_prefix="embed") as pool:  # fmt: skip
+                parts = list(pool.map(self._request, batches))
+        vectors = l2_normalise(np.asarray([row for part in parts for row in part], dtype=np.float32))
         self.dim = int(vectors.shape[1])
         return vectors
+
+    def _request(self, batch: list[str]) -> list[list[float]]:
+        """One embeddings request."""
+        extra = {"dimensions": self.config.dimensions} if self.config.dimensions else {}
+        try:
+            reply = self.client.embeddings.create(model=self.config.model, input=batch, **extra)
+        except Exception as exc:  # openai raises its own hierarchy; say where
+            raise ProviderError(f"embeddings endpoint {self.where} ({self.config.model}): "
+                                f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+        data = sorted(reply.data, key=lambda d: d.index)
+        if len(data) != len(batch):
+            raise ProviderError(f"embeddings endpoint {self.where} returned {len(data)} vectors for "
+                                f"{len(batch)} texts")  # fmt: skip
+        return [d.embedding for d in data]
 
     def _embed_query(self, text: str) -> np.ndarray:
         return self.encode([text])[0]

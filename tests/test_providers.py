@@ -117,3 +117,24 @@ def test_an_embeddings_endpoint_indexes_and_retrieves(tmp_path, monkeypatch) -> 
         "name": "openai", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 2}}})  # fmt: skip
     with pytest.raises(ProviderError, match="embeddings endpoint http://127.0.0.1:9/v1"):
         Providers(broken.providers).encoder.encode(["a text"])
+
+
+@pytest.mark.integration
+def test_an_embeddings_endpoint_gets_its_batches_concurrently_within_the_bound() -> None:
+    """Indexing through an endpoint (TEI, vLLM, OpenAI) sends up to ``concurrency`` batch requests at once, and the
+    vectors come back in the texts' order."""
+    import numpy as np
+
+    from modular_rag.config import OpenAIEmbeddingsConfig
+    from modular_rag.encoders import EndpointEncoder
+    from tests.helpers.stub_embeddings import StubEmbeddings, bag_of_words
+
+    texts = [f"text number {i} about part {i % 7}" for i in range(32)]
+    with StubEmbeddings(delay_s=0.2) as stub:
+        encoder = EndpointEncoder(OpenAIEmbeddingsConfig(model="stub", base_url=stub.url, batch_size=4,
+                                                         concurrency=4))  # fmt: skip
+        vectors = encoder.encode(texts)
+        assert stub.requests == 8 and stub.max_in_flight == 4
+    want = np.asarray([bag_of_words(t, 256) for t in texts], dtype=np.float32)
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    assert np.allclose(vectors, want, atol=1e-6)

@@ -1,6 +1,7 @@
 """A tiny OpenAI-compatible embeddings endpoint for tests: ``POST /v1/embeddings`` answers each input with a
-hashed bag-of-words vector (so texts sharing words are near), counts requests and texts, and can fail the first
-``fail_first`` requests with HTTP 500 (to exercise retries)."""
+hashed bag-of-words vector (so texts sharing words are near), counts requests and texts, can fail the first
+``fail_first`` requests with HTTP 500 (to exercise retries), and can take ``delay_s`` per request while counting how
+many are in flight at once (``max_in_flight``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from typing import Any
 
 from tests.helpers.loopback import LoopbackServer, QuietHandler
@@ -26,8 +28,9 @@ def bag_of_words(text: str, dim: int) -> list[float]:
 class StubEmbeddings(LoopbackServer):
     """Run with ``with StubEmbeddings() as stub: ... stub.url ...`` (the OpenAI ``base_url``, ending ``/v1``)."""
 
-    def __init__(self, *, dim: int = 256, fail_first: int = 0) -> None:
-        self.dim, self.fail_first = dim, fail_first
+    def __init__(self, *, dim: int = 256, fail_first: int = 0, delay_s: float = 0.0) -> None:
+        self.dim, self.fail_first, self.delay_s = dim, fail_first, delay_s
+        self.in_flight = self.max_in_flight = 0
         self.requests = 0
         self.texts = 0
         self.authorization: set[str] = set()
@@ -50,6 +53,11 @@ class StubEmbeddings(LoopbackServer):
                 inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
                 with stub._lock:
                     stub.texts += len(inputs)
+                    stub.in_flight += 1
+                    stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+                time.sleep(stub.delay_s)
+                with stub._lock:
+                    stub.in_flight -= 1
                 data = [{"object": "embedding", "index": i, "embedding": bag_of_words(t, stub.dim)}
                         for i, t in enumerate(inputs)]  # fmt: skip
                 self._reply(200, json.dumps({"object": "list", "data": data, "model": request.get("model"),
