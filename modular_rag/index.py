@@ -48,6 +48,12 @@ __all__ = ["Encoder", "DenseStore", "ChromaStore", "LangChainStore", "KnowledgeI
 log = logging.getLogger(__name__)
 
 
+WRITE_BATCHES = 8
+"""Embedding batches per dense-store write (2,048 chunks at the default batch size): Chroma inserts into its HNSW
+graph faster in big writes (measured on 20k chunks: 596 against 474 chunks/s for writes of 256, without documents;
+413 with them)."""
+
+
 class Encoder(Protocol):
     """Turns texts into L2-normalised float32 vectors."""
 
@@ -465,6 +471,17 @@ class KnowledgeIndex:
         new = sorted(new, key=lambda c: -len(c["text"]))
         keep_text = self.texts_in_store or isinstance(self.dense, LangChainStore)
         pending: list[Future[None]] = []
+        buffered: list[tuple[Sequence[Chunk], np.ndarray]] = []
+
+        def submit(writer: ThreadPoolExecutor) -> None:
+            """One store write of the buffered batches (the store's HNSW insert costs less in big writes)."""
+            chunks = [c for batch, _ in buffered for c in batch]
+            vectors = np.vstack([v for _, v in buffered]) if embed_here else np.zeros((len(chunks), 0))
+            texts = [c["text"] for c in chunks] if keep_text else [""] * len(chunks)
+            pending.append(writer.submit(self.dense.add, [c["chunk_id"] for c in chunks], texts,
+                                         [c["metadata"] for c in chunks], vectors))  # fmt: skip
+            buffered.clear()
+
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dense-write") as writer:
             for batch in _batches(new, batch_size):
                 texts = [c["text"] for c in batch]
@@ -475,15 +492,17 @@ class KnowledgeIndex:
                     raise IndexingError(f"embedding failed: {exc}") from exc
                 t1 = time.perf_counter()
                 stages["embed"] += t1 - t0
-                while pending and (len(pending) >= 2 or pending[0].done()):
-                    self._settle(pending.pop(0))
+                buffered.append((batch, vectors))
+                if len(buffered) >= WRITE_BATCHES:
+                    while pending and (len(pending) >= 2 or pending[0].done()):
+                        self._settle(pending.pop(0))
+                    submit(writer)
                 stages["dense write wait"] += time.perf_counter() - t1
-                pending.append(writer.submit(self.dense.add, [c["chunk_id"] for c in batch],
-                                             texts if keep_text else [""] * len(batch),
-                                             [c["metadata"] for c in batch], vectors))  # fmt: skip
                 if progress:
                     progress(len(batch))
             t1 = time.perf_counter()
+            if buffered:
+                submit(writer)
             for fut in pending:
                 self._settle(fut)
             stages["dense write wait"] += time.perf_counter() - t1

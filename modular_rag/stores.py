@@ -162,12 +162,14 @@ class ChromaStore:
     def add(
         self, ids: Sequence[str], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]], vectors: np.ndarray
     ) -> None:
-        """Upsert chunks with precomputed vectors, in Chroma's maximum batch size."""
+        """Upsert chunks with precomputed vectors, in Chroma's maximum batch size. Texts that are all empty are not
+        sent (the kit's catalog holds them: Chroma then keeps vectors and metadata only)."""
         step = self.max_batch
+        with_text = any(texts)
         for i in range(0, len(ids), step):
             self.collection.upsert(
                 ids=list(ids[i : i + step]),
-                documents=list(texts[i : i + step]),
+                documents=list(texts[i : i + step]) if with_text else None,
                 metadatas=[_chroma_meta(m) for m in metadatas[i : i + step]],
                 embeddings=vectors[i : i + step],
             )
