@@ -22,9 +22,12 @@ from operators.indexing import index_paths
 from tests.ecosystem.conftest import REPO, free_port
 from tests.ecosystem.test_milvus import _child_env, milvus_uri, needs_milvus  # noqa: F401 - the fixture
 
-pytestmark = [pytest.mark.integration, needs_milvus,
-              pytest.mark.skipif(find_spec("langgraph.checkpoint.postgres") is None,
-                                 reason="langgraph-checkpoint-postgres is not installed (the server extra)")]  # fmt: skip
+pytestmark = [
+    pytest.mark.integration,
+    needs_milvus,
+    pytest.mark.skipif(find_spec("langgraph.checkpoint.postgres") is None,
+                       reason="langgraph-checkpoint-postgres is not installed (the server extra)"),
+]
 
 WORKER = r"""
 import json, os, sys
