@@ -585,6 +585,9 @@ def index_paths(
         ConfigError: If the chunker spec is invalid.
     """
     start = time.perf_counter()
+    for given in paths if not isinstance(paths, (str, Path)) else [paths]:
+        if not Path(given).exists():
+            raise SourceNotFoundError(f"no such file or folder: {given}")
     chunk_fn = _chunker(chunker, providers)
     reports: list[FileReport] = []
 
