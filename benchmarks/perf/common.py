@@ -59,13 +59,16 @@ def scifact_queries(dataset: Path, limit: int | None) -> list[str]:
     return texts[:limit] if limit else texts
 
 
-def ensure_demo_index(path: str) -> None:
-    """Index the demo corpus into the Chroma store at ``path`` unless it holds chunks already."""
+def ensure_demo_index(path: str, embeddings: dict[str, Any] | None = None) -> None:
+    """Index the demo corpus into the Chroma store at ``path`` unless it holds chunks already, with the default
+    embedder or the ``embeddings`` config given."""
     from modular_rag import demo_corpus_path
     from modular_rag.config import ChromaConfig, ProvidersConfig
     from modular_rag.providers import Providers
     from operators.indexing import index_paths
 
-    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=path, collection="demo")))
+    store = ChromaConfig(path=path, collection="demo")
+    config = ProvidersConfig(vectorstore=store, **({"embeddings": embeddings} if embeddings else {}))
+    env = Providers(config)
     if env.index.count() == 0:
         index_paths([demo_corpus_path()], env, progress=False)
