@@ -271,9 +271,12 @@ class StoredLinks:
         too generic) is decided when the table is read, against the definers and counts then."""
         if not positions:
             return
+        longest = int(self.catalog.stat_values().get("max_words", 1))
+        spans = [_spans(words_of(text), longest) for text in texts]
+        known = self.catalog.known_anchors(sorted({a for s in spans for _, a in s}), db=db)  # one lookup per batch
         rows: list[tuple[int, int, str, bool]] = []
-        for pos, text in zip(positions, texts, strict=True):
-            found = self._occurrences(words_of(text), db)
+        for pos, chunk_spans in zip(positions, spans, strict=True):
+            found = sorted((i, a) for i, a in chunk_spans if a in known)
             ends = sorted((i, i + len(a.split())) for i, a in found)
             for i, a in found:
                 end = i + len(a.split())
@@ -283,9 +286,7 @@ class StoredLinks:
 
     def _occurrences(self, folded: Sequence[str], db: Any = None) -> list[tuple[int, str]]:
         """Every ``(word offset, anchor)`` where an anchor the catalog holds occurs in the folded words."""
-        longest = int(self.catalog.stat_values().get("max_words", 1))
-        spans = {(i, " ".join(folded[i : i + n])) for i in range(len(folded))
-                 for n in range(1, min(longest, len(folded) - i) + 1)}  # fmt: skip
+        spans = _spans(folded, int(self.catalog.stat_values().get("max_words", 1)))
         known = self.catalog.known_anchors(sorted({a for _, a in spans}), db=db)
         return sorted((i, a) for i, a in spans if a in known)
 
@@ -394,3 +395,9 @@ def _replay(occurrences: Sequence[tuple[int, str]], lead: Callable[[Alias], froz
                 done = start + len(alias)
                 break
     return out
+
+
+def _spans(folded: Sequence[str], longest: int) -> set[tuple[int, str]]:
+    """Every ``(word offset, words)`` of up to ``longest`` folded words: where an anchor could occur."""
+    return {(i, " ".join(folded[i : i + n])) for i in range(len(folded))
+            for n in range(1, min(longest, len(folded) - i) + 1)}  # fmt: skip

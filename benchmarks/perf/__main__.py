@@ -9,6 +9,7 @@ order), so the ratios hold on a noisy shared machine, and prints a table with th
     .venv/bin/python -m benchmarks.perf concurrency [--queries 64] [--concurrency 16] [--latency 1.0]
                                                     [--slots 4] [--local-queries 16]
     .venv/bin/python -m benchmarks.perf startup     [--runs 3]
+    .venv/bin/python -m benchmarks.perf scale       [--sizes 100000,1000000] [--stores chroma,milvus] [--old COMMIT]
 
 Run from the repository's root. Add ``--save`` to write the command line and its output to
 ``benchmarks/results/perf-<subcommand>.txt``. What each measures, and how, is in the docstring of its module
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import concurrency, indexing, overhead, sparse, startup
+from . import concurrency, indexing, overhead, scale, sparse, startup
 from .common import DEFAULT_DATASET, RESULTS, ROOT, Report
 
 __all__ = ["main"]
@@ -34,6 +35,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Report], None]] = {
     "sparse": sparse.run,
     "concurrency": concurrency.run,
     "startup": startup.run,
+    "scale": scale.run,
 }
 
 
@@ -50,11 +52,12 @@ def _parser() -> argparse.ArgumentParser:
                         "fp32 and int8 on each of --datasets")
     p.add_argument("--datasets", default="scifact,hotpotqa",
                    help="with --compare precisions: corpora (names beside --dataset's folder, or paths)")
-    p = sub.add_parser("sparse", help="BM25 latency at 100k / 1M chunks: sparse vs rank_bm25")
+    p = sub.add_parser("sparse", help="BM25 at 100k / 1M chunks: the kit's segments vs bm25s (and rank_bm25)")
     p.add_argument("--sizes", default="100000,1000000", help="corpus sizes in chunks (comma-separated)")
     p.add_argument("--queries", type=int, help="SciFact queries (default: all of dev + train)")
     p.add_argument("--slow-queries", type=int, default=20,
-                   help="queries rank_bm25 runs at sizes above 200k (5x this below); default 20")
+                   help="rank_bm25 runs 5x this many queries (at sizes up to 200k only); default 20")
+    p.add_argument("--scratch", type=Path, help="folder for the kit's segments (default: the system's temp folder)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
     p = sub.add_parser("concurrency", help="serial vs batch/abatch/eval --concurrency against slow endpoints")
     p.add_argument("--queries", type=int, default=64)
@@ -64,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--local-queries", type=int, default=16, help="queries against the local llama-server")
     p = sub.add_parser("startup", help="modular-rag run on the demo: total and split")
     p.add_argument("--runs", type=int, default=3)
+    scale.add_arguments(sub.add_parser("scale", help="the index at 100k / 1M chunks: workers, latency, changes"))
     for p in sub.choices.values():
         p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the SciFact folder (BEIR format)")
         p.add_argument("--save", action="store_true", help="also write benchmarks/results/perf-<command>.txt")

@@ -1,0 +1,269 @@
+"""``python -m benchmarks.perf scale``: the knowledge index at a client's scale, today's code against an earlier
+commit's in one run.
+
+A synthetic corpus (deterministic: pseudo-words drawn by a Zipf law, one chunk per document, each document titled
+with a two-word name and naming two other documents, so the link table has work) of ``--sizes`` chunks is indexed
+with the hash embedder (:mod:`benchmarks.perf.hashembed`: no model weights; its time is reported apart and taken
+out of the throughput) into Chroma on disk and into a Milvus Lite server on loopback, by the code of this checkout
+(``new``) and by ``--old`` (a commit, checked out as a worktree under ``.modular_rag/scale/``). Then, per store:
+
+- a **new worker**: a fresh process imports the kit, opens the index and answers one question with the default
+  template (``templates/linear.yaml``); its time to that answer and its resident memory beyond the imports, with
+  Chroma's own share (opening the collection and loading its HNSW index, done first in the same process) apart;
+- **latency with 4 workers**: 4 processes answer ``--questions`` questions each at the same time, after their first;
+  p50/p95 of the default template and of ``link_hop`` (``configs/hotpotqa-multihop.yaml``'s flow);
+- **changes**: adding a file of 1,000 new documents (``index``), then ``--sync`` with a 1,000-document file gone:
+  seconds, the embedding excluded;
+- **ingestion**: chunks per second of the whole build, the embedding excluded.
+
+Indexes are kept under ``.modular_rag/scale/`` and reused by the next run (``--rebuild`` to start again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .common import ROOT, Report, table
+
+HERE = Path(__file__).resolve().parent
+WORK = ROOT / ".modular_rag" / "scale"
+PER_FILE = 1000
+SYLLABLES = ("ka", "lo", "mi", "ru", "te", "van", "sor", "el", "di", "pa", "nu", "ber", "to", "ri", "sa", "mon",
+             "gal", "fe", "qui", "dro", "ne", "lis", "ta", "co", "hu", "zan", "pe", "ora", "bi", "ju")  # fmt: skip
+
+
+def _words(rng: np.random.Generator, count: int) -> list[str]:
+    """``count`` distinct pseudo-words of two or three syllables."""
+    out: dict[str, None] = {}
+    while len(out) < count:
+        n = int(rng.integers(2, 4))
+        out["".join(SYLLABLES[i] for i in rng.integers(0, len(SYLLABLES), n))] = None
+    return list(out)
+
+
+class Corpus:
+    """The synthetic corpus: ``n`` documents in files of 1,000, and one extra file of 1,000 for the add."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        self.n = n
+        self.folder = WORK / f"corpus-{n}"
+        self.extra = WORK / f"extra-{n}.jsonl"
+        rng = np.random.default_rng(seed)
+        self.vocab = _words(rng, 20000)
+        names = [w.capitalize() for w in _words(rng, 3000)]
+        pairs = rng.permutation(len(names) ** 2)[: n + PER_FILE]
+        self.titles = [f"{names[p // len(names)]} {names[p % len(names)]}" for p in pairs]
+        weights = 1.0 / (np.arange(len(self.vocab)) + 20.0)
+        self.p = weights / weights.sum()
+        self.rng = rng
+
+    def _doc(self, i: int, words: np.ndarray, links: np.ndarray) -> dict[str, str]:
+        w = [self.vocab[j] for j in words]
+        a, b = self.titles[links[0]], self.titles[links[1]]
+        text = (f"{self.titles[i]} is a {w[0]} {w[1]} of {w[2]}. " + " ".join(w[3:20]) + f" with {a}. "
+                + " ".join(w[20:38]) + f", as {b} {w[38]}. " + " ".join(w[39:55]) + ".")  # fmt: skip
+        return {"_id": f"d{i}", "title": self.titles[i], "text": text}
+
+    def write(self) -> None:
+        """Write the files unless they exist."""
+        done = self.folder / ".done"
+        if done.exists():
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        total = self.n + PER_FILE
+        for start in range(0, total, PER_FILE):
+            words = self.rng.choice(len(self.vocab), size=(PER_FILE, 55), p=self.p)
+            links = self.rng.integers(0, self.n, size=(PER_FILE, 2))
+            rows = [self._doc(start + k, words[k], links[k]) for k in range(PER_FILE)]
+            file = self.extra if start >= self.n else self.folder / f"part-{start // PER_FILE:05d}.jsonl"
+            file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        done.touch()
+
+    def questions(self, count: int, seed: int) -> list[str]:
+        """Questions on random documents: a few of the document's words and, every other one, its title."""
+        rng = np.random.default_rng(seed)
+        out = []
+        for i in rng.integers(0, self.n, count):
+            words = [self.vocab[j] for j in rng.choice(len(self.vocab), 3, p=self.p)]
+            name = self.titles[int(i)]
+            out.append(f"What {words[0]} {words[1]} did {name} {words[2]} with?")
+        return out
+
+
+def _job(code: Path, args: dict[str, Any], timeout: float = 6 * 3600) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(code), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(HERE / "scale_job.py"), json.dumps(args)], env=env, cwd=code,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args['job']} failed ({code}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _parallel(code: Path, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(code), "HF_HUB_OFFLINE": "1"}
+    procs = [subprocess.Popen([sys.executable, str(HERE / "scale_job.py"), json.dumps(a)], env=env, cwd=code,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in jobs]  # fmt: skip
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError(f"worker failed ({code}):\n{stderr[-3000:]}")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _milvus_server() -> tuple[subprocess.Popen[bytes], str]:
+    """A ``milvus-lite server`` on loopback over ``.modular_rag/scale/milvus`` (kept between runs)."""
+    port = _free_port()
+    data = WORK / "milvus"
+    data.mkdir(parents=True, exist_ok=True)
+    binary = Path(sys.executable).parent / "milvus-lite"
+    proc = subprocess.Popen([str(binary), "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    for _ in range(120):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("milvus-lite server did not start within 60 s")
+
+
+def _rss_of(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _old_tree(commit: str) -> Path:
+    """A worktree of ``commit`` (checked out once, kept under ``.modular_rag/scale/``)."""
+    commit = subprocess.run(["git", "rev-parse", "--short=10", commit], cwd=ROOT, check=True, capture_output=True,
+                            text=True).stdout.strip()  # fmt: skip
+    tree = WORK / f"code-{commit}"
+    if not tree.exists():
+        WORK.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
+                       capture_output=True)  # fmt: skip
+    return tree
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def run(args: argparse.Namespace, out: Report) -> None:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    stores = args.stores.split(",")
+    codes = {"new": _old_tree(args.new) if args.new else ROOT}
+    if args.old:
+        codes[f"old ({args.old[:7]})"] = _old_tree(args.old)
+    default = ROOT / "modular_rag" / "templates" / "linear.yaml"
+    link = ROOT / "configs" / "hotpotqa-multihop.yaml"
+    server, uri = _milvus_server() if "milvus" in stores else (None, "")
+    rows_start: list[list[Any]] = []
+    rows_lat: list[list[Any]] = []
+    rows_change: list[list[Any]] = []
+    try:
+        for n in sizes:
+            corpus = Corpus(n)
+            t = time.perf_counter()
+            corpus.write()
+            out(f"corpus of {n:,} documents ready ({time.perf_counter() - t:.0f}s): {corpus.folder}")
+            questions = corpus.questions(1 + args.questions * args.workers, seed=n)
+            for store in stores:
+                for label, code in codes.items():
+                    key = f"{'new' if label == 'new' else args.old[:7]}-{store}-{n}"
+                    where = {"store": store, "collection": key.replace("-", "_"), "path": str(WORK / key),
+                             "uri": uri, "catalog": str(WORK / f"{key}.catalog")}  # fmt: skip
+                    built = WORK / f"{key}.json"
+                    if args.rebuild or not built.exists():
+                        for stale in (WORK / key, WORK / f"{key}.catalog"):
+                            shutil.rmtree(stale, ignore_errors=True)
+                        info = _job(code, {**where, "job": "build", "paths": [str(corpus.folder)]})
+                        built.write_text(json.dumps(info))
+                    info = json.loads(built.read_text())
+                    kit_s = info["seconds"] - info["embed_seconds"]
+                    out(f"{n:,} {store} {label}: built {info['chunks']:,} chunks in {info['seconds']:.0f}s "
+                        f"(embedding {info['embed_seconds']:.0f}s): {info['chunks'] / kit_s:,.0f} chunks/s without it")
+                    cold = _job(code, {**where, "job": "worker", "config": str(default), "questions": questions[:1]})
+                    rows_start.append([f"{n:,}", store, label, cold["first answer s"], cold["kit MB"],
+                                       cold["chroma s"] if store == "chroma" else "-",
+                                       cold["chroma MB"] if store == "chroma" else "-",
+                                       info["chunks"] / kit_s])  # fmt: skip
+                    for name, config in (("default", default), ("link_hop", link)):
+                        jobs = [{**where, "job": "worker", "config": str(config),
+                                 "questions": questions[w * args.questions: (w + 1) * args.questions + 1]}
+                                for w in range(args.workers)]  # fmt: skip
+                        lat = [ms for r in _parallel(code, jobs) for ms in r["latencies"]]
+                        rows_lat.append([f"{n:,}", store, label, name, len(lat), _pct(lat, 50), _pct(lat, 95)])
+                    if args.changes:
+                        rows_change.append([f"{n:,}", store, label, *_changes(code, where, corpus)])
+                    if server is not None:
+                        out(f"  milvus-lite server RSS now {_rss_of(server.pid):,.0f} MB")
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
+    out()
+    out("a new worker (cold process): time from opening the index to its first answer (default template), resident "
+        "memory it adds beyond the imports; on Chroma, Chroma's own share apart (opening the collection, loading "
+        "its HNSW index); ingestion: chunks/s of the whole build, the hash embedder's time taken out")
+    out(table(["chunks", "store", "code", "first answer s", "kit MB", "Chroma s", "Chroma MB", "ingest chunks/s"],
+              rows_start))  # fmt: skip
+    out()
+    out(f"{args.workers} worker processes at once, {args.questions} questions each after their first (ms)")
+    out(table(["chunks", "store", "code", "flow", "questions", "p50 ms", "p95 ms"], rows_lat))
+    if rows_change:
+        out()
+        out("changes (seconds, the embedding excluded): add a file of 1,000 new documents; --sync with a 1,000-"
+            "document file gone")
+        out(table(["chunks", "store", "code", "add 1,000 s", "sync -1,000 s", "removed"], rows_change))
+
+
+def _changes(code: Path, where: dict[str, Any], corpus: Corpus) -> list[Any]:
+    """Add the extra file, then sync with the last part file gone; put the index back as it was (untimed)."""
+    added = _job(code, {**where, "job": "build", "paths": [str(corpus.extra)]})
+    gone = sorted(corpus.folder.glob("part-*.jsonl"))[-1]
+    aside = corpus.folder.parent / f"{gone.name}.aside"
+    gone.rename(aside)
+    try:
+        synced = _job(code, {**where, "job": "build", "paths": [str(corpus.folder), str(corpus.extra)], "sync": True})
+    finally:
+        aside.rename(gone)
+    _job(code, {**where, "job": "build", "paths": [str(corpus.folder)], "sync": True})  # back to the corpus alone
+    return [added["seconds"] - added["embed_seconds"], synced["seconds"] - synced["embed_seconds"], synced["removed"]]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The subcommand's options."""
+    p.add_argument("--sizes", default="100000,1000000", help="corpus sizes in chunks (comma-separated)")
+    p.add_argument("--stores", default="chroma,milvus", help="chroma, milvus or both")
+    p.add_argument("--old", default="9dec1d9", help="the commit to compare with ('' for none)")
+    p.add_argument("--new", default="", help="a commit to measure as new (default: this checkout's files)")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--questions", type=int, default=25, help="per worker, after its first")
+    p.add_argument("--no-changes", dest="changes", action="store_false", help="skip the add / sync timings")
+    p.add_argument("--rebuild", action="store_true", help="index again even when a built index is kept")

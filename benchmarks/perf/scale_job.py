@@ -1,0 +1,98 @@
+"""One job of ``python -m benchmarks.perf scale``, run in its own process so that the kit version on PYTHONPATH
+(today's code or an earlier commit's worktree) is the one measured, and so that a worker starts cold.
+
+    python scale_job.py '{"job": "build" | "worker" | "add" | "sync", ...}'
+
+Prints one JSON object. Uses only the kit's public API (config, Providers, build_flow, index_paths), which both
+versions share. The embedder is :class:`hashembed.HashEmbeddings` (no model weights; its time is reported apart).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def rss_mb() -> float:
+    """This process's resident memory in MB (VmRSS)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def providers(args: dict[str, Any], embedder: Any) -> Any:
+    """The providers of the job's store, with the hash embedder."""
+    from modular_rag.config import ChromaConfig, MilvusConfig, ProvidersConfig
+    from modular_rag.providers import Providers
+
+    if args["store"] == "milvus":
+        fields = {"uri": args["uri"], "collection": args["collection"]}
+        if "catalog" in MilvusConfig.model_fields:
+            fields["catalog"] = args["catalog"]
+        store: Any = MilvusConfig(**fields)
+    else:
+        store = ChromaConfig(path=args["path"], collection=args["collection"])
+    return Providers(ProvidersConfig(embeddings=embedder, vectorstore=store))
+
+
+def build(args: dict[str, Any]) -> dict[str, Any]:
+    """Index the corpus folder (or add/sync files) and time it, the embedding apart."""
+    from hashembed import HashEmbeddings
+    from operators.indexing import index_paths
+
+    emb = HashEmbeddings()
+    env = providers(args, emb)
+    start = time.perf_counter()
+    summary = index_paths(args["paths"], env, progress=False, sync=args.get("sync", False), max_file_mb=10_000)
+    wall = time.perf_counter() - start
+    return {"seconds": wall, "embed_seconds": emb.seconds, "embedded": emb.texts, "chunks": summary.chunks,
+            "added": summary.added, "removed": getattr(summary, "removed", 0), "count": env.index.count(),
+            "rss_mb": rss_mb(), "stages": getattr(summary, "stages", {})}  # fmt: skip
+
+
+def worker(args: dict[str, Any]) -> dict[str, Any]:
+    """A new worker: imports, open the store, the first answer, then the rest of the questions, each timed."""
+    t0 = time.perf_counter()
+    marks: dict[str, float] = {}
+    from hashembed import HashEmbeddings
+    from modular_rag.builder import build_flow
+    from modular_rag.config import load_config
+
+    emb = HashEmbeddings()
+    marks["imports s"] = time.perf_counter() - t0
+    base = rss_mb()
+    questions = args["questions"]
+    chroma_s = chroma_mb = 0.0
+    if args["store"] == "chroma":  # Chroma's own share: open the collection and load its HNSW index
+        import chromadb
+        from chromadb.config import Settings
+
+        t = time.perf_counter()
+        client = chromadb.PersistentClient(path=args["path"], settings=Settings(anonymized_telemetry=False))
+        client.get_collection(args["collection"]).query(query_embeddings=[emb.embed_query(questions[0])], n_results=10)
+        chroma_s, chroma_mb = time.perf_counter() - t, rss_mb() - base
+    t = time.perf_counter()
+    env = providers(args, emb)
+    flow = build_flow(load_config(args["config"]), providers=env)
+    result = flow.invoke({"query": questions[0]})
+    marks["first answer s"] = time.perf_counter() - t
+    kit_mb = rss_mb() - base - chroma_mb
+    latencies = []
+    for q in questions[1:]:
+        t = time.perf_counter()
+        flow.invoke({"query": q})
+        latencies.append((time.perf_counter() - t) * 1000)
+    return {**marks, "chroma s": chroma_s, "chroma MB": chroma_mb, "kit MB": kit_mb, "rss MB": rss_mb(),
+            "latencies": latencies, "hits": len(result.get("hits") or result.get("candidates") or [])}  # fmt: skip
+
+
+if __name__ == "__main__":
+    job = json.loads(sys.argv[1])
+    out = worker(job) if job["job"] == "worker" else build(job)
+    print(json.dumps(out))
