@@ -34,7 +34,7 @@ from modular_rag.questions import PassageSet, Question, QuestionCheck, QuestionM
 from modular_rag.registry import OperatorParams, Port, operator
 from modular_rag.text import ENGLISH_STOPWORDS, normalize_answer
 
-__all__ = ["typed_spans", "surface", "find_answer", "AnswerType"]
+__all__ = ["typed_spans", "surface", "find_answer", "linked_share", "AnswerType"]
 
 AnswerType = str
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
@@ -215,10 +215,19 @@ def _titled(text: str, title: str, params: SurfaceParams, rng: random.Random, ra
     return f"{named}: {text}" if named else text
 
 
+class ClozeParams(SurfaceParams):
+    remove: float = Field(0.0, ge=0.0, le=1.0, description="share of the questions whose sentence is removed from its "
+                          "passage in the set's corpus (held out, as in Lee et al. 2019's inverse cloze task, which "
+                          "removes it in 90% of cases): the passage must then be found by its other sentences, not "
+                          "by a copy of the query; only passages of two sentences or more are held out from")
+
+
 @operator("testset", "question_making", "inverse_cloze", port=Port.QUESTION)
-def inverse_cloze(params: SurfaceParams, providers: Providers) -> QuestionMaker:
+def inverse_cloze(params: ClozeParams, providers: Providers) -> QuestionMaker:
     """Inverse cloze: a sentence of a passage, reworded (words left out, cut to ``max_words``), is the query; the
-    passage, which stays whole in the index, is gold, and the sentence is the evidence (no short answer)."""
+    passage is gold, and the sentence is the evidence (no short answer). With ``remove``, that share of the
+    sentences is held out: :func:`~modular_rag.eval.testset.make_testset` writes the set's corpus without them
+    (``meta["held_out"]``)."""
 
     def make(passages: PassageSet, n: int, rng: random.Random) -> list[Question]:
         out: list[Question] = []
@@ -230,12 +239,15 @@ def inverse_cloze(params: SurfaceParams, providers: Providers) -> QuestionMaker:
             if not spans:
                 continue
             s, e = rng.choice(spans)
+            held = params.remove > 0 and rng.random() < params.remove
+            if held and len(passages.sentences(i)) < 2:
+                continue  # holding out its only sentence would leave the passage empty
             text = surface(p.text[s:e], rng, drop=params.drop, max_words=params.max_words,
                            rarity=_rarity(passages, params), swap=params.swap,
                            synonym=_synonyms(passages, params, providers))  # fmt: skip
             text = _titled(text, p.title, params, rng, _rarity(passages, params))
-            out.append(Question(text, "inverse_cloze", (p.id,), "", "sentence", (Span(p.id, s, e),),
-                                {"sentence": p.text[s:e]}))  # fmt: skip
+            meta: dict[str, Any] = {"sentence": p.text[s:e], **({"held_out": True} if held else {})}
+            out.append(Question(text, "inverse_cloze", (p.id,), "", "sentence", (Span(p.id, s, e),), meta))
         return out
 
     return make
@@ -294,35 +306,66 @@ class BridgeParams(FactParams):
                                                          "points at B through A, not by B's own words)")  # fmt: skip
     context_words: int = Field(8, ge=2, le=40, description="words of the bridge sentence (passage A) kept")
     name_first: bool = Field(True, description="name passage A's title in the question (as HotpotQA does)")
+    anchor: str = Field("title", pattern="^(title|any)$",
+                        description="title: cross only links whose anchor is passage B's whole title (an entity "
+                                    "named as it is titled: Wikipedia-like corpora have many, abstracts titled by a "
+                                    "sentence almost none); any: every anchor of the link table (acronyms, names "
+                                    "inside a passage, the subject a first sentence defines)")  # fmt: skip
 
 
-@operator("testset", "question_making", "bridge", port=Port.QUESTION)
-def bridge(params: BridgeParams, providers: Providers) -> QuestionMaker:
-    """Two-hop bridge questions across the link table: passage A mentions the title of passage B (a single
-    document); a fact of B (a typed span) is asked through A's sentence about B, with B's title removed, so the
-    question can be answered only by finding A and then B. Both are gold; the answer is B's span."""
-    wh_params = params.model_copy(update={"form": "wh"}) if params.form != "wh" else params
+def _targets(passages: PassageSet, i: int, anchor: str) -> list[tuple[tuple[str, ...], int]]:
+    """The bridges out of passage ``i``: ``(anchor, passage B)`` for each anchor its text mentions that names one
+    document (with ``anchor`` ``title``: only anchors that are B's whole title)."""
+    from modular_rag.anchors import words_of
 
-    def make(passages: PassageSet, n: int, rng: random.Random) -> list[Question]:
-        links = passages.links
+    out = []
+    for alias, hit in passages.links.mentions(passages[i].text, exclude=i):
+        if len({passages[j].doc or passages[j].id for j in hit}) != 1:
+            continue  # the anchor names several documents: the bridge is ambiguous
+        j = min(hit)
+        if anchor == "title" and tuple(alias) != tuple(words_of(re.sub(r"\s*\([^)]*\)\s*$", "", passages[j].title))):
+            continue
+        out.append((tuple(alias), j))
+    return out
+
+
+def linked_share(passages: PassageSet, anchor: str = "title", sample: int = 1000) -> float:
+    """The share of passages with a bridge out of them (:func:`_targets`), on a seeded sample of ``sample``: how
+    much of the corpus two-hop questions can be made from. HotpotQA's paragraphs 0.52, SciFact's abstracts 0.02,
+    SQuAD's 319 paragraphs 0 (with ``anchor`` ``title``)."""
+    if not len(passages):
+        return 0.0
+    positions = passages.order(random.Random("linked_share"))[:sample]
+    return sum(bool(_targets(passages, i, anchor)) for i in positions) / len(positions)
+
+
+class _BridgeMaker:
+    """The bridge maker: a :data:`QuestionMaker` that also says its share of a set read from the corpus."""
+
+    def __init__(self, params: BridgeParams, providers: Providers) -> None:
+        self.params, self.providers = params, providers
+        self.wh = params.model_copy(update={"form": "wh"}) if params.form != "wh" else params
+
+    def corpus_share(self, passages: PassageSet) -> float:
+        """The share of the set bridge questions take when their share is ``corpus``: :func:`linked_share`."""
+        return linked_share(passages, self.params.anchor)
+
+    def __call__(self, passages: PassageSet, n: int, rng: random.Random) -> list[Question]:
+        params, providers = self.params, self.providers
         out: list[Question] = []
         used: set[tuple[int, int]] = set()
         for i in passages.order(rng):
             if len(out) >= n:
                 break
             a = passages[i]
-            targets = []
-            for alias, hit in links.mentions(a.text, exclude=i):
-                docs = {passages[j].doc or passages[j].id for j in hit}
-                if len(docs) == 1:  # the alias names one document: the bridge is unambiguous
-                    targets.append((alias, min(hit)))
+            targets = _targets(passages, i, params.anchor)
             rng.shuffle(targets)
             for alias, j in targets:
                 if (i, j) in used:
                     continue
                 b = passages[j]
                 forbid = _alias_words(b.title) | frozenset(alias)
-                fact = _fact(b.text, passages.sentences(j), wh_params, rng, exclude=b.title)
+                fact = _fact(b.text, passages.sentences(j), self.wh, rng, exclude=b.title)
                 named = f" {' '.join(alias)} "
                 bridge_sentence = next((a.text[s:e] for s, e in passages.sentences(i)
                                         if named in f" {' '.join(_PART.findall(a.text[s:e].lower()))} "),
@@ -350,7 +393,15 @@ def bridge(params: BridgeParams, providers: Providers) -> QuestionMaker:
                 break
         return out
 
-    return make
+
+@operator("testset", "question_making", "bridge", port=Port.QUESTION)
+def bridge(params: BridgeParams, providers: Providers) -> QuestionMaker:
+    """Two-hop bridge questions across the link table: passage A mentions passage B's title (a single document;
+    with ``anchor`` ``any``, any anchor of B); a fact of B (a typed span) is asked through A's sentence about B,
+    with B's title removed, so the question can be answered only by finding A and then B. Both are gold; the answer
+    is B's span. With share ``corpus`` in the test-set config, bridge questions take the share of the set that
+    :func:`linked_share` reads from the corpus."""
+    return _BridgeMaker(params, providers)
 
 
 # ---------------------------------------------------------------------------------------------------------- checks
@@ -417,7 +468,8 @@ def _words(text: str) -> list[str]:
 @operator("testset", "question_checking", "not_verbatim", port=Port.CHECK)
 def not_verbatim(params: VerbatimParams, providers: Providers) -> QuestionCheck:
     """Drop a question that copies its passage (a run of ``max_run`` words of a gold passage) or that is a verbatim
-    substring of any corpus passage, unless its kind is in ``allow``."""
+    substring of any corpus passage, unless its kind is in ``allow``. A question whose sentence is held out of the
+    set's corpus (``meta["held_out"]``) may copy it; a copy elsewhere in the corpus still drops it."""
 
     def check(questions: Sequence[Question], passages: PassageSet) -> list[Verdict]:
         corpus = "\n".join(" ".join(_words(p.text)) for p in passages.passages)
@@ -430,9 +482,10 @@ def not_verbatim(params: VerbatimParams, providers: Providers) -> QuestionCheck:
                 continue
             gold = [" ".join(_words(passages[passages.position[g]].text)) for g in q.gold if g in passages.position]
             runs = {" ".join(words[k : k + params.max_run]) for k in range(len(words) - params.max_run + 1)}
-            if phrase and phrase in corpus:
+            held = bool(q.meta.get("held_out"))  # its sentence leaves the corpus: only a copy elsewhere counts
+            if phrase and phrase in corpus and (not held or corpus.count(phrase) > sum(t.count(phrase) for t in gold)):
                 out.append(Verdict(False, "verbatim substring of the corpus"))
-            elif any(f" {r} " in f" {t} " for r in runs for t in gold):
+            elif not held and any(f" {r} " in f" {t} " for r in runs for t in gold):
                 out.append(Verdict(False, f"copies {params.max_run} words of its passage"))
             else:
                 out.append(Verdict(True))

@@ -135,3 +135,40 @@ def test_eval_and_recommend_read_the_set(testset: Path, tmp_path: Path, monkeypa
         for name in ("bm25", "dense")]  # fmt: skip
     rec = recommend(load_beir(testset), configs, quality="ndcg@10", progress=False)
     assert rec.best is not None and all(c.quality is not None and c.quality > 0.2 for c in rec.candidates)
+
+
+@pytest.mark.unit
+def test_held_out_sentences_leave_the_sets_corpus(tmp_path: Path) -> None:
+    config = {"makers": [{"name": "inverse_cloze", "params": {"remove": 1.0, "drop": 0.0, "max_words": 100}},
+                         {"name": "fact_question"}], "size": 24}  # fmt: skip
+    make_testset([DEMO], tmp_path / "held", config)
+    make_testset([DEMO], tmp_path / "kept", {**config, "makers": ["inverse_cloze", "fact_question"]})
+    held, kept = load_beir(tmp_path / "held"), load_beir(tmp_path / "kept")
+    corpus = {row["id"]: row["text"] for row in held.corpus()}
+    whole = {row["id"]: row["text"] for row in kept.corpus()}
+    assert set(corpus) == set(whole)
+    rows = held.queries + load_beir(tmp_path / "held", split="train").queries
+    out = [q.extra["held_out"] for q in rows if q.extra["kind"] == "inverse_cloze"]
+    assert out and all(q.extra.get("held_out") is None for q in rows if q.extra["kind"] != "inverse_cloze")
+    cut = {o["doc"] for o in out}
+    for o in out:  # the sentence is gone from its passage, and was there, at the place given
+        assert o["text"] not in corpus[o["doc"]] and o["text"] in whole[o["doc"]]
+        assert whole[o["doc"]].startswith(corpus[o["doc"]][: o["at"]])
+    assert all(corpus[d] == whole[d] for d in set(corpus) - cut)  # no other passage changed
+    for q in rows:  # other questions' evidence still points at its text
+        for span in q.extra["evidence"]:
+            assert corpus[span["doc"]][span["start"] : span["end"]] == span["text"]
+
+
+@pytest.mark.unit
+def test_bridge_share_read_from_the_corpus(tmp_path: Path) -> None:
+    from modular_rag.eval.testset.build import MakerSpec, _quotas
+
+    specs = [MakerSpec(name="inverse_cloze"), MakerSpec(name="fact_question", share=3.0),
+             MakerSpec(name="bridge", share="corpus")]  # fmt: skip
+    assert _quotas(specs, 100, {2: 0.2}) == [20, 60, 20]
+    result = make_testset([DEMO], tmp_path, {"makers": ["inverse_cloze", {"name": "bridge", "share": "corpus"}],
+                                             "size": 20})  # fmt: skip
+    assert any(n.startswith("bridge takes ") and "read from the corpus" in n for n in result.notes)
+    with pytest.raises(ConfigError, match="makers.0.share: inverse_cloze cannot read its share from the corpus"):
+        make_testset([DEMO], tmp_path, {"makers": [{"name": "inverse_cloze", "share": "corpus"}]})

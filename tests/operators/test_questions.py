@@ -17,13 +17,14 @@ from modular_rag.errors import RegistryError
 from modular_rag.providers import Providers
 from modular_rag.questions import Passage, PassageSet, Question, Span, Verdict, sentence_spans
 from modular_rag.registry import OperatorInfo, Port, catalogue, get_operator
+from operators.questions import VerbatimParams
 from tests.conftest import DEMO, ScriptedChat
 
 # operator name -> params for the contract run
 CASES: dict[str, dict[str, Any]] = {
     "inverse_cloze": {"drop": 0.3},
     "fact_question": {"form": "wh"},
-    "bridge": {},
+    "bridge": {"anchor": "any"},  # the demo's manuals link by codes and names, not by whole titles
     "llm": {"kinds": ["single", "multi", "comparison", "unanswerable"]},
     "answer_in_passage": {},
     "not_verbatim": {},
@@ -200,3 +201,42 @@ def test_bridge_questions_do_not_name_the_second_passage(tmp_path: Path) -> None
     for q in made:
         assert q.gold == ("film", "actress") and "shirley" not in q.text.lower() and "temple" not in q.text.lower()
         assert q.answer and q.answer in docs[1].text
+
+
+def _linked() -> PassageSet:
+    """Two passages linked by a title (an actress named in a film's passage) and two linked only by an acronym the
+    first sentence of a paper defines (CREB), as in abstracts titled by a sentence."""
+    return PassageSet([
+        Passage("film", "Kiss and Tell", "Kiss and Tell is a 1945 comedy film starring Shirley Temple as Corliss "
+                "Archer. It was directed by Richard Wallace."),
+        Passage("actress", "Shirley Temple", "Shirley Temple was an American actress. She served as Chief of "
+                "Protocol of the United States from 1976 to 1977."),
+        Passage("paper", "Phosphorylation of a transcription factor in the liver", "CREB is a transcription factor "
+                "of the liver. It was described by Marc Montminy in 1987 at the Salk Institute."),
+        Passage("other", "Fasting hormones", "Glucagon acts through CREB during fasting. The effect was measured in "
+                "40 mice in 2004."),
+    ])  # fmt: skip
+
+
+@pytest.mark.unit
+def test_bridge_questions_cross_title_links_unless_told_any_anchor() -> None:
+    from operators.questions import linked_share
+
+    passages, bridge = _linked(), get_operator(Port.QUESTION, "bridge")
+    by_title = bridge.factory(bridge.params(drop=0.0), Providers())(passages, 4, random.Random(0))
+    assert [q.gold for q in by_title] == [("film", "actress")]
+    any_anchor = bridge.factory(bridge.params(drop=0.0, anchor="any"), Providers())(passages, 4, random.Random(0))
+    assert {q.gold for q in any_anchor} == {("film", "actress"), ("other", "paper")}
+    assert linked_share(passages) == 0.25 and linked_share(passages, "any") == 0.5
+
+
+@pytest.mark.unit
+def test_not_verbatim_lets_a_held_out_sentence_be_copied_but_not_a_copy_elsewhere() -> None:
+    check = get_operator(Port.CHECK, "not_verbatim").factory(VerbatimParams(), Providers())
+    sentence = "The Loopcell plant in Ghent opened in 2019 and recovers lithium from cells"
+    passages = PassageSet([Passage("p1", "Loopcell", f"Loopcell recycles batteries. {sentence}."),
+                           Passage("p2", "Other", "Ghent has a port.")])  # fmt: skip
+    held = Question(sentence, "inverse_cloze", ("p1",), meta={"held_out": True})
+    assert [v.keep for v in check([held, Question(sentence, "inverse_cloze", ("p1",))], passages)] == [True, False]
+    copied = PassageSet([*passages.passages, Passage("p3", "Copy", f"As reported: {sentence}.")])
+    assert not check([held], copied)[0].keep

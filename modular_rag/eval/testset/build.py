@@ -17,19 +17,19 @@ import os
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from modular_rag.config import ProvidersConfig
 from modular_rag.errors import ConfigError
-from modular_rag.questions import Question
+from modular_rag.questions import Passage, PassageSet, Question, Span
 
 __all__ = ["MakerSpec", "CheckSpec", "TestsetConfig", "TestsetResult", "make_testset", "load_testset_config",
-           "DEFAULT_MAKERS", "DEFAULT_CHECKS"]  # fmt: skip
+           "hold_out", "DEFAULT_MAKERS", "DEFAULT_CHECKS"]  # fmt: skip
 
 DEFAULT_MAKERS = ("inverse_cloze", "fact_question", "bridge")
 """The LLM-free makers a test set uses unless told otherwise."""
@@ -46,7 +46,17 @@ class MakerSpec(_Strict):
 
     name: str = Field(..., min_length=1, description="a registered question maker (port question)")
     params: dict[str, Any] = Field(default_factory=dict)
-    share: float = Field(1.0, gt=0, description="its share of the questions, relative to the other makers'")
+    share: float | Literal["corpus"] = Field(1.0, description="its share of the questions, relative to the other "
+                                             "makers'; corpus: the share of the whole set the maker reads from the "
+                                             "corpus (bridge: the share of passages that link to another by its "
+                                             "title), the others sharing the rest")  # fmt: skip
+
+    @field_validator("share")
+    @classmethod
+    def _positive(cls, value: float | str) -> float | str:
+        if not isinstance(value, str) and value <= 0:
+            raise ValueError(f"must be > 0 or 'corpus' (got {value})")
+        return value
 
 
 class CheckSpec(_Strict):
@@ -147,9 +157,13 @@ def _build(port: Any, spec: MakerSpec | CheckSpec, path: str, providers: Any) ->
     return built
 
 
-def _quotas(specs: Sequence[MakerSpec], size: int) -> list[int]:
-    total = sum(s.share for s in specs)
-    raw = [size * s.share / total for s in specs]
+def _quotas(specs: Sequence[MakerSpec], size: int, fixed: dict[int, float] | None = None) -> list[int]:
+    """Questions per maker: ``fixed`` (maker -> share of the whole set, read from the corpus) first, the rest by
+    the others' relative shares."""
+    fixed = fixed or {}
+    rest = max(0.0, 1.0 - sum(fixed.values()))
+    total = sum(float(s.share) for k, s in enumerate(specs) if k not in fixed) or 1.0
+    raw = [size * (fixed[k] if k in fixed else rest * float(s.share) / total) for k, s in enumerate(specs)]
     quotas = [math.floor(r) for r in raw]
     for i in sorted(range(len(raw)), key=lambda i: raw[i] - quotas[i], reverse=True)[: size - sum(quotas)]:
         quotas[i] += 1
@@ -203,7 +217,15 @@ def make_testset(
     paths = [docs] if isinstance(docs, str | os.PathLike) else list(docs)
     passages, link, notes = read_passages(paths, max_chars=cfg.max_chars)
 
-    quotas = _quotas(cfg.makers, cfg.size)
+    fixed: dict[int, float] = {}
+    for k, (spec, maker) in enumerate(zip(cfg.makers, built, strict=True)):
+        if spec.share == "corpus":
+            if not callable(getattr(maker, "corpus_share", None)):
+                raise ConfigError(f"makers.{k}.share", f"{spec.name} cannot read its share from the corpus; give a "
+                                  "number (makers that can: bridge)")  # fmt: skip
+            fixed[k] = float(maker.corpus_share(passages))  # type: ignore[attr-defined]
+            notes.append(f"{spec.name} takes {fixed[k]:.0%} of the set, its share read from the corpus")
+    quotas = _quotas(cfg.makers, cfg.size, fixed)
     made: list[tuple[int, Question]] = []
     for m, (spec, maker, quota) in enumerate(zip(cfg.makers, built, quotas, strict=True)):
         rng = random.Random(f"{cfg.seed}:{m}:{spec.name}")
@@ -219,6 +241,14 @@ def make_testset(
                 counts[made[i][1].kind][f"dropped: {name}"] += 1
         alive = [i for i, v in zip(alive, verdicts, strict=True) if v.keep]
     chosen, unanswerable = _balance([made[i] for i in alive], quotas, notes)
+    passages, chosen, refused = hold_out(passages, chosen)
+    for q in refused:
+        counts[q.kind]["dropped: held_out"] += 1
+    if refused:
+        notes.append(f"{len(refused)} held-out sentences were kept in their passage (another question's evidence, or "
+                     "too little text left): those questions were dropped")  # fmt: skip
+    if any(isinstance(q.meta.get("held_out"), dict) for q in chosen):
+        link = None  # the set's corpus lacks the held-out sentences: it is written, not linked
     rng = random.Random(f"{cfg.seed}:split")
     splits: dict[str, list[Question]] = {"train": [], "dev": []}
     for kind in dict.fromkeys(q.kind for q in chosen):
@@ -273,3 +303,87 @@ def _balance(kept: list[tuple[int, Question]], quotas: list[int],
             notes.append(f"the set is {short} questions smaller than asked: the makers had no more that passed")
             break
     return [q for k, pool in enumerate(pools) for q in pool[: taken[k]]], unanswerable
+
+
+def hold_out(passages: PassageSet, questions: Sequence[Question],
+             min_words: int = 5) -> tuple[PassageSet, list[Question], list[Question]]:  # fmt: skip
+    """Cut the sentences of held-out questions (``meta["held_out"]`` true, their evidence the sentence) out of their
+    passages, as the inverse cloze task does (Lee et al. 2019): the set's corpus no longer holds a copy of the query.
+
+    A cut is refused when another question's evidence lies in the sentence, or when fewer than ``min_words`` words
+    of the passage would be left; a refused question is dropped. Evidence spans after a cut are shifted.
+
+    Returns:
+        The passages with the cuts made, the questions kept (each held-out one with no evidence span and
+        ``meta["held_out"]`` = ``{"doc", "at", "text"}``: where the sentence was cut and what it said), and the
+        questions dropped.
+    """
+    held = [q for q in questions if q.meta.get("held_out") is True and len(q.evidence) == 1]
+    if not held:
+        return passages, list(questions), []
+    blocked: dict[str, list[Span]] = {}
+    for q in questions:
+        if q.meta.get("held_out") is not True:
+            for span in q.evidence:
+                blocked.setdefault(span.doc, []).append(span)
+    cuts: dict[str, set[tuple[int, int]]] = {}
+    refused: list[int] = []
+    for q in held:
+        span = q.evidence[0]
+        text = passages[passages.position[span.doc]].text
+        taken = cuts.get(span.doc, set()) | {(span.start, span.end)}
+        left = len(_cut(text, sorted(taken))[0].split())
+        if left < min_words or any(b.start < span.end and b.end > span.start for b in blocked.get(span.doc, [])):
+            refused.append(id(q))
+        else:
+            cuts[span.doc] = taken
+    out: list[Passage] = []
+    shifts: dict[str, Callable[[int], int]] = {}
+    for p in passages.passages:
+        if p.id in cuts:
+            text, shift = _cut(p.text, sorted(cuts[p.id]))
+            out.append(Passage(p.id, p.title, text, doc=p.doc))
+            shifts[p.id] = shift
+        else:
+            out.append(p)
+    kept: list[Question] = []
+    for q in questions:
+        if id(q) in refused:
+            continue
+        if q.meta.get("held_out") is True and len(q.evidence) == 1:
+            span = q.evidence[0]
+            meta = {**q.meta, "held_out": {"doc": span.doc, "at": shifts[span.doc](span.start),
+                                           "text": passages[passages.position[span.doc]].text[span.start : span.end]}}
+            kept.append(replace(q, evidence=(), meta=meta))
+        else:
+            kept.append(replace(q, evidence=tuple(Span(s.doc, shifts[s.doc](s.start), shifts[s.doc](s.end))
+                                                  if s.doc in shifts else s for s in q.evidence)))  # fmt: skip
+    return PassageSet(out), kept, [q for q in questions if id(q) in refused]
+
+
+def _cut(text: str, spans: Sequence[tuple[int, int]]) -> tuple[str, Callable[[int], int]]:
+    """``text`` without the (sorted, non-overlapping) ``spans`` and the white space after each (before it at the
+    end of the text), and the map of an offset outside them to its place in the result."""
+    pieces: list[tuple[int, int]] = []  # (start, end) of each removed range in the original text
+    for s, e in spans:
+        end = e
+        while end < len(text) and text[end].isspace():
+            end += 1
+        start = s
+        if end == len(text):
+            while start > 0 and text[start - 1].isspace():
+                start -= 1
+        if pieces and start < pieces[-1][1]:
+            start = pieces[-1][1]
+        if start < end:
+            pieces.append((start, end))
+    result, at = [], 0
+    for s, e in pieces:
+        result.append(text[at:s])
+        at = e
+    result.append(text[at:])
+
+    def shift(offset: int) -> int:
+        return offset - sum(min(e, max(offset, s)) - s for s, e in pieces)
+
+    return "".join(result), shift

@@ -111,13 +111,16 @@ def write_corpus(out: Path, passages: PassageSet, link: Path | None) -> None:
 
 def question_row(qid: str, q: Question, passages: PassageSet) -> dict[str, Any]:
     """A ``queries.jsonl`` row: ``_id``, ``text``, ``answers`` (when the kind has one), ``kind``, ``answer_type``,
-    ``gold`` and ``evidence`` (each span with its passage, offsets and text)."""
+    ``gold``, ``evidence`` (each span with its passage, offsets and text) and, for a sentence held out of the set's
+    corpus, ``held_out`` (``doc``, ``at``: where it was cut, ``text``)."""
     row: dict[str, Any] = {"_id": qid, "text": q.text}
     if q.answer:
         row["answers"] = [q.answer]
     evidence = [{"doc": s.doc, "start": s.start, "end": s.end,
                  "text": passages[passages.position[s.doc]].text[s.start : s.end]} for s in q.evidence]  # fmt: skip
     row.update(kind=q.kind, answer_type=q.answer_type, gold=list(q.gold), evidence=evidence)
+    if isinstance(q.meta.get("held_out"), dict):
+        row["held_out"] = q.meta["held_out"]
     return row
 
 

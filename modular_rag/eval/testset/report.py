@@ -40,7 +40,8 @@ def write_report(
     per_passage = Counter(g for r in all_rows for g in r["gold"])
     docs = {passages[passages.position[g]].doc or g for g in per_passage}
     all_docs = {p.doc or p.id for p in passages.passages}
-    makers = ", ".join(f"{m.name} (share {m.share:g}{', ' + str(m.params) if m.params else ''})" for m in config.makers)
+    makers = ", ".join(f"{m.name} (share {m.share if isinstance(m.share, str) else format(m.share, 'g')}"
+                       f"{', ' + str(m.params) if m.params else ''})" for m in config.makers)  # fmt: skip
     lines = [
         f"# Test set ({sum(len(s) for s in rows.values())} questions)", "",
         f"Made from {result.passages} passages ({len(all_docs)} documents) by {makers}; checks: "
@@ -66,6 +67,8 @@ def write_report(
         for r in rng.sample(pool, min(sample, len(pool))):
             answer = f" → **{r['answers'][0]}** ({r['answer_type']})" if r.get("answers") else ""
             evidence = "; ".join(f"{e['doc']}: \"{_short(e['text'], 120)}\"" for e in r["evidence"])
+            if r.get("held_out"):
+                evidence = f"held out of {r['held_out']['doc']}: \"{_short(r['held_out']['text'], 120)}\""
             lines.append(f"- [{kind}] {_short(r['text'], 200)}{answer} — gold {', '.join(r['gold'])}"
                          + (f" — evidence {evidence}" if evidence else ""))  # fmt: skip
     file.write_text("\n".join(lines) + "\n", encoding="utf-8")
