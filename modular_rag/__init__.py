@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from modular_rag.providers import Providers
     from modular_rag.registry import catalogue
     from modular_rag.state import RAGState
+    from modular_rag.tool import as_tool
     from operators.indexing import index_documents, index_paths
 
 __version__ = "0.1.0"
@@ -43,6 +44,7 @@ __all__ = [
     "Providers",
     "RAGState",
     "catalogue",
+    "as_tool",
     "template_path",
     "demo_corpus_path",
     "index_paths",
@@ -62,6 +64,7 @@ _LAZY = {
     "Providers": "modular_rag.providers",
     "RAGState": "modular_rag.state",
     "catalogue": "modular_rag.registry",
+    "as_tool": "modular_rag.tool",
     "index_paths": "operators.indexing",
     "index_documents": "operators.indexing",
     "ModularRagError": "modular_rag.errors",

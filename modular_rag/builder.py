@@ -49,6 +49,7 @@ from modular_rag.steps import (
     evaluate_condition,
     internal_node,
     make_node,
+    node_metadata,
     resolve_operator,
     run_chain,
     summarise,
@@ -177,8 +178,9 @@ class FlowBuilder(Generic[P]):
     ) -> bool:
         """Add a slot's active operators as a node named after the slot (or ``node`` under the slot's name).
 
-        LangSmith and other LangChain tracers show one run per node, named after the slot; which operator ran is in
-        the flow's own trace.
+        LangSmith and other LangChain tracers show one run per node, named after the slot, with the slot's operators
+        and their params in its metadata, and under it one run per operator, named after the operator, with its
+        params (see :func:`~modular_rag.steps.node_metadata`).
 
         Args:
             slot: The slot name.
@@ -191,9 +193,12 @@ class FlowBuilder(Generic[P]):
         Returns:
             Whether a node was added (``False``: the slot is disabled).
         """
-        fn = node if node is not None else self.operator(slot, inject=inject, default=default, fallback=fallback)
+        steps = [] if node is not None else self.steps(slot, inject=inject, default=default, fallback=fallback)
+        fn = node if node is not None else make_node(steps) if steps else None
         if fn is None:
             return False
+        if steps:
+            kwargs.setdefault("metadata", node_metadata(steps))
         self.graph.add_node(slot, _pooled(slot, fn), **kwargs)
         return True
 

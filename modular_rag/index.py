@@ -29,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from modular_rag.state import Chunk, Hit
 from modular_rag.stores import ChromaStore, DenseStore, LangChainStore, _chroma_meta, matches_where
 from modular_rag.text import Analyzer
 from modular_rag.trace import record
+
+if TYPE_CHECKING:
+    from modular_rag.retriever import IndexRetriever
 
 __all__ = ["Encoder", "DenseStore", "ChromaStore", "LangChainStore", "KnowledgeIndex", "AddReport",
            "matches_where"]  # fmt: skip
@@ -321,6 +324,24 @@ class KnowledgeIndex:
     def metadata_fields(self) -> dict[str, set[type]]:
         """The metadata fields the indexed chunks have, with the value types seen (for filter validation)."""
         return self.catalog.metadata_fields()
+
+    def as_retriever(self, search_type: str = "hybrid", *, k: int = 4, filter: Mapping[str, Any] | None = None,
+                     **params: Any) -> IndexRetriever:  # fmt: skip
+        """This index as a LangChain ``BaseRetriever`` (:class:`~modular_rag.retriever.IndexRetriever`).
+
+        Args:
+            search_type: A registered retrieval operator: ``hybrid``, ``dense`` or ``bm25``.
+            k: Documents returned per query.
+            filter: A Chroma-style ``where`` filter on chunk metadata.
+            **params: The operator's other params (hybrid: ``pool``, ``fusion``, ``weights``, ``rrf_k``).
+
+        Raises:
+            ConfigError: If the search type is unknown or a param invalid.
+        """
+        from modular_rag.retriever import IndexRetriever
+
+        return IndexRetriever(index=self, search_type=search_type, k=k, filter=dict(filter) if filter else None,
+                              params=params)  # fmt: skip
 
     @property
     def links(self) -> Any:

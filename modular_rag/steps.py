@@ -26,10 +26,17 @@ import importlib
 import inspect
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import (
+    get_callback_manager_for_config,
+    patch_config,
+    set_config_context,
+    var_child_runnable_config,
+)
 from langgraph.errors import GraphBubbleUp
 
 from modular_rag import registry
@@ -54,6 +61,7 @@ __all__ = [
     "evaluate_condition",
     "summarise",
     "PORT_READS",
+    "node_metadata",
 ]
 
 PORT_READS: dict[Port, tuple[str, ...]] = {
@@ -221,6 +229,53 @@ def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str,
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _jsonable(params: Any) -> dict[str, Any]:
+    """A params model as JSON values (for run metadata); what JSON cannot hold is shown as its ``repr``."""
+    try:
+        return dict(params.model_dump(mode="json"))
+    except Exception:  # a param holding a Python object (a model, a function) that pydantic cannot serialise
+        return {key: value if isinstance(value, str | int | float | bool | None) else repr(value)
+                for key, value in dict(params).items()}  # fmt: skip
+
+
+@contextmanager
+def _operator_run(step: _Step, state: Mapping[str, Any]) -> Iterator[Callable[..., Any]]:
+    """One LangChain run for one operator, a child of LangGraph's run of its node: named after the operator, tagged
+    ``operator:<name>`` and ``slot:<slot>``, with its params in the metadata, the state keys its port reads as
+    inputs and its update as outputs, so LangSmith and any callback handler show which operator ran with what.
+    Model calls the operator makes are the run's children. Yields a function that calls ``fn(*args)`` inside the run.
+    Outside a LangChain run (an operator called directly) nothing is reported."""
+    config = var_child_runnable_config.get()
+    if config is None:
+        yield lambda fn, *args: fn(*args)
+        return
+    name = step.name if step.name != "pattern" else step.slot
+    manager = get_callback_manager_for_config(config)
+    manager.add_tags([f"operator:{name}", f"slot:{step.slot}"], inherit=False)
+    manager.add_metadata({"modular_rag_slot": step.slot, "modular_rag_operator": name,
+                          "modular_rag_params": step.params}, inherit=False)  # fmt: skip
+    run = manager.on_chain_start(None, {key: state[key] for key in step.reads if key in state}, name=name)
+    outputs: dict[str, Any] = {}
+
+    def call(fn: Callable[..., Any], *args: Any) -> Any:
+        with set_config_context(patch_config(config, callbacks=run.get_child())) as context:
+            result = context.run(fn, *args)
+        outputs.update(result if isinstance(result, Mapping) else {"output": result})
+        return result
+
+    try:
+        yield call
+    except BaseException as exc:
+        run.on_chain_error(exc)
+        raise
+    run.on_chain_end({key: value for key, value in outputs.items() if key not in ("trace", "ledger")})
+
+
+def node_metadata(steps: Sequence[_Step]) -> dict[str, Any]:
+    """The metadata of a slot's node (LangGraph ``add_node(metadata=...)``): its operators with their params."""
+    return {"modular_rag_operators": [{"name": step.name, "params": step.params} for step in steps]}
+
+
 class _Step:
     """One operator in a node, with its step controls (from its spec) and the keys it reads (for the trace)."""
 
@@ -232,9 +287,12 @@ class _Step:
         spec: OperatorSpec,
         reads: Sequence[str] = (),
         fallback: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         self.slot, self.name, self.fn, self.spec, self.reads = slot, name, fn, spec, tuple(reads)
         self.fallback = dict(fallback or {})
+        self.params = dict(spec.params if params is None else params)
+        """The operator's params as it runs with them (validated, defaults included, when it is registered)."""
 
     def _instead(self) -> tuple[dict[str, Any], str]:
         """The update a skipped or failed step gives (the slot's fallback), and how the trace says it."""
@@ -259,7 +317,8 @@ class _Step:
         if step.operator is None:
             return cls.configured(step.slot, step.spec, step.port, providers, step.path, allow_imports, fallback)
         fn = step.operator.factory(step.params, providers)
-        return cls(step.slot, step.operator.name, fn, step.spec, PORT_READS.get(step.port, ()), fallback)
+        return cls(step.slot, step.operator.name, fn, step.spec, PORT_READS.get(step.port, ()), fallback,
+                   _jsonable(step.params))  # fmt: skip
 
     def run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
         started = time.time()
@@ -268,9 +327,9 @@ class _Step:
             instead, said = self._instead()
             event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held" + said, Meter())
             return instead, event, entry
-        with metered() as meter:
+        with metered() as meter, _operator_run(self, state) as ran:
             try:
-                update = _call(self.fn, state, self.spec.timeout_s)
+                update = ran(_call, self.fn, state, self.spec.timeout_s)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
