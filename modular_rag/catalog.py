@@ -9,6 +9,9 @@ One SQLite file (WAL mode, so several processes read while one writes) beside th
 * ``fields``: the metadata fields the chunks have, with each value type's count (what a filter may name).
 * ``anchors`` and ``mentions``: the link table's rows (:mod:`modular_rag.links`): what each chunk defines and which
   anchors its text mentions, computed for each chunk when it is added, removed with it.
+* ``sentences``: each chunk's content sentences and their vectors (float32 rows, one blob per chunk), written in
+  the transaction that adds the chunk and removed with it (:mod:`modular_rag.sentences`), so a question embeds only
+  itself; the setting ``sentence_encoder`` names the encoder that made them.
 
 Writes happen in transactions; a reader sees the state before or after a write, never half of it.
 """
@@ -24,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 __all__ = ["Catalog", "StoredChunk"]
 
@@ -42,10 +47,14 @@ CREATE TABLE IF NOT EXISTS mentions (pos INTEGER NOT NULL, start INTEGER NOT NUL
                                      outer INTEGER NOT NULL, PRIMARY KEY (pos, start, anchor)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS mentions_anchor ON mentions (anchor);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sentences (pos INTEGER PRIMARY KEY, texts TEXT NOT NULL, dim INTEGER NOT NULL,
+                                      vectors BLOB NOT NULL);
 """
 
-SCHEMA_VERSION = 2
-"""The catalog's schema (SQLite ``user_version``); an earlier one is migrated on open."""
+SCHEMA_VERSION = 3
+"""The catalog's schema (SQLite ``user_version``); an earlier one is migrated on open (version 3 added the
+``sentences`` table: a catalog of version 2 gets it empty, and its chunks' sentence vectors at the next ``index``
+run)."""
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict,
                            "NoneType": type(None)}  # fmt: skip
 _BATCH = 900
@@ -167,6 +176,7 @@ class Catalog:
             db.execute(f"DELETE FROM chunks WHERE pos IN ({marks})", part)
             db.execute(f"DELETE FROM anchors WHERE pos IN ({marks})", part)
             db.execute(f"DELETE FROM mentions WHERE pos IN ({marks})", part)
+            db.execute(f"DELETE FROM sentences WHERE pos IN ({marks})", part)
         docs = list({c.doc_id for c in gone})
         still = {r[0] for r in self._in(db, "SELECT DISTINCT doc_id FROM chunks WHERE doc_id IN ({})", docs)}
         self._bump(db, "documents", -len(set(docs) - still))
@@ -198,6 +208,17 @@ class Catalog:
         and whether no longer anchor there covers it."""
         db.executemany("INSERT OR IGNORE INTO mentions (pos, start, anchor, outer) VALUES (?, ?, ?, ?)", rows)
 
+    def set_sentences(self, rows: Iterable[tuple[int, Sequence[str], np.ndarray]], db: sqlite3.Connection) -> None:
+        """Record ``(position, sentences, vectors)``: a chunk's content sentences and their vectors (one float32 row
+        each), replacing what the chunk had."""
+        db.executemany("INSERT OR REPLACE INTO sentences (pos, texts, dim, vectors) VALUES (?, ?, ?, ?)",
+                       [(int(p), json.dumps(list(s), ensure_ascii=False), int(v.shape[1]) if v.ndim == 2 else 0,
+                         np.ascontiguousarray(v, dtype=np.float32).tobytes()) for p, s, v in rows])  # fmt: skip
+
+    def clear_sentences(self, db: sqlite3.Connection) -> None:
+        """Forget every chunk's sentence vectors (another encoder's)."""
+        db.execute("DELETE FROM sentences")
+
     def scanned(self, db: sqlite3.Connection) -> None:
         """Mark the mention rows as current again (after a scan of every chunk)."""
         db.execute("DELETE FROM settings WHERE key = 'scan_mentions'")
@@ -205,7 +226,7 @@ class Catalog:
     def clear(self) -> None:
         """Forget everything."""
         with self.transaction() as db:
-            for table in ("chunks", "terms", "stats", "fields", "anchors", "mentions", "settings"):
+            for table in ("chunks", "terms", "stats", "fields", "anchors", "mentions", "settings", "sentences"):
                 db.execute(f"DELETE FROM {table}")
 
     def setting(self, key: str) -> str | None:
@@ -305,6 +326,22 @@ class Catalog:
                 return
             yield [_chunk(r) for r in rows]
             last = int(rows[-1][0])
+
+    def sentences_of(self, ids: Sequence[str]) -> dict[str, tuple[list[str], np.ndarray]]:
+        """The stored sentences and vectors of these chunk ids (ids without them are left out)."""
+        out: dict[str, tuple[list[str], np.ndarray]] = {}
+        for cid, texts, dim, blob in self._in(None, "SELECT c.id, s.texts, s.dim, s.vectors FROM chunks c JOIN "
+                                                    "sentences s ON s.pos = c.pos WHERE c.id IN ({})", list(ids)):
+            vectors = np.frombuffer(blob, dtype=np.float32)
+            out[str(cid)] = (json.loads(texts), vectors.reshape(-1, int(dim)) if dim else vectors.reshape(0, 0))
+        return out
+
+    def without_sentences(self, limit: int) -> list[StoredChunk]:
+        """Up to ``limit`` chunks that have no stored sentences, in position order (for a backfill; never at query
+        time)."""
+        rows = self._read("SELECT c.pos, c.id, c.doc_id, c.text, c.meta FROM chunks c LEFT JOIN sentences s ON "
+                          "s.pos = c.pos WHERE s.pos IS NULL ORDER BY c.pos LIMIT ?", (limit,))  # fmt: skip
+        return [_chunk(r) for r in rows]
 
     def metadata_fields(self) -> dict[str, set[type]]:
         """The metadata fields the chunks have, with the value types seen."""

@@ -11,7 +11,9 @@ Where each piece of state lives, once:
   document frequencies and lengths in the catalog; for Milvus, BM25 runs in Milvus and the catalog keeps the kit's
   own term statistics (the evidence scorer's IDFs) beside it;
 * **the link table**: rows of the catalog (what each chunk defines, which anchors it mentions), computed for the
-  chunks an add brings (:class:`~modular_rag.links.StoredLinks`).
+  chunks an add brings (:class:`~modular_rag.links.StoredLinks`);
+* **sentence vectors**: rows of the catalog, each chunk's content sentences embedded when it is added
+  (:class:`~modular_rag.sentences.SentenceVectors`), so the evidence scorer embeds only the question.
 
 A worker that opens an index reads none of it whole: a question's texts, IDFs, titles and links are read for its ids
 and terms. Writes go catalog first, then the dense store, then the postings, so a run killed at any point is completed
@@ -37,6 +39,7 @@ from modular_rag.catalog import Catalog, StoredChunk
 from modular_rag.errors import IndexingError, ProviderError
 from modular_rag.milvus import MilvusStore
 from modular_rag.segments import SegmentedBM25, lucene_idf
+from modular_rag.sentences import SentenceVectors
 from modular_rag.state import Chunk, Hit
 from modular_rag.stores import ChromaStore, DenseStore, LangChainStore, _chroma_meta, matches_where
 from modular_rag.text import Analyzer
@@ -71,8 +74,8 @@ class Encoder(Protocol):
 @dataclass
 class AddReport:
     """What :meth:`KnowledgeIndex.add` did; ``stages`` splits its seconds (``embed``, ``dense write wait``: time
-    spent waiting for the background writes, ``catalog``: texts, statistics and link rows written, ``sparse``: the
-    BM25 segment written)."""
+    spent waiting for the background writes, ``catalog``: texts, statistics and link rows written, ``sentence
+    vectors``: the chunks' sentences embedded, ``sparse``: the BM25 segment written)."""
 
     chunks: int
     added: int
@@ -91,6 +94,8 @@ class KnowledgeIndex:
         folder: Where the catalog and the postings live; ``None`` keeps them in memory (a temporary folder).
         analyzer: Turns text into BM25 terms.
         k1, b: BM25's parameters.
+        encoder_identity: What the encoder's vectors are (:func:`~modular_rag.sentences.encoder_identity`); with
+            it, each chunk's sentence vectors are stored when it is added (``None``: they are not).
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class KnowledgeIndex:
         analyzer: Analyzer,
         k1: float = 1.2,
         b: float = 0.75,
+        encoder_identity: str | None = None,
     ) -> None:
         self.dense, self.encoder, self.analyzer, self.k1, self.b = dense, encoder, analyzer, k1, b
         self._temp = tempfile.TemporaryDirectory(prefix="modular-rag-index-") if folder is None else None
@@ -111,6 +117,8 @@ class KnowledgeIndex:
         self._lock = threading.RLock()
         self._links: Any = None
         self._analyzed = False
+        self.sentences = SentenceVectors(self.catalog, encoder, encoder_identity, self._texts)
+        self._backfilled = False
 
     def _reconcile(self) -> None:
         """Take into the catalog the chunks the store holds and the catalog lacks (read from the store once)."""
@@ -126,8 +134,8 @@ class KnowledgeIndex:
         known = self.catalog.positions(ids)
         missing = [Chunk(chunk_id=i, text=t, metadata=m) for i, t, m in zip(ids, texts, metas, strict=True)
                    if i not in known]  # fmt: skip
-        for start in range(0, len(missing), 5000):
-            self._catalog_add(missing[start : start + 5000])
+        for start in range(0, len(missing), 5000):  # their sentence vectors come at the next add (a writer's work)
+            self._catalog_add(missing[start : start + 5000], sentences=False)
         self.sync_postings()
 
     def _analyzer_key(self) -> str:
@@ -321,6 +329,11 @@ class KnowledgeIndex:
         assert self.postings is not None
         return _allowed_positions(self.catalog, self.postings.generation, _freeze(where))
 
+    def sentence_vectors(self, ids: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+        """The stored vectors of these chunks' content sentences: chunk id -> {sentence: vector}
+        (:meth:`~modular_rag.sentences.SentenceVectors.of`; chunks without them are left out)."""
+        return self.sentences.of(ids)
+
     def metadata_fields(self) -> dict[str, set[type]]:
         """The metadata fields the indexed chunks have, with the value types seen (for filter validation)."""
         return self.catalog.metadata_fields()
@@ -396,7 +409,8 @@ class KnowledgeIndex:
             in_catalog = self.catalog.positions([c["chunk_id"] for c in todo])
             fresh = [c for c in todo if c["chunk_id"] not in in_catalog]
             self._catalog_add(fresh)
-            stages["catalog"] = time.perf_counter() - t0
+            stages["sentence vectors"] = self.sentences.seconds - embedded
+            stages["catalog"] = time.perf_counter() - t0 - stages["sentence vectors"]
             present = self.dense.existing([c["chunk_id"] for c in todo]) if self.dense.count() else set()
             new = [c for c in todo if c["chunk_id"] not in present]
             if progress and present:
@@ -411,17 +425,26 @@ class KnowledgeIndex:
                 removed = self.remove(stale)
         return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages, removed)
 
-    def _catalog_add(self, chunks: Sequence[Chunk]) -> None:
-        """Texts (unless the store keeps them), term statistics and link rows of new chunks, in one transaction."""
+    def _catalog_add(self, chunks: Sequence[Chunk], *, sentences: bool = True) -> None:
+        """Texts (unless the store keeps them), term statistics, link rows and (with ``sentences``) sentence vectors
+        of new chunks, in one transaction."""
         if not chunks:
             return
         terms = self.analyzer.many([c["text"] for c in chunks])
+        metas = [self._stored_meta(c["metadata"]) for c in chunks]
+        embedded = None
+        if sentences and self.sentences.enabled:
+            try:
+                embedded = self.sentences.embed([c["text"] for c in chunks], metas)
+            except Exception as exc:
+                raise IndexingError(f"embedding sentences failed: {exc}") from exc
         rows = [(c["chunk_id"], str(c["metadata"].get("doc_id", c["chunk_id"])),
-                 "" if self.texts_in_store else c["text"], self._stored_meta(c["metadata"])) for c in chunks]
+                 "" if self.texts_in_store else c["text"], meta) for c, meta in zip(chunks, metas, strict=True)]
         with self.catalog.transaction() as db:
             positions = self.catalog.add_chunks(rows, [len(t) for t in terms], terms, db)
-            metas = [self._stored_meta(c["metadata"]) for c in chunks]
             self._stored_links().added(db, positions, [c["text"] for c in chunks], metas, find=self._containing)
+            if embedded is not None:
+                self.sentences.write(db, positions, embedded)
 
     def _containing(self, words: Sequence[str]) -> list[int]:
         """Positions of held chunks whose text may contain these words (every analysed term of them): the BM25

@@ -66,6 +66,7 @@ from modular_rag.llama_server import (
     shutdown_local_servers,
 )
 from modular_rag.milvus import MilvusStore, milvus_analyzer
+from modular_rag.sentences import encoder_identity
 from modular_rag.text import Analyzer
 
 __all__ = [
@@ -230,7 +231,8 @@ class Providers:
     def _build_index(self) -> KnowledgeIndex:
         vs, sp = self.config.vectorstore, self.config.sparse
         analyzer = Analyzer(stemmer=sp.stemmer, stopwords=sp.stopwords)
-        settings: dict[str, Any] = {"analyzer": analyzer, "k1": sp.k1, "b": sp.b}
+        settings: dict[str, Any] = {"analyzer": analyzer, "k1": sp.k1, "b": sp.b,
+                                    "encoder_identity": encoder_identity(self.config.embeddings)}
         if isinstance(vs, MilvusConfig):
             # dense search, BM25 and texts in Milvus; the kit's term statistics and link table in the catalog
             return KnowledgeIndex(_milvus_store(vs, sp), _LazyEncoder(self), folder=_milvus_folder(vs), **settings)

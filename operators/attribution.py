@@ -29,8 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.errors import MissingDependencyError
 from modular_rag.providers import Providers
+from modular_rag.sentences import chunk_sentences, evidence_sentences
 from modular_rag.state import Evidence
-from modular_rag.text import NUMBER_WORDS, Analyzer, distinctive_tokens, split_sentences
+from modular_rag.text import NUMBER_WORDS, Analyzer, distinctive_tokens
 
 __all__ = [
     "Expect",
@@ -109,16 +110,6 @@ def _expected(expects: Expect, sentence: str, cues: QuestionCues) -> float:
     return 0.0
 
 
-def evidence_sentences(text: str, title: str = "") -> list[str]:
-    """The sentences of a chunk that carry content: markdown headings, list markers and a leading copy of the
-    chunk's title are dropped."""
-    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
-    body = "\n".join(lines).strip()
-    if title and body.startswith(title):
-        body = body[len(title) :].lstrip(" :.-\n")
-    return [s for s in split_sentences(body) if len(_ANALYZER(s)) >= 2]
-
-
 @dataclass(frozen=True)
 class ScoredSentence:
     """A sentence of an evidence entry (``position`` in its chunk) with its score for the question and the parts of
@@ -188,17 +179,22 @@ class SentenceScorer:
         total = sum(weights.values())
         return sum(w for t, w in weights.items() if t in terms) / total if total > 0 else 0.0
 
-    def vectors(self, sentences: Sequence[str]) -> np.ndarray:
-        """Sentence embeddings, cached by text for the encoder (shared by every scorer of the same encoder: the
-        context builder and the generator score the same sentences)."""
+    def vectors(self, sentences: Sequence[str], chunk_ids: Sequence[str] | None = None) -> np.ndarray:
+        """Sentence embeddings: the ones the index stored for the sentences' chunks (``chunk_ids``, one per
+        sentence), else embedded now and cached by text for the encoder (shared by every scorer of the same
+        encoder: the context builder and the generator score the same sentences)."""
+        stored = self.providers.index.sentence_vectors(list(chunk_ids)) if chunk_ids is not None else {}
+        found = [stored.get(c, {}).get(s) for s, c in zip(sentences, chunk_ids or (), strict=True)] if stored else \
+            [None] * len(sentences)  # fmt: skip
         cache = _sentence_cache(self.providers.encoder)
         with _CACHE_LOCK:
-            missing = [s for s in dict.fromkeys(sentences) if s not in cache]
+            missing = [s for s in dict.fromkeys(s for s, v in zip(sentences, found, strict=True) if v is None)
+                       if s not in cache]  # fmt: skip
         fresh = self.providers.encoder.encode(missing) if missing else np.zeros((0, 0), np.float32)
         with _CACHE_LOCK:
             for s, v in zip(missing, fresh, strict=True):
                 cache[s] = v
-            rows = [cache[s] for s in sentences]
+            rows = [v if v is not None else cache[s] for s, v in zip(sentences, found, strict=True)]
             while len(cache) > 20_000:
                 cache.popitem(last=False)
         return np.vstack(rows) if rows else np.zeros((0, 0), np.float32)
@@ -209,13 +205,12 @@ class SentenceScorer:
         w = self.weights
         rows: list[tuple[str, Evidence, int, int]] = []
         for rank, ev in enumerate(evidence):
-            title = str(ev["metadata"].get("title") or "")
-            rows += [(s, ev, rank, i) for i, s in enumerate(evidence_sentences(ev["text"], title))]
+            rows += [(s, ev, rank, i) for i, s in enumerate(chunk_sentences(ev["text"], ev["metadata"]))]
         if not rows:
             return []
         try:
             q = self.providers.encoder.encode_query(question)
-            cosines = self.vectors([s for s, _, _, _ in rows]) @ q
+            cosines = self.vectors([s for s, _, _, _ in rows], [ev["chunk_id"] for _, ev, _, _ in rows]) @ q
         except MissingDependencyError:  # a flow without an embedder (BM25 and a remote model): words only
             self.lexical_only = True
             cosines = np.zeros(len(rows), dtype=np.float32)

@@ -1,0 +1,155 @@
+"""Sentence vectors made once: the sentences the evidence scorer reads of each chunk are embedded when the chunk is
+indexed and kept in the catalog beside it (:class:`~modular_rag.catalog.Catalog`, read by chunk id), so answering a
+question embeds the question and nothing else.
+
+* :func:`evidence_sentences` is the one splitter: what is stored at index time is what the scorer splits at query
+  time (:class:`~operators.attribution.SentenceScorer`, the extractive compressors, the claim checker's paraphrase
+  fallback), and a sentence is looked up by its text within its chunk, so a chunk whose text an earlier step changed
+  still finds the sentences it kept; the rest are embedded at query time, as before.
+* The vectors belong to one encoder: the catalog records its identity (setting ``sentence_encoder``; see
+  :func:`encoder_identity`). A reader whose encoder is another does not use them (it embeds the sentences itself and
+  says so once in the log); a writer whose encoder is another replaces them all at its next ``index`` run.
+* An index written before sentence vectors existed gets them at its next ``index`` run (:meth:`SentenceVectors.
+  backfill`), not on a question: a question should not pay for embedding a corpus's sentences, and the workers that
+  answer stay readers of a catalog they may share. Until then its questions embed the sentences they read (cached
+  in-process), which gives the same answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from modular_rag.catalog import Catalog, StoredChunk
+from modular_rag.text import Analyzer, split_sentences
+
+__all__ = ["evidence_sentences", "chunk_sentences", "encoder_identity", "SentenceVectors"]
+
+log = logging.getLogger(__name__)
+
+_ANALYZER = Analyzer()
+SETTING = "sentence_encoder"
+"""The catalog setting naming the encoder the stored sentence vectors were made with."""
+
+
+def evidence_sentences(text: str, title: str = "") -> list[str]:
+    """The sentences of a chunk that carry content: markdown headings, list markers and a leading copy of the
+    chunk's title are dropped, and so are sentences of fewer than two content terms."""
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    body = "\n".join(lines).strip()
+    if title and body.startswith(title):
+        body = body[len(title) :].lstrip(" :.-\n")
+    return [s for s in split_sentences(body) if len(_ANALYZER(s)) >= 2]
+
+
+def chunk_sentences(text: str, metadata: Mapping[str, Any]) -> list[str]:
+    """:func:`evidence_sentences` of a chunk, with its metadata's title (what the scorer reads of an evidence entry)."""
+    return evidence_sentences(text, str(metadata.get("title") or ""))
+
+
+def encoder_identity(config: Any) -> str | None:
+    """What makes an embeddings config's vectors what they are (model and precision; not its batch size or backend,
+    which give the same vectors), or ``None`` when that cannot be known (a LangChain ``Embeddings`` object): no
+    sentence vectors are stored for it."""
+    from modular_rag.config import MiniLMConfig, OpenAIEmbeddingsConfig, SentenceTransformersConfig
+
+    if isinstance(config, MiniLMConfig):
+        return f"minilm/{config.precision}"
+    if isinstance(config, SentenceTransformersConfig):
+        return f"sentence_transformers/{config.path}"
+    if isinstance(config, OpenAIEmbeddingsConfig):
+        return f"openai/{config.base_url or ''}/{config.model}/{config.dimensions or ''}"
+    return None
+
+
+class SentenceVectors:
+    """The stored sentence vectors of an index's chunks: made for chunks being added, backfilled for chunks that
+    lack them, read by chunk id.
+
+    Args:
+        catalog: The index's catalog (the ``sentences`` table and the ``sentence_encoder`` setting).
+        encoder: The index's encoder (``None``: nothing is stored).
+        identity: The encoder's identity (:func:`encoder_identity`; ``None``: nothing is stored).
+        texts: The texts of stored chunks (from the catalog, or from the store when it keeps them).
+
+    Attributes:
+        use_stored: Whether :meth:`of` reads the stored vectors (benchmarks turn it off to time the path that
+            embeds the sentences of each question).
+        seconds: Time spent embedding sentences (indexing stages report it).
+    """
+
+    def __init__(self, catalog: Catalog, encoder: Any, identity: str | None,
+                 texts: Callable[[Sequence[StoredChunk]], list[str]]) -> None:  # fmt: skip
+        self.catalog, self.encoder, self.identity, self._texts = catalog, encoder, identity, texts
+        self.use_stored = True
+        self.seconds = 0.0
+        self._warned = False
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether sentence vectors are made for this index (an encoder of known identity)."""
+        return self.encoder is not None and self.identity is not None
+
+    def embed(self, texts: Sequence[str], metas: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], np.ndarray]]:
+        """Each chunk's sentences and their vectors (one encoder call over all of them)."""
+        per_chunk = [chunk_sentences(t, m) for t, m in zip(texts, metas, strict=True)]
+        flat = [s for found in per_chunk for s in found]
+        t0 = time.perf_counter()
+        vectors = self.encoder.encode(flat) if flat else np.zeros((0, 0), np.float32)
+        self.seconds += time.perf_counter() - t0
+        out, at = [], 0
+        for found in per_chunk:
+            out.append((found, np.asarray(vectors[at : at + len(found)], dtype=np.float32)))
+            at += len(found)
+        return out
+
+    def write(self, db: Any, positions: Sequence[int], embedded: Sequence[tuple[list[str], np.ndarray]]) -> None:
+        """Store embedded sentences (:meth:`embed`) at the chunks' positions, in the open transaction ``db``."""
+        self.catalog.set_sentences([(p, s, v) for p, (s, v) in zip(positions, embedded, strict=True)], db)
+        if self.catalog.setting(SETTING) != self.identity:
+            self.catalog.set_setting(SETTING, str(self.identity), db)
+
+    def backfill(self, batch: int = 512) -> int:
+        """Embed the sentences of every chunk that has none stored (an index written before they existed, chunks
+        taken in from the store), after dropping them all if another encoder made them. Returns how many chunks
+        were embedded."""
+        if not self.enabled:
+            return 0
+        held = self.catalog.setting(SETTING)
+        if held is not None and held != self.identity:
+            log.info("the index's sentence vectors were made by %s; embedding them again with %s", held,
+                     self.identity)  # fmt: skip
+            with self.catalog.transaction() as db:
+                self.catalog.clear_sentences(db)
+                self.catalog.set_setting(SETTING, str(self.identity), db)
+        done = 0
+        while part := self.catalog.without_sentences(batch):
+            embedded = self.embed(self._texts(part), [c.metadata for c in part])
+            with self.catalog.transaction() as db:
+                self.write(db, [c.pos for c in part], embedded)
+            done += len(part)
+        if done:
+            log.info("embedded the sentences of %d chunks that had none stored", done)
+        return done
+
+    def of(self, ids: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+        """The stored vectors of these chunks' sentences: chunk id -> {sentence: vector}. Empty when nothing is
+        stored, :attr:`use_stored` is off, or the vectors are another encoder's (said once in the log)."""
+        if not ids or not self.use_stored or not self.enabled:
+            return {}
+        held = self.catalog.setting(SETTING)
+        if held != self.identity:
+            if held is not None and not self._warned:
+                self._warned = True
+                log.warning("the index's sentence vectors were made by %s, this flow embeds with %s: its questions "
+                            "embed the sentences they read (run `modular-rag index` with this embedder to store "
+                            "them again)", held, self.identity)  # fmt: skip
+            return {}
+        return {cid: dict(zip(texts, vectors, strict=True))
+                for cid, (texts, vectors) in self.catalog.sentences_of(list(dict.fromkeys(ids))).items()}  # fmt: skip
