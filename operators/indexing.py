@@ -365,7 +365,7 @@ def stream_file(
     """The documents of one file, as its loader reads them (a JSON-lines file line by line), filling ``report`` as
     it goes; a bad file yields nothing and says why in ``report.skipped`` (never raises for it). Formats read whole
     are refused over ``max_file_mb``; streamed ones (:data:`STREAMED`) are not."""
-    rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    rel = _relative(path, root)
     report.path = rel
     name = LOADER_BY_SUFFIX.get(path.suffix.lower())
     if name is None:
@@ -590,15 +590,72 @@ def index_paths(
             raise SourceNotFoundError(f"no such file or folder: {given}")
     chunk_fn = _chunker(chunker, providers)
     reports: list[FileReport] = []
+    marks = _FileMarks(providers, chunker)
+    before = _stored_by_path(providers) if sync else {}
+    kept: dict[str, set[str]] = {}  # files a sync finds unchanged since the last one: not read, their chunks stay
 
     def documents() -> Iterator[Document]:
         for path, root in iter_files(paths):
-            report = FileReport(path="")
+            report = FileReport(path=_relative(path, root))
             reports.append(report)
+            if sync and marks.unchanged(report.path, path) and report.path in before:
+                kept[report.path] = before[report.path]
+                report.notes.append("unchanged since the last sync (same bytes, same chunker): not read again")
+                continue
             yield from stream_file(path, root, providers, report, max_file_mb=max_file_mb)
 
-    return _index(documents(), reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress,
-                  sync=sync)  # fmt: skip
+    summary = _index(documents(), reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress,
+                     sync=sync, before=before, kept=kept)  # fmt: skip
+    marks.record(reports, sync=sync)
+    return summary
+
+
+class _FileMarks:
+    """What each file was when a sync last indexed it (its size and a BLAKE2 digest of its bytes, with the chunker's
+    spec), kept in the catalog's settings: a later sync skips a file whose mark still matches, so it costs what
+    changed, not the corpus. Only a sync records marks (afterwards the index holds exactly the file's chunks); any
+    other run that reads a file forgets its mark, so the next sync reads it again."""
+
+    def __init__(self, providers: Providers, chunker: OperatorSpec | Any | None) -> None:
+        self.catalog = providers.index.catalog
+        spec = chunker or OperatorSpec(name="recursive")
+        self.chunker = spec.model_dump_json() if isinstance(spec, OperatorSpec) else None  # a splitter: never skip
+        self.seen: dict[str, str] = {}
+
+    def _mark(self, path: Path) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        return f"{self.chunker}|{path.stat().st_size}|{digest.hexdigest()}"
+
+    def unchanged(self, rel: str, path: Path) -> bool:
+        """Whether the file at ``path`` (indexed as ``rel``) is as the last sync left it."""
+        if self.chunker is None:
+            return False
+        try:
+            self.seen[rel] = mark = self._mark(path)
+        except OSError:
+            return False
+        return self.catalog.setting(f"file:{rel}") == mark
+
+    def record(self, reports: Sequence[FileReport], *, sync: bool) -> None:
+        """After a run: a sync records the mark of every file it holds and clears those of files it removed; another
+        run clears the marks of the files it read."""
+        with self.catalog.transaction() as db:
+            for rep in reports:
+                key = f"file:{rep.path}"
+                if sync and not rep.skipped and rep.status != "removed" and self.chunker is not None:
+                    mark = self.seen.get(rep.path)
+                    if mark is not None:
+                        self.catalog.set_setting(key, mark, db)
+                elif self.catalog.setting(key):
+                    self.catalog.set_setting(key, "", db)
+
+
+def _relative(path: Path, root: Path) -> str:
+    """A file's name in the index (metadata ``path``): relative to the folder given, or its name."""
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
 
 
 def index_documents(
@@ -687,18 +744,20 @@ this, whatever the corpus size."""
 
 def _index(
     docs: Iterable[Document], reports: list[FileReport], chunk_fn: Chunker, providers: Providers, start: float, *,
-    batch_size: int, progress: bool, sync: bool,
+    batch_size: int, progress: bool, sync: bool, before: Mapping[str, set[str]] | None = None,
+    kept: Mapping[str, set[str]] | None = None,
 ) -> IndexSummary:  # fmt: skip
     """Chunk the documents as they are read and add them to the index every :data:`FLUSH_CHUNKS` chunks (the shared
     end of both indexing entry points); with ``sync``, remove afterwards what the index held and the run did not
-    bring."""
+    bring. ``before`` (the stored chunk ids by file, read before ``docs`` is consumed) and ``kept`` (files the run
+    skips as unchanged, with their ids, filled while ``docs`` is consumed) come from a caller that skips files."""
     flush = FLUSH_CHUNKS
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(desc="indexing", unit=" chunks", leave=False)
-    before = _stored_by_path(providers) if sync else {}
+    before = before if before is not None else _stored_by_path(providers) if sync else {}
     now: dict[str, set[str]] = {}
     pending: list[Chunk] = []
     counts = {"documents": 0, "chunks": 0, "added": 0, "existing": 0}
@@ -732,6 +791,7 @@ def _index(
             write()
         removed = 0
         if sync:
+            now.update(kept or {})
             keep = set().union(*now.values()) if now else set()
             stale = [cid for ids in before.values() for cid in ids if cid not in keep]
             removed = providers.index.remove(stale)

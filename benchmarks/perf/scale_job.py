@@ -44,6 +44,7 @@ def providers(args: dict[str, Any], embedder: Any) -> Any:
 def build(args: dict[str, Any]) -> dict[str, Any]:
     """Index the corpus folder (or add/sync files) and time it, the embedding apart."""
     from hashembed import HashEmbeddings
+
     from operators.indexing import index_paths
 
     emb = HashEmbeddings()
@@ -61,6 +62,7 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     marks: dict[str, float] = {}
     from hashembed import HashEmbeddings
+
     from modular_rag.builder import build_flow
     from modular_rag.config import load_config
 

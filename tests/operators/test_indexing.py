@@ -172,7 +172,40 @@ def test_sync_makes_the_index_follow_its_sources(tmp_path: Path) -> None:
 
     third = index_paths([docs], env, progress=False, sync=True)  # nothing changed: nothing embedded or removed
     assert third.synced == {"added": 0, "replaced": 0, "unchanged": 3, "removed": 0}
-    assert third.added == third.removed == 0 and third.stages["embed"] == 0.0
+    assert third.added == third.removed == 0 and third.stages.get("embed", 0.0) == 0.0
+
+
+@pytest.mark.integration
+def test_a_sync_reads_only_the_files_that_changed_since_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import operators.indexing as indexing
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _write(docs, "keep.md", "Saddle", "Set the saddle height so the knee is slightly bent at the bottom.")
+    _write(docs, "edit.md", "Chain", "Oil the chain every 300 km with a dry lubricant.")
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="marks")))
+    index_paths([docs], env, progress=False, sync=True)
+    read: list[str] = []
+    stream = indexing.stream_file
+    monkeypatch.setattr(indexing, "stream_file",
+                        lambda path, *a, **k: (read.append(path.name), stream(path, *a, **k))[1])  # fmt: skip
+
+    _write(docs, "edit.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
+    second = index_paths([docs], env, progress=False, sync=True)
+    assert read == ["edit.md"]  # keep.md is as the last sync left it: not read, its chunk stays
+    assert second.synced == {"added": 0, "replaced": 1, "unchanged": 1, "removed": 0}
+    assert env.index.count() == 2 and any("Saddle" in t for t in _titles(env))
+
+    # a run without sync reads a file and adds its new chunks beside the old: the next sync must read it again
+    _write(docs, "keep.md", "Saddle", "Raise the saddle until the leg is almost straight.")
+    index_paths([docs / "keep.md"], env, progress=False)
+    _write(docs, "keep.md", "Saddle", "Set the saddle height so the knee is slightly bent at the bottom.")
+    read.clear()
+    third = index_paths([docs], env, progress=False, sync=True)
+    assert read == ["keep.md"] and third.synced["replaced"] == 1
+    assert env.index.count() == 2  # the chunk the unsynced run added is gone
 
 
 @pytest.mark.integration
