@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -28,13 +29,20 @@ import numpy as np
 from modular_rag.catalog import Catalog, StoredChunk
 from modular_rag.text import Analyzer, split_sentences
 
-__all__ = ["evidence_sentences", "chunk_sentences", "encoder_identity", "SentenceVectors"]
+__all__ = ["evidence_sentences", "chunk_sentences", "sentence_terms", "encoder_identity", "SentenceVectors"]
 
 log = logging.getLogger(__name__)
 
 _ANALYZER = Analyzer()
 SETTING = "sentence_encoder"
 """The catalog setting naming the encoder the stored sentence vectors were made with."""
+
+
+@lru_cache(maxsize=50_000)
+def sentence_terms(text: str) -> tuple[str, ...]:
+    """The default analyzer's terms of a sentence or a title, cached by text (the scorers read the same sentences
+    for many questions)."""
+    return tuple(_ANALYZER(text))
 
 
 def evidence_sentences(text: str, title: str = "") -> list[str]:
@@ -44,7 +52,7 @@ def evidence_sentences(text: str, title: str = "") -> list[str]:
     body = "\n".join(lines).strip()
     if title and body.startswith(title):
         body = body[len(title) :].lstrip(" :.-\n")
-    return [s for s in split_sentences(body) if len(_ANALYZER(s)) >= 2]
+    return [s for s in split_sentences(body) if len(sentence_terms(s)) >= 2]
 
 
 def chunk_sentences(text: str, metadata: Mapping[str, Any]) -> list[str]:
@@ -80,6 +88,8 @@ class SentenceVectors:
     Attributes:
         use_stored: Whether :meth:`of` reads the stored vectors (benchmarks turn it off to time the path that
             embeds the sentences of each question).
+        store: Whether chunks being added get their sentence vectors (benchmarks turn it off to time indexing
+            without them).
         seconds: Time spent embedding sentences (indexing stages report it).
     """
 
@@ -87,14 +97,15 @@ class SentenceVectors:
                  texts: Callable[[Sequence[StoredChunk]], list[str]]) -> None:  # fmt: skip
         self.catalog, self.encoder, self.identity, self._texts = catalog, encoder, identity, texts
         self.use_stored = True
+        self.store = True
         self.seconds = 0.0
         self._warned = False
         self._lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
-        """Whether sentence vectors are made for this index (an encoder of known identity)."""
-        return self.encoder is not None and self.identity is not None
+        """Whether sentence vectors are made for this index (an encoder of known identity, :attr:`store` on)."""
+        return self.encoder is not None and self.identity is not None and self.store
 
     def embed(self, texts: Sequence[str], metas: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], np.ndarray]]:
         """Each chunk's sentences and their vectors (one encoder call over all of them)."""
@@ -141,7 +152,7 @@ class SentenceVectors:
     def of(self, ids: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
         """The stored vectors of these chunks' sentences: chunk id -> {sentence: vector}. Empty when nothing is
         stored, :attr:`use_stored` is off, or the vectors are another encoder's (said once in the log)."""
-        if not ids or not self.use_stored or not self.enabled:
+        if not ids or not self.use_stored or self.identity is None:
             return {}
         held = self.catalog.setting(SETTING)
         if held != self.identity:

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.errors import MissingDependencyError
 from modular_rag.providers import Providers
-from modular_rag.sentences import chunk_sentences, evidence_sentences
+from modular_rag.sentences import chunk_sentences, evidence_sentences, sentence_terms
 from modular_rag.state import Evidence
 from modular_rag.text import NUMBER_WORDS, Analyzer, distinctive_tokens
 
@@ -173,9 +173,14 @@ class SentenceScorer:
         """The term's IDF in the index (a term the index has never seen counts as the rarest)."""
         return self.providers.index.idf(term)
 
-    def coverage(self, cues: QuestionCues, terms: set[str]) -> float:
-        """IDF-weighted share of the question's terms found in ``terms``."""
-        weights = {t: self.idf(t) for t in cues.terms}
+    def term_weights(self, cues: QuestionCues) -> dict[str, float]:
+        """The IDF of each of the question's terms (one read of the index's statistics)."""
+        return self.providers.index.idfs(list(cues.terms)) if cues.terms else {}
+
+    def coverage(self, cues: QuestionCues, terms: set[str], weights: dict[str, float] | None = None) -> float:
+        """IDF-weighted share of the question's terms found in ``terms`` (``weights``: :meth:`term_weights` of
+        ``cues``, when the caller has them)."""
+        weights = self.term_weights(cues) if weights is None else weights
         total = sum(weights.values())
         return sum(w for t, w in weights.items() if t in terms) / total if total > 0 else 0.0
 
@@ -203,6 +208,7 @@ class SentenceScorer:
         """Every content sentence of the evidence, best first (ties: evidence order, then sentence order)."""
         cues = question_cues(question)
         w = self.weights
+        idf = self.term_weights(cues)
         rows: list[tuple[str, Evidence, int, int]] = []
         for rank, ev in enumerate(evidence):
             rows += [(s, ev, rank, i) for i, s in enumerate(chunk_sentences(ev["text"], ev["metadata"]))]
@@ -217,9 +223,10 @@ class SentenceScorer:
         out = []
         for (sentence, ev, rank, position), cos in zip(rows, cosines.tolist(), strict=True):
             title = str(ev["metadata"].get("title") or "")
-            terms = set(_ANALYZER(sentence))
+            terms = set(sentence_terms(sentence))
             # title terms count half: "It weighs 7.6 kg" under the title "TW-900 Carbon Road" is about the TW-900
-            cov = 0.5 * self.coverage(cues, terms | set(_ANALYZER(title))) + 0.5 * self.coverage(cues, terms)
+            cov = 0.5 * self.coverage(cues, terms | set(sentence_terms(title)), idf) + 0.5 * self.coverage(cues, terms,
+                                                                                                      idf)
             cue = _expected(cues.expects, sentence, cues) if cues.expects != "other" else 0.0
             where = f"{sentence} {title}".lower()
             named = (sum(t in where for t in cues.distinctive) / len(cues.distinctive)) if cues.distinctive else 0.0
@@ -244,21 +251,28 @@ class SentenceScorer:
         links = index.links
         named = links.named_in(question)
         targets = {c for _, hit in links.mentions(best.sentence, exclude=best.chunk_id) for c in hit if c not in named}
+        if not targets:
+            return None
+        cues = question_cues(question)
+        said = set(_ANALYZER(whole[best.chunk_id]["text"]))  # what the bridge passage covers
+        rest = QuestionCues(question, tuple(t for t in cues.terms if t not in said), cues.expects, cues.distinctive)
+        if not rest.terms or self.coverage(cues, set(rest.terms)) < min_rest:
+            return None
         own = [e for e in evidence if e["chunk_id"] in targets and e["chunk_id"] != best.chunk_id]
-        # else the passages that mention the same entity ("... the TW-550 Gravel is built in Kestrel Harbour")
+
         def mentions(entry: Evidence) -> set[str]:  # in the whole chunk, not only the sentences the pack kept
             text = whole[entry["chunk_id"]]["text"] if entry["chunk_id"] in whole else entry["text"]
             return {c for _, hit in links.mentions(text, exclude=entry["chunk_id"]) for c in hit}
 
-        about = [e for e in evidence if e["chunk_id"] not in {best.chunk_id, *(o["chunk_id"] for o in own)}
-                 and targets & mentions(e)]  # fmt: skip
-        cues = question_cues(question)
-        said = set(_ANALYZER(whole[best.chunk_id]["text"]))  # what the bridge passage covers
-        rest = QuestionCues(question, tuple(t for t in cues.terms if t not in said), cues.expects, cues.distinctive)
-        if not (own or about) or not rest.terms or self.coverage(cues, set(rest.terms)) < min_rest:
-            return None
-        for entries in (own, about):
-            scored = [(self.coverage(rest, set(_ANALYZER(s.sentence))), s) for s in self.score(question, entries)]
+        def about() -> list[Evidence]:  # else the passages that mention the same entity ("... the TW-550 Gravel is
+            # built in Kestrel Harbour"); read only when the bridge's own entries give nothing
+            return [e for e in evidence if e["chunk_id"] not in {best.chunk_id, *(o["chunk_id"] for o in own)}
+                    and targets & mentions(e)]  # fmt: skip
+
+        rest_weights = self.term_weights(rest)
+        for entries in (lambda: own, about):
+            scored = [(self.coverage(rest, set(sentence_terms(s.sentence)), rest_weights), s)
+                      for s in self.score(question, entries())]  # fmt: skip
             if not scored:
                 continue
             # the rest of the question, or what it asks for (a quantity with the right unit, a date, a name)
