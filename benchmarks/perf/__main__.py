@@ -9,6 +9,7 @@ order), so the ratios hold on a noisy shared machine, and prints a table with th
     .venv/bin/python -m benchmarks.perf concurrency [--queries 64] [--concurrency 16] [--latency 1.0]
                                                     [--slots 4] [--local-queries 16]
     .venv/bin/python -m benchmarks.perf startup     [--runs 3]
+    .venv/bin/python -m benchmarks.perf latency     [--rounds 3] [--cold-runs 3] [--index-limit 500]
     .venv/bin/python -m benchmarks.perf scale       [--sizes 100000,1000000] [--stores chroma,milvus] [--old COMMIT]
 
 Run from the repository's root. Add ``--save`` to write the command line and its output to
@@ -24,7 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import concurrency, indexing, overhead, scale, sparse, startup
+from . import concurrency, indexing, latency, overhead, scale, sparse, startup
 from .common import DEFAULT_DATASET, RESULTS, ROOT, Report
 
 __all__ = ["main"]
@@ -35,6 +36,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Report], None]] = {
     "sparse": sparse.run,
     "concurrency": concurrency.run,
     "startup": startup.run,
+    "latency": latency.run,
     "scale": scale.run,
 }
 
@@ -67,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--local-queries", type=int, default=16, help="queries against the local llama-server")
     p = sub.add_parser("startup", help="modular-rag run on the demo: total and split")
     p.add_argument("--runs", type=int, default=3)
+    p = sub.add_parser("latency", help="warm answers to unseen questions with and without stored sentence vectors")
+    p.add_argument("--rounds", type=int, default=3, help="times the 24 demo questions are asked, each time as new")
+    p.add_argument("--cold-runs", type=int, default=3, help="runs of `modular-rag run` from a cold start")
+    p.add_argument("--index-limit", type=int, default=500, help="SciFact abstracts indexed with and without")
+    p.add_argument("--scratch", type=Path, help="folder for the indexes made (default: the system's temp folder)")
     scale.add_arguments(sub.add_parser("scale", help="the index at 100k / 1M chunks: workers, latency, changes"))
     for p in sub.choices.values():
         p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the SciFact folder (BEIR format)")
