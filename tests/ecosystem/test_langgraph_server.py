@@ -1,4 +1,4 @@
-"""LangGraph Server: langgraph.json exposes the six patterns' compiled graphs; ``langgraph dev`` serves
+"""LangGraph Server: langgraph.json exposes the six patterns and ``flow`` as graph factories; ``langgraph dev`` serves
 them."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def load_graph(spec: str, base: Path) -> Any:
 
 
 @pytest.mark.unit
-def test_langgraph_json_exposes_every_pattern_as_a_compiled_graph() -> None:
+def test_langgraph_json_exposes_every_pattern_as_a_graph_factory() -> None:
     config = json.loads((REPO / "langgraph.json").read_text())
     assert config["dependencies"][0] == "."
     assert sorted(config["graphs"]) == sorted([*PATTERNS, "flow"])  # flow: the factory of configs by name
@@ -49,8 +49,10 @@ def test_langgraph_json_exposes_every_pattern_as_a_compiled_graph() -> None:
     for name, spec in config["graphs"].items():
         if name == "flow":
             continue
-        graph = load_graph(spec if isinstance(spec, str) else spec["path"], REPO)
+        factory = load_graph(spec if isinstance(spec, str) else spec["path"], REPO)
+        graph = factory({}, None)  # as LangGraph Server calls it to read the schemas: no context, the template
         assert isinstance(graph, CompiledStateGraph), name
+        assert set(graph.get_context_jsonschema()["properties"]) == {"flow", "index", "budget"}, name
         expected = build_flow(template_path(name), threads=True)  # the same template, built directly, on threads
         assert set(graph.get_graph().nodes) == set(expected.get_graph().nodes), name
         assert graph.name == yaml.safe_load(template_path(name).read_text())["name"]
@@ -154,7 +156,7 @@ def test_every_graph_asks_studio_for_a_question_and_returns_the_answer_not_its_i
     from modular_rag import server
 
     for name in PATTERNS:
-        flow = getattr(server, name)
+        flow = getattr(server, name)({}, None)
         assert set(flow.get_input_jsonschema()["properties"]) == {"query", "filter", "messages"}, name
         assert set(flow.get_output_jsonschema()["properties"]) == set(FlowOutput.__annotations__), name
 
@@ -209,7 +211,7 @@ def test_the_flow_graph_builds_the_config_its_assistant_names_and_follows_edits(
     assert server.flow_names()[0] == "client-a" and "iterative" in server.flow_names()
     graph = server.flow({}, SimpleNamespace(context={"flow": "client-a"}))  # type: ignore[arg-type]
     assert graph.name == "client-a-v1"
-    assert graph.get_context_jsonschema()["properties"] == {"flow": {"title": "Flow", "type": "string"}}
+    assert graph.get_context_jsonschema()["properties"]["flow"] == {"title": "Flow", "type": "string"}
     assert set(graph.get_output_jsonschema()["properties"]) == set(FlowOutput.__annotations__)
     assert server.flow({"configurable": {"flow": "client-a"}}, None) is graph  # type: ignore[arg-type]  # cached
     own.write_text(yaml.safe_dump({**base, "name": "client-a-v2"}))  # edited on disk: the next run has it
