@@ -66,6 +66,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from modular_rag.errors import MissingDependencyError
 from modular_rag.providers import Providers
 from modular_rag.state import Evidence
@@ -487,12 +489,17 @@ def _bound(claim: _Claim, cues: QuestionCues, head: Reading | None, windows: lis
     return None, why[1]
 
 
-def _close(text: str, windows: list[_Window], providers: Providers | None, threshold: float | None) -> set[int]:
-    """The sentences an embedding puts within ``threshold`` cosine of the claim (the paraphrase fallback)."""
+def _close(text: str, windows: list[_Window], providers: Providers | None, threshold: float | None,
+           chunk_id: str = "") -> set[int]:  # fmt: skip
+    """The sentences an embedding puts within ``threshold`` cosine of the claim (the paraphrase fallback); the
+    sentences' vectors are the ones the index stored for the cited chunk when it has them."""
     if threshold is None or providers is None or not windows or not _has_encoder(providers):
         return set()
     encoder = providers.encoder
-    sims = encoder.encode([w.main.text for w in windows]) @ encoder.encode([text])[0]
+    stored = providers.index.sentence_vectors([chunk_id]).get(chunk_id, {}) if chunk_id else {}
+    missing = [w.main.text for w in windows if w.main.text not in stored]
+    fresh = dict(zip(missing, encoder.encode(missing), strict=True)) if missing else {}
+    sims = np.vstack([stored.get(w.main.text, fresh.get(w.main.text)) for w in windows]) @ encoder.encode([text])[0]
     return {w.index for w, sim in zip(windows, sims.tolist(), strict=True) if sim >= threshold}
 
 
@@ -528,7 +535,7 @@ def _support(text: str, cues: QuestionCues, entry: Evidence, threshold: float, p
 
     @functools.cache
     def close(claim: str) -> set[int]:
-        return _close(claim, windows, providers, semantic_threshold)
+        return _close(claim, windows, providers, semantic_threshold, entry["chunk_id"])
 
     if share < threshold and not close(text):
         return False, f"{share:.0%} of its new words in the cited text", share, []

@@ -7,17 +7,14 @@ Rerankers and selectors read and write ``candidates`` (port ``rerank``), so they
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Mapping
-from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
-from modular_rag.errors import MissingDependencyError, ProviderError
+from modular_rag.cross_encoder import CrossEncoderScorer
 from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Evidence, Hit
@@ -116,55 +113,6 @@ class CrossEncoderParams(RerankParams):
     model: str = Field(..., min_length=1, description="a local cross-encoder folder (or a model name, online only)")
     batch_size: int = Field(32, gt=0, le=1024)
     max_length: int = Field(512, gt=8, le=8192, description="query+passage tokens per pair")
-
-
-class CrossEncoderScorer:
-    """A sentence-transformers ``CrossEncoder`` loaded on first use."""
-
-    def __init__(self, model: str, *, max_length: int = 512, cache: Any = None) -> None:
-        self.model_name, self.max_length = model, max_length
-        self.cache = cache
-        self._lock = threading.Lock()
-
-    @cached_property
-    def model(self) -> Any:
-        """The loaded cross-encoder."""
-        import os
-
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        try:
-            from sentence_transformers import CrossEncoder
-        except ImportError as exc:
-            raise MissingDependencyError(
-                "cross_encoder needs sentence-transformers: pip install 'modular-rag[local]'"
-            ) from exc
-        try:
-            return CrossEncoder(self.model_name, device="cpu", max_length=self.max_length)
-        except Exception as exc:
-            where = "folder" if Path(self.model_name).exists() else "model (not a local folder; no network here?)"
-            raise ProviderError(f"cannot load cross-encoder {where} {self.model_name!r}: {exc}") from exc
-
-    def score(self, query: str, texts: list[str], batch_size: int = 32) -> np.ndarray:
-        """Relevance scores of ``(query, text)`` pairs (cached by content when a cache is set)."""
-        from modular_rag.cache import content_key
-        from modular_rag.trace import record
-
-        keys = [content_key(self.model_name, self.max_length, query, t) for t in texts]
-        cached = [self.cache.get("rerank", k) if self.cache is not None else None for k in keys]
-        todo = [i for i, c in enumerate(cached) if c is None]
-        if len(todo) < len(texts):
-            record(cache_hits=len(texts) - len(todo))
-        if todo:
-            record(embed_calls=1)
-            with self._lock:
-                raw = self.model.predict([(query, texts[i]) for i in todo], batch_size=batch_size,
-                                         show_progress_bar=False)  # fmt: skip
-            fresh = np.asarray(raw, dtype=np.float32).reshape(len(todo), -1)[:, -1]
-            for i, value in zip(todo, fresh.tolist(), strict=True):
-                cached[i] = value
-                if self.cache is not None:
-                    self.cache.put("rerank", keys[i], value)
-        return np.asarray(cached, dtype=np.float32)
 
 
 @operator("post_retrieval", "rerank", "cross_encoder", port=Port.REFINE, cost=_keep("top_k"))
@@ -407,14 +355,19 @@ class CompressParams(OperatorParams):
 
 
 def compress_text(providers: Providers, query_vec: np.ndarray, text: str, max_sentences: int,
-                  min_similarity: float | None = None) -> str:  # fmt: skip
-    """Extractive compression: the sentences most similar to the query, in their original order."""
+                  min_similarity: float | None = None, chunk_id: str = "") -> str:  # fmt: skip
+    """Extractive compression: the sentences most similar to the query, in their original order. The sentences'
+    vectors are the ones the index stored for chunk ``chunk_id`` when it has them (headings and sentences of one
+    content term, which it does not store, are embedded now)."""
     from modular_rag.text import split_sentences
 
     sentences = split_sentences(text)
     if len(sentences) <= max_sentences and min_similarity is None:
         return text
-    sims = providers.encoder.encode(sentences) @ query_vec
+    stored = providers.index.sentence_vectors([chunk_id]).get(chunk_id, {}) if chunk_id else {}
+    missing = [s for s in dict.fromkeys(sentences) if s not in stored]
+    fresh = dict(zip(missing, providers.encoder.encode(missing), strict=True)) if missing else {}
+    sims = np.vstack([stored[s] if s in stored else fresh[s] for s in sentences]) @ query_vec
     best = sorted(np.argsort(-sims)[:max_sentences].tolist())
     if min_similarity is not None:
         best = [i for i in best if sims[i] >= min_similarity] or best[:1]
@@ -429,7 +382,7 @@ def extractive(params: CompressParams, providers: Providers) -> Operator:
         q = providers.encoder.encode_query(_query(state))
         hits: list[Hit] = list(state.get("candidates") or [])
         return {"candidates": [Hit(**{**h, "text": compress_text(providers, q, h["text"], params.max_sentences,
-                                                                   params.min_similarity)})
+                                                                   params.min_similarity, h["chunk_id"])})
                                for h in hits]}  # fmt: skip
 
     return run
@@ -507,7 +460,8 @@ def compress_budget(params: CompressBudgetParams, providers: Providers) -> Opera
         if len(hits) > params.keep_whole:
             q = providers.encoder.encode_query(_query(state))
             hits = hits[: params.keep_whole] + [
-                Hit(**{**h, "text": compress_text(providers, q, h["text"], params.max_sentences)})  # type: ignore[typeddict-item]
+                Hit(**{**h, "text": compress_text(providers, q, h["text"], params.max_sentences,  # type: ignore[typeddict-item]
+                                                  chunk_id=h["chunk_id"])})
                 for h in hits[params.keep_whole : params.max_chunks]
             ]
         return {"evidence": _evidence(hits, params)}

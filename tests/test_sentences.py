@@ -134,3 +134,22 @@ def test_another_encoders_sentence_vectors_are_not_used_and_are_replaced_at_the_
     other.add([])
     assert set(other.sentence_vectors(["a", "b"])) == {"a", "b"}
     assert other.catalog.setting(SETTING) == "minilm/fp32"
+
+
+@pytest.mark.integration
+def test_compression_reads_the_stored_sentence_vectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Extractive compression embeds only what the index does not store for the chunk (its heading), and keeps the
+    sentences it kept when it embedded them all."""
+    from modular_rag.config import ChromaConfig
+    from operators.post_retrieval import compress_text
+
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path), collection="compress")))
+    env.index.add(CHUNKS)
+    query = env.encoder.encode_query("How often should the brake pads be replaced?")
+    text = CHUNKS[0]["text"]
+    whole = compress_text(env, query, text, 1)  # no chunk id: every sentence embedded now
+    sent: list[str] = []
+    real = env.encoder.encode
+    monkeypatch.setattr(env.encoder, "encode", lambda texts: (sent.extend(texts), real(texts))[1])
+    assert compress_text(env, query, text, 1, chunk_id="a") == whole
+    assert sent == ["# Brakes The TP-4410 pads fit the front caliper."]  # the heading's line, which is not stored
