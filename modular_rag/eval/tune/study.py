@@ -3,7 +3,6 @@ and rates, and the two guards of a run (Ctrl-C at a safe point, one run per outp
 
 from __future__ import annotations
 
-import fcntl
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -97,20 +96,27 @@ class Interrupt:
 
 
 class OutLock:
-    """One ``tune`` per output folder at a time (released by the OS if the process dies)."""
+    """One ``tune`` per output folder at a time: a ``filelock`` lock on ``path``, which the OS releases if the process
+    dies (``flock`` on Unix, ``msvcrt`` locking on Windows; where neither exists, filelock's soft lock, a file that
+    outlives a killed run).
+
+    Raises:
+        ModularRagError: If another run holds the folder's lock.
+    """
 
     def __init__(self, path: Path) -> None:
-        self.fh = open(path, "w")  # noqa: SIM115 - held for the run
+        from filelock import FileLock, Timeout
+
+        self.lock = FileLock(path)
         try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fh.close()
+            self.lock.acquire(timeout=0)
+        except Timeout:
             raise ModularRagError(f"another modular-rag tune is running on {path.parent}; wait for it or use "
                                   "another --out") from None  # fmt: skip
 
     def release(self) -> None:
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
+        """Let the next run take the folder."""
+        self.lock.release()
 
 
 def open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: str, first_rung: int) -> Any:
