@@ -787,8 +787,8 @@ def _index(
                 write()
                 t0 = time.perf_counter()
         stages["load and chunk"] += time.perf_counter() - t0
-        if pending:
-            write()
+        if pending or not counts["added"] + counts["existing"]:  # a run writes at least once: an index written
+            write()  # before sentence vectors existed gets them then, even when no file changed
         removed = 0
         if sync:
             now.update(kept or {})

@@ -153,3 +153,22 @@ def test_compression_reads_the_stored_sentence_vectors(tmp_path: Path, monkeypat
     monkeypatch.setattr(env.encoder, "encode", lambda texts: (sent.extend(texts), real(texts))[1])
     assert compress_text(env, query, text, 1, chunk_id="a") == whole
     assert sent == ["# Brakes The TP-4410 pads fit the front caliper."]  # the heading's line, which is not stored
+
+
+@pytest.mark.integration
+def test_an_index_run_that_brings_nothing_new_still_makes_the_missing_sentence_vectors(tmp_path: Path) -> None:
+    from modular_rag.config import ChromaConfig, MiniLMConfig
+    from operators.indexing import index_paths
+    from tests.conftest import DEMO
+
+    store = ChromaConfig(path=str(tmp_path), collection="rerun")
+    files = sorted(DEMO.glob("display-error-*.md"))
+    first = Providers(ProvidersConfig(vectorstore=store))
+    index_paths(files, first, progress=False, sync=True)
+    ids = list(first.index.catalog.ids())
+    _as_schema_2(tmp_path / "rerun.kit" / "catalog.sqlite")
+    # another process (a fresh index object over the same folder; the batch size changes no vector)
+    later = Providers(ProvidersConfig(vectorstore=store, embeddings=MiniLMConfig(batch_size=32)))
+    assert later.index.sentence_vectors(ids) == {}
+    summary = index_paths(files, later, progress=False, sync=True)
+    assert summary.added == 0 and set(later.index.sentence_vectors(ids)) == set(ids)
