@@ -10,6 +10,7 @@ order), so the ratios hold on a noisy shared machine, and prints a table with th
                                                     [--slots 4] [--local-queries 16]
     .venv/bin/python -m benchmarks.perf startup     [--runs 3]
     .venv/bin/python -m benchmarks.perf latency     [--rounds 3] [--cold-runs 3] [--index-limit 500]
+                                                    [--parts warm,cold,indexing,answers]
     .venv/bin/python -m benchmarks.perf scale       [--sizes 100000,1000000] [--stores chroma,milvus] [--old COMMIT]
 
 Run from the repository's root. Add ``--save`` to write the command line and its output to
@@ -74,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cold-runs", type=int, default=3, help="runs of `modular-rag run` from a cold start")
     p.add_argument("--index-limit", type=int, default=500, help="SciFact abstracts indexed with and without")
     p.add_argument("--scratch", type=Path, help="folder for the indexes made (default: the system's temp folder)")
+    p.add_argument("--parts", default="warm,cold,indexing,answers", help="what to measure (default: all four)")
     scale.add_arguments(sub.add_parser("scale", help="the index at 100k / 1M chunks: workers, latency, changes"))
     for p in sub.choices.values():
         p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the SciFact folder (BEIR format)")
