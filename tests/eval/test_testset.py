@@ -142,7 +142,8 @@ def test_held_out_sentences_leave_the_sets_corpus(tmp_path: Path) -> None:
     config = {"makers": [{"name": "inverse_cloze", "params": {"remove": 1.0, "drop": 0.0, "max_words": 100}},
                          {"name": "fact_question"}], "size": 24}  # fmt: skip
     make_testset([DEMO], tmp_path / "held", config)
-    make_testset([DEMO], tmp_path / "kept", {**config, "makers": ["inverse_cloze", "fact_question"]})
+    whole_sentences = [{"name": "inverse_cloze", "params": {"remove": 0.0}}, "fact_question"]
+    make_testset([DEMO], tmp_path / "kept", {**config, "makers": whole_sentences})
     held, kept = load_beir(tmp_path / "held"), load_beir(tmp_path / "kept")
     corpus = {row["id"]: row["text"] for row in held.corpus()}
     whole = {row["id"]: row["text"] for row in kept.corpus()}

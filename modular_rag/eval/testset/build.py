@@ -66,8 +66,22 @@ class CheckSpec(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-def _spec(value: Any) -> Any:
-    return {"name": value} if isinstance(value, str) else value
+DEFAULT_SHARES: dict[str, float | str] = {"bridge": "corpus"}
+"""Makers whose default share is not 1: bridge questions take the share of passages that link to another by its
+title (none in a corpus without such links)."""
+
+
+def default_spec(name: str) -> MakerSpec:
+    """A maker with its default parameters and share (:data:`DEFAULT_SHARES`)."""
+    return MakerSpec(**_spec(name, "makers"))
+
+
+def _spec(value: Any, key: str) -> Any:
+    """A maker or check given by name or as a dict; a maker without a share gets its default share."""
+    spec = {"name": value} if isinstance(value, str) else value
+    if key == "makers" and isinstance(spec, dict) and "share" not in spec and spec.get("name") in DEFAULT_SHARES:
+        spec = {**spec, "share": DEFAULT_SHARES[spec["name"]]}
+    return spec
 
 
 class TestsetConfig(_Strict):
@@ -75,7 +89,7 @@ class TestsetConfig(_Strict):
 
     __test__ = False  # not a pytest class
 
-    makers: list[MakerSpec] = Field(default_factory=lambda: [MakerSpec(name=n) for n in DEFAULT_MAKERS], min_length=1)
+    makers: list[MakerSpec] = Field(default_factory=lambda: [default_spec(n) for n in DEFAULT_MAKERS], min_length=1)
     checks: list[CheckSpec] = Field(default_factory=lambda: [CheckSpec(name=n) for n in DEFAULT_CHECKS])
     providers: ProvidersConfig = Field(default_factory=ProvidersConfig, description="the model of an LLM maker")
     size: int = Field(200, gt=0, description="questions in the set (training and dev splits together)")
@@ -87,7 +101,7 @@ class TestsetConfig(_Strict):
     def __init__(self, **data: Any) -> None:
         for key in ("makers", "checks"):
             if isinstance(data.get(key), list):
-                data[key] = [_spec(v) for v in data[key]]
+                data[key] = [_spec(v, key) for v in data[key]]
         super().__init__(**data)
 
 
@@ -209,7 +223,7 @@ def make_testset(
     cfg = load_testset_config(config)
     update: dict[str, Any] = {k: v for k, v in (("size", size), ("seed", seed)) if v is not None}
     if makers:
-        update["makers"] = [MakerSpec(name=n) for n in makers]
+        update["makers"] = [default_spec(n) for n in makers]
     cfg = cfg.model_copy(update=update)
     env = providers or Providers(cfg.providers)
     built = [_build(Port.QUESTION, s, f"makers.{i}", env) for i, s in enumerate(cfg.makers)]
