@@ -152,17 +152,6 @@ def _with_index(config: FlowConfig, index: str) -> FlowConfig:
     return config.model_copy(update={"providers": providers})
 
 
-def _require_chunks(config: FlowConfig) -> None:
-    """Refuse an index an assistant names that holds nothing (a misspelt collection would answer nothing, silently)."""
-    from modular_rag.providers import Providers
-
-    store = config.providers.vectorstore
-    if Providers(config.providers).index.count() == 0:
-        raise ConfigError("context.index", f"collection {store.collection!r} of the config's vector store holds no "
-                          "chunks; index the client's documents into it first (modular-rag index DOCS --config "
-                          "FILE, with that collection in FILE)")  # fmt: skip
-
-
 def _check_budget(name: str, config: FlowConfig, budget: Mapping[str, Any]) -> None:
     """Refuse a config whose worst case, as the cost model bounds it, exceeds the assistant's budget."""
     from modular_rag.costs import estimate
@@ -203,7 +192,8 @@ def _context(config: RunnableConfig, runtime: Any) -> Mapping[str, Any]:
 
 def served_graph(config: RunnableConfig, runtime: Any, pattern: str | None = None) -> CompiledStateGraph:
     """The graph a run's context asks for (see :class:`FlowContext`): its config, on its index, within its budget;
-    built once per file version and index, then cached.
+    built once per file version and index, then cached. Nothing is opened here but the config file: LangGraph
+    Server calls factories on its event loop, where a store's I/O would block every run (``langgraph dev`` refuses it).
 
     Args:
         config: The run's config (its ``configurable`` stands in for a missing context).
@@ -225,7 +215,6 @@ def served_graph(config: RunnableConfig, runtime: Any, pattern: str | None = Non
             flow_config = load_config(path)
             if index is not None:
                 flow_config = _with_index(flow_config, str(index))
-                _require_chunks(flow_config)
             _BUILT[key] = built = (flow_config, served(flow_config))
     if pattern is not None and built[0].pattern != pattern:
         raise ConfigError("context.flow", f"config {name!r} is a {built[0].pattern} flow; this graph serves {pattern} "

@@ -113,8 +113,6 @@ def test_a_context_is_checked_naming_what_is_wrong(clients: tuple[Path, Path], m
     assert run(server.flow, flow="chatty", budget={"max_llm_calls": 1}).name == "chatty"
     with pytest.raises(ConfigError, match="context.index: '../acme' is not a collection name"):
         run(server.flow, flow="globex", index="../acme")
-    with pytest.raises(ConfigError, match="context.index: collection 'globexx' of the config's vector store holds no"):
-        run(server.flow, flow="globex", index="globexx")  # a misspelt index would answer nothing, silently
     with pytest.raises(ConfigError, match="no config named '../linear'"):  # never a file outside the flows folder
         run(server.flow, flow="../linear")
     with pytest.raises(ConfigError, match="is a linear flow; this graph serves iterative configs"):
