@@ -93,7 +93,6 @@ class Port(str, Enum):  # noqa: UP042 - StrEnum would change str(Port.X) from "P
     RETRIEVE = "retrieve"
     REFINE = "refine"
     """Post-retrieval: candidates -> candidates (rerank, select, compress)."""
-    RERANK = "refine"  # the old name of REFINE (an alias), kept for one release
     CONTEXT = "context"
     GENERATE = "generate"
     VERIFY = "verify"
