@@ -69,6 +69,8 @@ def run(args: argparse.Namespace, out: Report) -> None:
         _index_demo(demo)
         parts = {"warm": _warm, "cold": _cold, "indexing": _indexing, "answers": _answers}
         wanted = args.parts.split(",")
+        if wanted != list(parts):  # a part of the command: its own results file
+            out.name = "latency-" + "-".join(wanted)
         unknown = set(wanted) - set(parts)
         if unknown:
             raise SystemExit(f"--parts: unknown {', '.join(sorted(unknown))}; parts: {', '.join(parts)}")
