@@ -15,6 +15,7 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests, ToolsI
 from langchain_tests.unit_tests import ToolsUnitTests
 
 from modular_rag.builder import build_flow
+from modular_rag.config import load_config
 from modular_rag.errors import ConfigError
 from modular_rag.providers import Providers
 from modular_rag.retriever import IndexRetriever
@@ -35,6 +36,10 @@ class Recorder(BaseCallbackHandler):
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:  # fmt: skip
         self.runs[run_id] = {"name": kwargs.get("name"), "parent": parent_run_id, "tags": tags or [],
                              "metadata": metadata or {}, "inputs": inputs}  # fmt: skip
+
+    def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: Any, *, run_id: UUID,
+                            parent_run_id: UUID | None = None, **kwargs: Any) -> None:  # fmt: skip
+        self.runs[run_id] = {"name": "chat model", "parent": parent_run_id, "tags": [], "metadata": {}}
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self.runs[run_id]["outputs"] = outputs
@@ -77,6 +82,20 @@ def test_a_callback_handler_sees_one_run_per_operator_with_its_params(demo_dir: 
     (generate,) = recorder.named("cited_answer")
     assert generate["metadata"]["modular_rag_params"]["mode"] == "extractive"
     assert recorder.parent(generate)["name"] == "generate"
+
+
+@pytest.mark.integration
+def test_an_operators_model_calls_are_children_of_its_run(demo_dir: Path) -> None:
+    from tests.conftest import fake_llm
+
+    config = load_config(template("linear", demo_dir, operators={
+        "generate": {"name": "cited_answer", "params": {"mode": "llm"}}}))  # fmt: skip
+    config.providers.llm = fake_llm("Error E07 means the speed sensor signal was lost [1].")
+    recorder = Recorder()
+    build_flow(config).invoke({"query": QUESTION}, {"callbacks": [recorder]})
+    (call,) = recorder.named("chat model")
+    assert recorder.parent(call)["name"] == "cited_answer"
+    assert recorder.parent(recorder.parent(call))["name"] == "generate"
 
 
 # ---------------------------------------------------------------------------------------------------- the retriever
