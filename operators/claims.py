@@ -498,8 +498,8 @@ def _close(text: str, windows: list[_Window], providers: Providers | None, thres
     encoder = providers.encoder
     stored = providers.index.sentence_vectors([chunk_id]).get(chunk_id, {}) if chunk_id else {}
     missing = [w.main.text for w in windows if w.main.text not in stored]
-    fresh = dict(zip(missing, encoder.encode(missing), strict=True)) if missing else {}
-    sims = np.vstack([stored.get(w.main.text, fresh.get(w.main.text)) for w in windows]) @ encoder.encode([text])[0]
+    vectors = {**stored, **(dict(zip(missing, encoder.encode(missing), strict=True)) if missing else {})}
+    sims = np.vstack([vectors[w.main.text] for w in windows]) @ encoder.encode([text])[0]
     return {w.index for w, sim in zip(windows, sims.tolist(), strict=True) if sim >= threshold}
 
 
