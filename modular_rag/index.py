@@ -400,6 +400,10 @@ class KnowledgeIndex:
         start = time.perf_counter()
         self._prepare()
         with self._lock:
+            embedded = self.sentences.seconds
+            if not self._backfilled:  # an index written before sentence vectors, or with another encoder
+                self.sentences.backfill()
+                self._backfilled = True
             unique: dict[str, Chunk] = {}
             for ch in chunks:
                 unique.setdefault(ch["chunk_id"], ch)
