@@ -310,8 +310,9 @@ def _tune(ds: str, syn: Path, metric: str, budget: str) -> Path:
     shutil.rmtree(out, ignore_errors=True)  # a study left by an earlier set would be continued on this one
     command = [str(ROOT / ".venv" / "bin" / "modular-rag"), "tune", "--dataset", str(syn), "--out", str(out),
                "--budget", budget, "--objective", metric, "--max-llm-calls", "0", "--quiet"]  # fmt: skip
-    if SPACE[ds]:
-        command += ["--space", str(ROOT / SPACE[ds])]
+    space = SPACE[ds]
+    if space:
+        command += ["--space", str(ROOT / space)]
     subprocess.run(command, check=True, cwd=ROOT)
     return out / "best.yaml"
 
