@@ -51,6 +51,8 @@ __all__ = [
     "PORT_CONTRACTS",
     "PORT_WRITES",
     "Operator",
+    "Search",
+    "Hop",
     "OperatorFactory",
     "OperatorInfo",
     "OperatorParams",
@@ -94,6 +96,9 @@ class Port(str, Enum):  # noqa: UP042 - StrEnum would change str(Port.X) from "P
     REFINE = "refine"
     """Post-retrieval: candidates -> candidates (rerank, select, compress)."""
     RERANK = "refine"  # the old name of REFINE (an alias), kept for one release
+    HOP = "hop"
+    """How the next round (or branch, or tree level) searches: the state one left, and the flow's search, in; the
+    queries and candidates of the next out (factories return a :class:`Hop`, not a plain operator)."""
     CONTEXT = "context"
     GENERATE = "generate"
     VERIFY = "verify"
@@ -112,6 +117,7 @@ PORT_CONTRACTS: dict[Port, str] = {
     Port.QUERY: "query -> queries (and filter / query_embedding)",
     Port.RETRIEVE: "queries -> candidates",
     Port.REFINE: "candidates -> candidates",
+    Port.HOP: "state + search -> the next round's queries and candidates",
     Port.CONTEXT: "candidates -> evidence",
     Port.GENERATE: "evidence -> answer",
     Port.VERIFY: "answer + evidence -> answer",
@@ -129,6 +135,7 @@ PORT_WRITES: dict[Port, frozenset[str]] = {
     Port.QUERY: frozenset({"queries", "filter", "query_embedding"}),
     Port.RETRIEVE: frozenset({"candidates"}),
     Port.REFINE: frozenset({"candidates"}),
+    Port.HOP: frozenset({"queries", "candidates", "branches"}),
     Port.CONTEXT: frozenset({"evidence"}),
     Port.GENERATE: frozenset({"answer", "draft"}),
     Port.VERIFY: frozenset({"answer"}),
@@ -145,6 +152,33 @@ class Operator(Protocol):
     """An operator: reads the state, returns only the keys it changes, never mutates its input."""
 
     def __call__(self, state: Mapping[str, Any], /) -> dict[str, Any]: ...
+
+
+Search = Callable[[Mapping[str, Any]], dict[str, Any]]
+"""The flow's search as a hop gets it: the retrieve slot's operator run on a state (its ``queries``), returning its
+update with its trace and ledger entries."""
+
+
+@dataclass(frozen=True)
+class Hop:
+    """A hop strategy, as a hop operator's factory builds it (``@operator(..., port=Port.HOP)``): how the next round
+    searches, from what the last one left. The pattern gives each function the flow's search (its retrieve slot).
+
+    Attributes:
+        next_round: Round t+1's retrieval: ``(state round t left, search) -> {"queries", "candidates"}`` (with the
+            trace and ledger entries of the searches it ran); ``{"queries": []}`` when there is nothing to search.
+        follow: What each passage leads to: ``(state whose candidates are the passages, search) -> {"branches":
+            [one Branch per passage, its candidates the passage then the hits it leads to]}``; ``None`` when the
+            strategy does not start from passages (it cannot fan out per passage).
+        think: What a round produces when the hop writes it itself (IRCoT's next thought, one model call), instead
+            of the round's generation: ``state -> text``; the loop ends when ``finished(text)`` says so.
+        finished: With ``think``: whether what a round produced ends the loop (the thought gives the answer).
+    """
+
+    next_round: Callable[[Mapping[str, Any], Search], dict[str, Any]]
+    follow: Callable[[Mapping[str, Any], Search], dict[str, Any]] | None = None
+    think: Callable[[Mapping[str, Any]], str] | None = None
+    finished: Callable[[str], bool] | None = None
 
 
 class OperatorFactory(Protocol):

@@ -46,6 +46,8 @@ __all__ = [
     "pending_question",
     "history",
     "step_of",
+    "should_stop",
+    "trace_and_ledger",
 ]
 
 
@@ -312,3 +314,24 @@ def history(state: Mapping[str, Any]) -> list[BaseMessage]:
 def step_of(state: Mapping[str, Any]) -> int:
     """The loop counter of a state: ``step``, 0 before the first round (or when unset)."""
     return int(state.get("step", 0) or 0)
+
+
+def should_stop(state: Mapping[str, Any]) -> bool:
+    """Whether a judge said the loop should end now: any loop verdict (not a per-node pruning verdict, which has a
+    ``target``) given at the current step says ``stop``."""
+    step = step_of(state)
+    return any(v.get("step", step) == step and v["decision"] == "stop" and not v.get("target")
+               for v in state.get("verdicts") or [])  # fmt: skip
+
+
+def trace_and_ledger(*updates: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The ``trace`` and ``ledger`` entries of operator runs, concatenated in order: what a node that ran operators
+    itself (a pattern's step, a hop's searches) returns for them, next to its other keys.
+
+    Args:
+        *updates: The runs' updates, each with ``trace`` and ``ledger`` lists.
+
+    Returns:
+        ``{"trace": [...], "ledger": [...]}`` (empty lists for no updates).
+    """
+    return {key: [item for update in updates for item in update.get(key, [])] for key in ("trace", "ledger")}

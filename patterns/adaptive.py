@@ -28,9 +28,8 @@ from modular_rag.config import OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.resolve import ResolvedFlow
-from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, RAGState, Round, step_of
+from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, RAGState, Round, should_stop, step_of
 from operators.generation import REFUSAL, cite_pack, clean_completion, evidence_of, is_refusal
-from operators.judging import stop_now
 
 __all__ = ["build_adaptive", "AdaptiveParams", "SLOTS"]
 
@@ -146,7 +145,7 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
         return {"answer": Answer(text=text, citations=citations, refused=False), "evidence": evidence}
 
     def judged(state: RAGState) -> Literal["retrieve", "accept"]:
-        return "accept" if stop_now(state) else "retrieve"
+        return "accept" if should_stop(state) else "retrieve"
 
     def more(state: RAGState) -> Literal["draft", "finish"]:
         draft: Mapping[str, Any] = state.get("draft") or {}
@@ -189,10 +188,10 @@ def _self_rag(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
         flow.edge(REWRITE, body[0])
 
     def needs_retrieval(state: RAGState) -> Literal["retrieve", "answer"]:
-        return "answer" if stop_now(state) else "retrieve"
+        return "answer" if should_stop(state) else "retrieve"
 
     def again(state: RAGState) -> Literal["again", "done"]:
-        if step_of(state) >= params.max_steps or stop_now(state):
+        if step_of(state) >= params.max_steps or should_stop(state):
             return "done"
         return "again"
 

@@ -6,6 +6,10 @@
   parallel; ``fuse`` combines them (``replug``: weighted by the softmax of query-document embedding similarities;
   at the token level, one next-token distribution per document and step, when the model allows it, else a weighted
   vote over one answer per document; or ``llm_fusion`` over per-document answers).
+* ``mode: passages`` (multi-hop, no LLM by default): one retrieval, then one branch per first-hop passage, in
+  parallel, each following its passage as the ``hop`` slot's operator says (``links``: the chunks the passage links
+  to; ``evidence``: a search with the question and the passage); ``fuse`` (``pairs``) ranks every passage by the pair
+  it makes with a branch's passage.
 """
 
 from __future__ import annotations
@@ -16,28 +20,28 @@ from typing import Any, Literal, cast
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
-from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, retrievals, slot_cost, total
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, moved_to_slot, trace_and_ledger
+from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
 from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import Branch, Evidence, RAGState
 from operators.fusion import ReplugParams, replug_token_level
-from operators.multihop import linked_from
 from operators.retrieval import queries_of
 
-__all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "BRANCH", "FUSE", "RERANK",
+__all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "HOP", "BRANCH", "FUSE", "RERANK",
            "CONTEXT", "GENERATE"]  # fmt: skip
 
-EXPAND, RETRIEVE, BRANCH, FUSE = "expand", "retrieve", "branch", "fuse"
+EXPAND, RETRIEVE, HOP, BRANCH, FUSE = "expand", "retrieve", "hop", "branch", "fuse"
 RERANK, CONTEXT, GENERATE = "rerank", "context", "generate"
 
 SLOTS = {
     EXPAND: SlotSpec(Port.QUERY, default="multi_query", chain=True, doc="queries mode: writes the branch queries"),
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per branch (queries) or once"),
+    HOP: SlotSpec(Port.HOP, default="links", optional=False, doc="passages mode: how a branch follows its passage"),
     RERANK: SlotSpec(Port.REFINE, chain=True),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="queries mode"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="once, or per document (required there)"),
@@ -58,11 +62,17 @@ class BranchingParams(BaseModel):
     )  # fmt: skip
     branches: int = Field(4, ge=1, le=16, description="queries fanned out, top documents generated from, or "
                                                       "first-hop passages followed")  # fmt: skip
-    hop_with: Literal["links", "evidence"] = Field(
-        "links", description="passages: a branch follows the titles its passage mentions (one lookup, no LLM), or "
-                             "searches with the question and its passage (MDR-style, the retrieve slot)"
-    )  # fmt: skip
-    passage_words: int = Field(60, gt=0, le=1000, description="passages/evidence: words of the passage searched with")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hop_is_a_slot(cls, data: Any) -> Any:
+        """``hop_with`` and ``passage_words`` were params before the hop became a slot: refused, naming the line."""
+        old = [key for key in ("hop_with", "passage_words") if isinstance(data, Mapping) and key in data]
+        if not old:
+            return data
+        name = data.get("hop_with", "links")
+        words = {"passage_words": data["passage_words"]} if name == "evidence" and "passage_words" in data else {}
+        raise moved_to_slot(old, HOP, {"name": name, "params": words} if words else name, Port.HOP)
 
 
 def _check_fuse(flow: FlowBuilder, mode: str) -> None:
@@ -99,8 +109,9 @@ def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
     if params.mode == "passages":
         head = total(flow, [RETRIEVE, RERANK], ctx)
         n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
-        per_branch = retrievals(1) if params.hop_with == "links" else total(flow, [RETRIEVE], CostContext(
-            prefill=ctx.prefill))  # fmt: skip
+        one = CostContext(prefill=ctx.prefill, search=total(flow, [RETRIEVE], CostContext(prefill=ctx.prefill)),
+                          hop="follow", candidates=Span(1, 1))  # fmt: skip
+        per_branch = total(flow, [HOP], one)
         fuse = slot_cost(flow, FUSE, ctx, default=fuse_default)
         return head + per_branch * n + fuse + total(flow, [CONTEXT, GENERATE], ctx)
     if params.mode == "queries":
@@ -119,22 +130,20 @@ def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
 
 
 def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
-    """mode: passages: retrieve once; one branch per first-hop passage follows it (its links, or a search with the
-    question and the passage); the fusion ranks every passage by the pair it makes with a branch's passage."""
+    """mode: passages: retrieve once; one branch per first-hop passage follows it as the hop slot says (its links,
+    or a search with the question and the passage); the fusion ranks every passage by the pair it makes with a
+    branch's passage."""
     params = flow.params
-    search = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]") if params.hop_with == "evidence" else None
+    hop = flow.hop(HOP, flow.runner([RETRIEVE], label=BRANCH + "[{branch}]"), node=BRANCH)
+    if hop.follow is None:
+        raise ConfigError(f"operators.{HOP}.name", f"{hop.name!r} does not start from passages; mode 'passages' "
+                          "needs a hop that follows a passage (its Hop has follow), such as links or evidence")
+    follow_one = hop.follow
 
     def follow(state: Mapping[str, Any]) -> dict[str, Any]:
-        seed = state["candidates"][0]
-        if search is None:
-            found = linked_from(flow.env, [seed]).get(seed["chunk_id"], [])
-            return {"branches": [Branch(branch=state["branch"], query=state["query"], weight=1.0,
-                                        candidates=[seed, *found])]}  # fmt: skip
-        words = " ".join(seed["text"].split()[: params.passage_words])
-        update = search({**state, "queries": [f"{state['query']} {words}"]})
-        hits = [h for h in update.get("candidates") or [] if h["chunk_id"] != seed["chunk_id"]]
-        return {"branches": [Branch(branch=state["branch"], query=state["query"], weight=1.0,
-                                    candidates=[seed, *hits])], **trace_and_ledger(update)}
+        update = follow_one(state)
+        branch = update["branches"][0]
+        return {"branches": [{**branch, "branch": state["branch"]}], **trace_and_ledger(update)}
 
     def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
         hits = list(state.get("candidates") or [])[: params.branches]
@@ -144,7 +153,7 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
                 for i, h in enumerate(hits)]  # fmt: skip
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.add_step(BRANCH, follow, operator=f"hop:{params.hop_with}")
+    flow.add_step(BRANCH, follow, operator=f"hop:{hop.name}")
     flow.branch(head[-1], fan_out, [BRANCH, FUSE])
     flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.edge(BRANCH, FUSE)

@@ -14,7 +14,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from modular_rag.providers import Providers
 from modular_rag.registry import PORT_WRITES, OperatorInfo, Port, catalogue
 
-STATE_PORTS = {p for p in Port if PORT_WRITES[p]}  # loaders, chunkers and test-set makers do not touch state
+# loaders, chunkers and test-set makers do not touch state; hops build a Hop, not an op(state) (test_hops.py)
+STATE_PORTS = {p for p in Port if PORT_WRITES[p] and p is not Port.HOP}
 
 ROUTES = {
     "routes": {
