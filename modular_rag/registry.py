@@ -214,6 +214,7 @@ class OperatorInfo:
     needs_llm: bool = False
     tags: frozenset[str] = frozenset()
     cost: Callable[[Any, Any], Any] | None = None
+    answers_itself: Callable[[Any, bool], bool] | None = None
 
     def param_rows(self) -> list[tuple[str, str, str]]:
         """The parameters as ``(name, default, description)`` rows, for the catalogue."""
@@ -299,6 +300,7 @@ def operator(
     needs_llm: bool = False,
     tags: tuple[str, ...] = (),
     cost: Callable[[Any, Any], Any] | None = None,
+    answers_itself: Callable[[Any, bool], bool] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register an operator factory under ``module / submodule / name`` for ``port``.
 
@@ -314,6 +316,9 @@ def operator(
         tags: Finer contract hints a pattern may check (fusion operators: ``candidates`` or ``answer``).
         cost: ``cost(params, ctx) -> Cost``: the LLM calls and retrievals one run of the operator makes, given a
             :class:`~modular_rag.costs.CostContext` it may update (see :mod:`modular_rag.costs`).
+        answers_itself: A fusion's ``answers_itself(params, prefill) -> bool``: whether, with these params and a
+            model that continues partial answers (``prefill``), it writes the answer from the branches' documents
+            itself (REPLUG's token-level ensemble), so the branches need not answer.
 
     Returns:
         The decorator, which returns the factory unchanged.
@@ -342,6 +347,7 @@ def operator(
             needs_llm=needs_llm,
             tags=frozenset(tags),
             cost=cost,
+            answers_itself=answers_itself,
         )
         with _LOCK:
             existing = _OPERATORS.get((port, name))

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
@@ -28,9 +28,7 @@ from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_co
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
 from modular_rag.resolve import ResolvedFlow
-from modular_rag.state import Branch, Evidence, RAGState
-from operators.fusion import ReplugParams, replug_token_level
-from operators.retrieval import queries_of
+from modular_rag.state import Branch, Evidence, RAGState, queries_of
 
 __all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "HOP", "BRANCH", "FUSE", "RERANK",
            "CONTEXT", "GENERATE"]  # fmt: skip
@@ -86,18 +84,10 @@ def _check_fuse(flow: FlowBuilder, mode: str) -> None:
                               f"{mode!r} needs a {_FUSE_MAKES[mode]} fusion (it fits mode {', '.join(fits)})")
 
 
-def _replug_spec(flow: ResolvedFlow[BranchingParams]) -> ReplugParams | None:
-    """The REPLUG fusion's params when the documents mode fuses with ``replug``."""
-    steps = flow.slot(FUSE, default="replug")
-    if len(steps) != 1 or steps[0].operator is None or steps[0].name != "replug":
-        return None
-    return cast(ReplugParams, steps[0].params)
-
-
-def _token_level(flow: FlowBuilder[BranchingParams]) -> bool:
-    """Whether the documents mode runs REPLUG's token-level ensemble with the flow's chat model."""
-    replug = _replug_spec(flow.resolved)
-    return replug is not None and replug_token_level(replug, llm_continues(flow.env.config.llm))
+def _answers_itself(flow: ResolvedFlow[BranchingParams], prefill: bool) -> bool:
+    """Documents mode: whether the fusion writes the answer from the documents itself (REPLUG's token-level
+    ensemble with a model that continues partial answers), so the branches only carry their document."""
+    return flow.answers_itself(FUSE, prefill=prefill, default=_DEFAULT_FUSE["documents"])
 
 
 def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
@@ -122,9 +112,8 @@ def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
         return expand + per_branch * n + fuse + total(flow, [RERANK, CONTEXT, GENERATE], ctx)
     head = total(flow, [RETRIEVE, RERANK], ctx)
     n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
-    replug = _replug_spec(flow)
-    token_level = replug is not None and replug_token_level(replug, ctx.prefill)
-    per_doc = ZERO if token_level else total(flow, [GENERATE], CostContext(evidence=Span(1, 1), prefill=ctx.prefill))
+    one_document = CostContext(evidence=Span(1, 1), prefill=ctx.prefill)
+    per_doc = ZERO if _answers_itself(flow, ctx.prefill) else total(flow, [GENERATE], one_document)
     ctx.candidates = n
     return head + per_doc * n + slot_cost(flow, FUSE, ctx, default=fuse_default)
 
@@ -212,7 +201,8 @@ def build_branching(
         return _passages(flow)
 
     # the token-level ensemble is the answer: its branches only carry their document, nothing is generated there
-    per_document = None if _token_level(flow) else flow.runner([GENERATE], label=BRANCH + "[{branch}]")
+    per_document = None if _answers_itself(flow.resolved, llm_continues(flow.env.config.llm)) else flow.runner(
+        [GENERATE], label=BRANCH + "[{branch}]")
 
     def generate_one(state: Mapping[str, Any]) -> dict[str, Any]:
         hit = state["candidates"][0]

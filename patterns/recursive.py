@@ -27,9 +27,7 @@ from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, t
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.resolve import ResolvedFlow
-from modular_rag.state import Hit, RAGState, TreeNode, step_of
-from operators.fusion import pack_of
-from operators.generation import evidence_of
+from modular_rag.state import Hit, RAGState, TreeNode, evidence_of, pack_of, step_of
 
 __all__ = ["build_recursive", "RecursiveParams", "SLOTS", "EXPAND", "NODE", "PRUNE", "FUSE", "HOP"]
 

@@ -87,3 +87,19 @@ def test_a_deferred_import_that_closes_a_circle_is_a_cycle(tmp_path: Path) -> No
     (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
     (package / "d.py").write_text("from . import c\n")
     assert import_cycles(package) == [["pkg.a", "pkg.b"]]
+
+
+def test_patterns_speak_to_slots_not_to_operators() -> None:
+    """A pattern imports the baseplate (builder, state, registry, ...), never an operator module: what it needs to
+    know about an answer or its evidence is the state's or the builder's API, and every way of doing a step is an
+    operator in a slot."""
+    reached = {}
+    for path in sorted((ROOT / "patterns").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        names |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        found = sorted(n for n in names if n == "operators" or n.startswith("operators."))
+        if found:
+            reached[path.name] = found
+    assert reached == {}
+

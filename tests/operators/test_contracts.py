@@ -60,6 +60,7 @@ CASES: dict[str, dict[str, Any]] = {
     "weighted": {"k": 5},
     "replug": {"max_tokens": 8},
     "llm_fusion": {"max_tokens": 40},
+    "sentences": {},
     "hyde": {"max_tokens": 40, "average_with_query": True},
     "step_back": {"max_tokens": 24},
     "filter_extract": {},
