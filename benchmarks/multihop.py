@@ -53,9 +53,9 @@ def _fit_ids(dataset: Any) -> set[str]:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from modular_rag.bench import pattern_config
     from modular_rag.config import OperatorSpec, load_config
     from modular_rag.eval.datasets import load_beir
+    from modular_rag.eval.recommend import pattern_config
     from modular_rag.eval.runner import FlowResult, dataset_providers, evaluate_flow
     from modular_rag.tables import format_table
 

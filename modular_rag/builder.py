@@ -416,21 +416,6 @@ class FlowBuilder(Generic[P]):
         compiled = compile_graph(self.graph, self.checkpointer, name, self.threaded)
         return compiled.with_config(recursion_limit=steps + 3 + 2 * self.threaded, **self._run_labels(name))
 
-    # Deprecated names, kept for one release.
-
-    def add(self, slot: str, node: Callable[..., Any] | None = None, **kwargs: Any) -> bool:
-        """Deprecated alias of add_slot; kept for one release."""
-        return self.add_slot(slot, node, **kwargs)
-
-    def node(self, name: str, fn: Callable[..., Any], **kwargs: Any) -> str:
-        """Deprecated alias of add_node; kept for one release."""
-        return self.add_node(name, fn, **kwargs)
-
-    def internal(self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], *,
-                 operator: str = "pattern") -> str:  # fmt: skip
-        """Deprecated alias of add_step; kept for one release."""
-        return self.add_step(name, fn, operator=operator)
-
     def _run_labels(self, name: str) -> dict[str, Any]:
         """Tags and metadata every run of the flow carries (shown by LangSmith and other tracers)."""
         return {"tags": ["modular_rag", f"pattern:{self.info.name}"],

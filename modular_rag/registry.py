@@ -95,7 +95,6 @@ class Port(str, Enum):  # noqa: UP042 - StrEnum would change str(Port.X) from "P
     RETRIEVE = "retrieve"
     REFINE = "refine"
     """Post-retrieval: candidates -> candidates (rerank, select, compress)."""
-    RERANK = "refine"  # the old name of REFINE (an alias), kept for one release
     HOP = "hop"
     """How the next round (or branch, or tree level) searches: the state one left, and the flow's search, in; the
     queries and candidates of the next out (factories return a :class:`Hop`, not a plain operator)."""

@@ -103,3 +103,12 @@ def test_patterns_speak_to_slots_not_to_operators() -> None:
             reached[path.name] = found
     assert reached == {}
 
+
+def test_the_package_ships_no_development_harness() -> None:
+    """Benchmarks and their defaults (a ``../shared/datasets`` next to the checkout) live in ``benchmarks/``: no
+    module of the package refers to the shared datasets or imports a benchmark, so what ``pip install`` ships is the
+    kit and its command line alone."""
+    found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "modular_rag").rglob("*.py")
+                   if "shared/datasets" in (text := p.read_text(encoding="utf-8")) or "import benchmarks" in text
+                   or "from benchmarks" in text)  # fmt: skip
+    assert found == []

@@ -3,7 +3,7 @@ small subset of its queries), skip those whose cost model says they cannot fit t
 best measured quality among those whose measured cost fits.
 
 Also the pattern runs (:data:`PATTERN_RUNS`, :func:`pattern_config`): every pattern template and the second mode
-of some, the default candidates here and the runs of ``python -m modular_rag.bench patterns``.
+of some, the default candidates here and the runs of ``python benchmarks/bench.py patterns``.
 """
 
 from __future__ import annotations
