@@ -112,19 +112,9 @@ class BuildOptions(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class BoundHop:
-    """A hop slot's strategy (:class:`~modular_rag.registry.Hop`) bound to the flow's search
-    (:meth:`FlowBuilder.hop`).
-
-    Attributes:
-        name: The hop operator's name.
-        next_round: Round t+1's retrieval as a traced step (``hop:<name>``): the state round t left in; ``queries``
-            and ``candidates``, with the trace and ledger of what ran, out.
-        follow: What each passage in the state's ``candidates`` leads to: ``{"branches": [...]}`` with the trace
-            and ledger of its searches (the caller's step is traced); ``None`` when the hop does not start from
-            passages.
-        think: What a round produces when the hop writes it (IRCoT's next thought); ``None``: the generation.
-        finished: With ``think``: whether what a round produced ends the loop.
-    """
+    """The :class:`~modular_rag.registry.Hop` of a hop slot (operator ``name``) bound to the flow's search by
+    :meth:`FlowBuilder.hop`: each function takes the state alone; ``next_round`` is a traced step (``hop:<name>``),
+    ``follow`` is traced by the pattern's step that calls it."""
 
     name: str
     next_round: GraphNode

@@ -154,23 +154,20 @@ class Operator(Protocol):
 
 
 Search = Callable[[Mapping[str, Any]], dict[str, Any]]
-"""The flow's search as a hop gets it: the retrieve slot's operator run on a state (its ``queries``), returning its
-update with its trace and ledger entries."""
+"""The flow's search as a hop gets it: the retrieve slot run on a state's ``queries`` (its update, trace, ledger)."""
 
 
 @dataclass(frozen=True)
 class Hop:
     """A hop strategy, as a hop operator's factory builds it (``@operator(..., port=Port.HOP)``): how the next round
-    searches, from what the last one left. The pattern gives each function the flow's search (its retrieve slot).
+    searches, from what the last one left; the pattern gives it the flow's search (its retrieve slot).
 
     Attributes:
-        next_round: Round t+1's retrieval: ``(state round t left, search) -> {"queries", "candidates"}`` (with the
-            trace and ledger entries of the searches it ran); ``{"queries": []}`` when there is nothing to search.
-        follow: What each passage leads to: ``(state whose candidates are the passages, search) -> {"branches":
-            [one Branch per passage, its candidates the passage then the hits it leads to]}``; ``None`` when the
-            strategy does not start from passages (it cannot fan out per passage).
-        think: What a round produces when the hop writes it itself (IRCoT's next thought, one model call), instead
-            of the round's generation: ``state -> text``; the loop ends when ``finished(text)`` says so.
+        next_round: ``(state round t left, search) -> {"queries", "candidates"}`` (and the searches' trace and
+            ledger); ``{"queries": []}`` when there is nothing to search.
+        follow: ``(state whose candidates are passages, search) -> {"branches": [per passage: the passage, then
+            what it leads to]}``; ``None`` when the strategy does not start from passages.
+        think: What a round produces when the hop writes it (IRCoT's next thought), not the generation.
         finished: With ``think``: whether what a round produced ends the loop (the thought gives the answer).
     """
 
@@ -315,9 +312,8 @@ def operator(
         tags: Finer contract hints a pattern may check (fusion operators: ``candidates`` or ``answer``).
         cost: ``cost(params, ctx) -> Cost``: the LLM calls and retrievals one run of the operator makes, given a
             :class:`~modular_rag.costs.CostContext` it may update (see :mod:`modular_rag.costs`).
-        answers_itself: A fusion's ``answers_itself(params, prefill) -> bool``: whether, with these params and a
-            model that continues partial answers (``prefill``), it writes the answer from the branches' documents
-            itself (REPLUG's token-level ensemble), so the branches need not answer.
+        answers_itself: A fusion's ``(params, prefill) -> bool``: whether it writes the answer from the branches'
+            documents itself (REPLUG's token-level ensemble, with a model that continues answers: ``prefill``).
 
     Returns:
         The decorator, which returns the factory unchanged.
