@@ -13,8 +13,9 @@ each set (the local model takes seconds per answer). The previous default's answ
 (``benchmarks/results/answers-baseline.json``, the template before this change, on commit 7f1ed9b) are rescored
 here with the same metrics, so its row and the new ones are comparable question for question.
 
-``--save`` writes the output to ``benchmarks/results/answers.txt`` and the eval reports under
-``benchmarks/results/answers/``.
+``--save`` writes the output to ``benchmarks/results/answers.txt``, and the eval reports (every question's answer,
+``results.json`` / ``results.csv``, and the quality-cost plot) under ``benchmarks/runs/answers/`` (not kept in git:
+the command writes them again).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 refusals.append([cname, "refused" if out["answer"]["refused"] else "ANSWERED",
                                  out["answer"].get("reason", out["answer"]["text"])[:100]])  # fmt: skip
         if args.save:
-            write_report(results, ROOT / "benchmarks" / "results" / "answers" / set_name, dataset=set_name,
+            write_report(results, ROOT / "benchmarks" / "runs" / "answers" / set_name, dataset=set_name,
                          quality="contains")  # fmt: skip
     print(format_table(headers, rows))
     print(f"\nout-of-scope question on the demo: {OUT_OF_SCOPE!r}")

@@ -5,8 +5,8 @@ LLM-driven patterns on a sample.
                                             [--save]
 
 Retrieval-only rows (generation off, no LLM anywhere) on all 350 HotpotQA and all 1,858 NQ-open dev questions: the
-configs in ``configs/`` (single-shot hybrid; linear + ``link_hop``; iterative ``query_with: links`` and
-``evidence``; branching ``mode: passages`` with links and with evidence; recursive ``expand: links``). The
+configs in ``configs/`` (single-shot hybrid; linear + ``link_hop``; iterative with the ``links`` and ``evidence``
+hops; branching ``mode: passages`` with links and with evidence; recursive ``expand: hop`` with links). The
 weights of the pair ranking were chosen on a fit split of 120 HotpotQA questions (sha256 of ``hotpot-fit:<id>``);
 the command also prints each row on the other 230 alone.
 
@@ -37,9 +37,9 @@ from common import main as common_main  # noqa: E402
 RETRIEVAL = ["hotpotqa-linear", "hotpotqa-multihop", "hotpotqa-iterative-links", "hotpotqa-branching-passages",
              "hotpotqa-recursive-links"]  # fmt: skip
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "iterative-evidence (MDR, beam 1)": ("hotpotqa-iterative-links", {"params": {"query_with": "evidence",
-                                                                                 "hop": {"beam": 1}}}),
-    "branching-passages-evidence": ("hotpotqa-branching-passages", {"params": {"hop_with": "evidence"}}),
+    "iterative-evidence (MDR, beam 1)": ("hotpotqa-iterative-links", {"operators": {"hop": {"name": "evidence",
+                                                                                           "params": {"beam": 1}}}}),
+    "branching-passages-evidence": ("hotpotqa-branching-passages", {"operators": {"hop": "evidence"}}),
 }
 LLM_RUNS = ["linear-checked", "iterative", "iterative-ircot", "branching", "recursive", "adaptive"]
 
@@ -53,9 +53,9 @@ def _fit_ids(dataset: Any) -> set[str]:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from modular_rag.bench import pattern_config
     from modular_rag.config import OperatorSpec, load_config
     from modular_rag.eval.datasets import load_beir
+    from modular_rag.eval.recommend import pattern_config
     from modular_rag.eval.runner import FlowResult, dataset_providers, evaluate_flow
     from modular_rag.tables import format_table
 
@@ -65,10 +65,13 @@ def run(args: argparse.Namespace) -> int:
         configs[name] = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8"))
     for label, (base, extra) in VARIANTS.items():
         data = yaml.safe_load((ROOT / "configs" / f"{base}.yaml").read_text(encoding="utf-8"))
-        params = dict(data.get("params", {}))
-        for key, value in extra["params"].items():  # one level deeper for mappings (the hop's weights stay)
-            params[key] = {**params.get(key, {}), **value} if isinstance(value, dict) else value
-        data["params"] = params
+        operators = dict(data.get("operators", {}))
+        for slot, spec in extra["operators"].items():  # another operator in the slot; the base's params stay
+            spec = {"name": spec} if isinstance(spec, str) else spec
+            base_spec = operators.get(slot)
+            base_params = base_spec.get("params", {}) if isinstance(base_spec, dict) else {}
+            operators[slot] = {**spec, "params": {**base_params, **spec.get("params", {})}}
+        data["operators"] = operators
         data["name"] = label
         configs[label] = data
     headers = ["set", "config", "questions", "all@5", "R@5", "R@10", "nDCG@10", "retrievals/q", "LLM calls/q", "ms/q"]

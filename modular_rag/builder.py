@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from langchain_core.runnables import RunnableConfig
@@ -37,8 +38,9 @@ from modular_rag.config import FlowConfig, OperatorSpec, load_config
 from modular_rag.errors import ConfigError
 from modular_rag.graphs import BEGIN, REPLY, compile_graph, output_schema, state_graph, supersteps
 from modular_rag.providers import Providers
+from modular_rag.registry import Hop, Port
 from modular_rag.resolve import ResolvedFlow, resolve
-from modular_rag.state import RAGState
+from modular_rag.state import RAGState, trace_and_ledger
 from modular_rag.steps import (
     NODE_THREADS,
     PORT_READS,
@@ -60,8 +62,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FlowBuilder",
+    "BoundHop",
     "BuildOptions",
     "FlowSource",
+    "moved_to_slot",
     "supersteps",
     "trace_and_ledger",
     "build_flow",
@@ -105,6 +109,19 @@ class BuildOptions(TypedDict, total=False):
     :class:`~modular_rag.state.FlowOutput` (the answer with its citations, evidence, candidates, messages, trace and
     ledger: what the LangGraph Server graphs return; on threads the rest stays in the checkpoint). Default: the
     whole state."""
+
+
+@dataclass(frozen=True)
+class BoundHop:
+    """The :class:`~modular_rag.registry.Hop` of a hop slot (operator ``name``) bound to the flow's search by
+    :meth:`FlowBuilder.hop`: each function takes the state alone; ``next_round`` is a traced step (``hop:<name>``),
+    ``follow`` is traced by the pattern's step that calls it."""
+
+    name: str
+    next_round: GraphNode
+    follow: Callable[[Mapping[str, Any]], dict[str, Any]] | None
+    think: Callable[[Mapping[str, Any]], str] | None
+    finished: Callable[[str], bool] | None
 
 
 P = TypeVar("P", bound=BaseModel, default=BaseModel, covariant=True)
@@ -171,6 +188,41 @@ class FlowBuilder(Generic[P]):
         """The slot's node function (instrumented), or ``None`` when the slot is disabled."""
         steps = self.steps(slot, inject=inject, default=default, fallback=fallback)
         return make_node(steps) if steps else None
+
+    def hop(self, slot: str, search: Callable[..., dict[str, Any]], *, node: str,
+            default: str | OperatorSpec | None = None) -> BoundHop:  # fmt: skip
+        """The hop strategy a slot of port ``hop`` holds, bound to the flow's search.
+
+        Args:
+            slot: The hop slot.
+            search: The flow's search (a retrieve slot's node, or a :meth:`runner` of it): a state with ``queries``
+                in, its update out (a :data:`~modular_rag.registry.Search`).
+            node: The node name the hop's trace events carry.
+            default: Overrides the slot's registered default (see :meth:`steps`).
+
+        Raises:
+            ConfigError: If the slot is disabled, or its operator does not build a :class:`~modular_rag.registry.Hop`.
+        """
+        steps = self.resolved.slot(slot, default=default)
+        if not steps or steps[0].port is not Port.HOP:
+            raise ConfigError(f"operators.{slot}", "the pattern needs a hop here (how the next round searches)")
+        step = steps[0]
+        if step.operator is not None:
+            built: Any = step.operator.factory(step.params, self.env)
+        elif isinstance(step.spec.object, Hop):
+            built = step.spec.object
+        else:
+            built = resolve_operator(step.spec, Port.HOP, self.env, path=step.path,
+                                     allow_imports=self.config.allow_imports)[1]  # fmt: skip
+        if not isinstance(built, Hop):
+            raise ConfigError(f"{step.path}.name", f"{step.name!r} builds a {type(built).__name__}; a hop operator's "
+                              "factory returns a modular_rag.registry.Hop")  # fmt: skip
+        hop = built
+        traced = _Step(node, f"hop:{step.name}", lambda state: hop.next_round(state, search), step.spec,
+                       PORT_READS[Port.HOP])  # fmt: skip
+        follow = hop.follow
+        return BoundHop(step.name, make_node([traced]),
+                        None if follow is None else lambda state: follow(state, search), hop.think, hop.finished)
 
     def add_slot(
         self, slot: str, node: Callable[..., Any] | None = None, *, inject: Mapping[str, Any] | None = None,
@@ -393,17 +445,28 @@ class FlowBuilder(Generic[P]):
         return compiled.with_config(recursion_limit=limit + 4 + 2 * self.threaded, **self._run_labels(name))
 
 
-def trace_and_ledger(*updates: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """The ``trace`` and ``ledger`` entries of operator runs (:meth:`FlowBuilder.runner` updates), concatenated in
-    order: what a pattern's own node returns for the operators it ran, next to its other keys.
+def moved_to_slot(keys: Sequence[str], slot: str, spec: str | Mapping[str, Any], port: Port) -> ValueError:
+    """The error for pattern params that became a slot's operator (the kit was never released, so the old spelling
+    is refused rather than translated): it names the keys, the config line that replaces them and the operators
+    the slot takes (from the registry).
 
     Args:
-        *updates: The runs' updates, each with ``trace`` and ``ledger`` lists.
+        keys: The params keys that moved.
+        slot: The slot that holds what they chose.
+        spec: The operator (name, or ``{"name": ..., "params": ...}``) the old keys meant.
+        port: The slot's port.
 
     Returns:
-        ``{"trace": [...], "ledger": [...]}`` (empty lists for no updates).
+        A ``ValueError`` for the params model's validator to raise (the config path is added by validation).
     """
-    return {key: [item for update in updates for item in update[key]] for key in ("trace", "ledger")}
+    import yaml
+
+    from modular_rag.registry import operators_for
+
+    line = "operators: " + yaml.safe_dump({slot: spec}, default_flow_style=True, sort_keys=False).strip()
+    return ValueError(f"{', '.join(keys)}: no longer params of the pattern; the {slot} slot holds this choice now: "
+                      f"remove {'them' if len(keys) > 1 else 'it'} and write {line} ({port.value} operators: "
+                      f"{', '.join(operators_for(port))})")
 
 
 def _prefixed(name: str, update: Mapping[str, Any]) -> dict[str, list[Any]]:

@@ -17,8 +17,9 @@ The shape users write::
 
 Loading has no side effects: nothing is built or loaded, no model, no index, no server. Structural errors come
 from pydantic; semantic ones (unknown operator, operator in the wrong slot, bad operator parameters) from
-:func:`check_flow`, which consults the registry. Both raise :class:`~modular_rag.errors.ConfigError` whose message
-starts with the dotted config path (``operators.retrieve.params.k: Input should be greater than 0``).
+:func:`modular_rag.resolve.check_flow`, which consults the registry. Both raise
+:class:`~modular_rag.errors.ConfigError` whose message starts with the dotted config path
+(``operators.retrieve.params.k: Input should be greater than 0``).
 
 Python users may put LangChain objects in place of provider names (a ``BaseChatModel`` as ``providers.llm``, an
 ``Embeddings`` as ``providers.embeddings``, a ``VectorStore`` as ``providers.vectorstore``); such a config runs
@@ -71,7 +72,6 @@ __all__ = [
     "IndexingConfig",
     "FlowConfig",
     "load_config",
-    "check_flow",
     "dump_config",
     "format_validation_error",
     "validate_params",
@@ -372,14 +372,6 @@ class FlowConfig(StrictModel):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def check_flow(config: FlowConfig, *, path: str = "") -> FlowConfig:
-    """Check a structurally valid config against the registry (see :func:`modular_rag.resolve.check_flow`, where
-    it lives now; kept here for one release)."""
-    from modular_rag.resolve import check_flow as check
-
-    return check(config, path=path)
-
-
 def _read_source(source: str | os.PathLike[str]) -> Any:
     path = Path(source)
     try:
@@ -403,7 +395,7 @@ def load_config(source: FlowConfig | Mapping[str, Any] | str | os.PathLike[str],
 
     Args:
         source: A path to a YAML file, a dict, or a config object (returned after checking).
-        check: Also run :func:`check_flow` against the registry (default).
+        check: Also check it against the registry (:func:`modular_rag.resolve.check_flow`; default).
 
     Returns:
         The validated config.

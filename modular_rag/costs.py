@@ -81,6 +81,11 @@ class CostContext:
     evidence: Span = field(default_factory=lambda: Span(5, 5))
     query_embedding: bool = False
     prefill: bool = False
+    search: Cost = field(default_factory=Cost)
+    """For a hop (``Port.HOP``): what one search through the flow's retrieve slot costs."""
+    hop: str = "first"
+    """For a hop, which one: ``first`` (round 2's), ``later`` (round 3's on), or ``follow`` (from the passages in
+    ``candidates``: a branch, a tree node)."""
 
 
 def llm(n: float | tuple[float, float] = 1) -> Cost:

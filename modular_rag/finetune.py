@@ -9,7 +9,7 @@ Batches never hold a document twice, nor a document that is relevant to another 
 example is pushed away from a document judged relevant to it. Given the seed, the pairs, the negatives, the batch
 order and the weight initialisation are fixed: two runs on the same machine give the same model.
 
-    modular-rag finetune --dataset ../shared/datasets/scifact --split train --out .modular_rag/models/scifact
+    modular-rag finetune --dataset path/to/scifact --split train --out .modular_rag/models/scifact
 
 The output folder is a sentence-transformers model that ``embeddings: {name: sentence_transformers, path: OUT}``
 loads; ``finetune.json`` beside the weights records the settings and what the run did.

@@ -65,7 +65,8 @@ from modular_rag.llama_server import (
     running_local_servers,
     shutdown_local_servers,
 )
-from modular_rag.milvus import MilvusStore, milvus_analyzer
+from modular_rag.milvus import MilvusStore
+from modular_rag.milvus_terms import milvus_analyzer
 from modular_rag.sentences import encoder_identity
 from modular_rag.text import Analyzer
 

@@ -51,6 +51,8 @@ __all__ = [
     "PORT_CONTRACTS",
     "PORT_WRITES",
     "Operator",
+    "Search",
+    "Hop",
     "OperatorFactory",
     "OperatorInfo",
     "OperatorParams",
@@ -93,6 +95,9 @@ class Port(str, Enum):  # noqa: UP042 - StrEnum would change str(Port.X) from "P
     RETRIEVE = "retrieve"
     REFINE = "refine"
     """Post-retrieval: candidates -> candidates (rerank, select, compress)."""
+    HOP = "hop"
+    """How the next round (or branch, or tree level) searches: the state one left, and the flow's search, in; the
+    queries and candidates of the next out (factories return a :class:`Hop`, not a plain operator)."""
     CONTEXT = "context"
     GENERATE = "generate"
     VERIFY = "verify"
@@ -111,6 +116,7 @@ PORT_CONTRACTS: dict[Port, str] = {
     Port.QUERY: "query -> queries (and filter / query_embedding)",
     Port.RETRIEVE: "queries -> candidates",
     Port.REFINE: "candidates -> candidates",
+    Port.HOP: "state + search -> the next round's queries and candidates",
     Port.CONTEXT: "candidates -> evidence",
     Port.GENERATE: "evidence -> answer",
     Port.VERIFY: "answer + evidence -> answer",
@@ -128,6 +134,7 @@ PORT_WRITES: dict[Port, frozenset[str]] = {
     Port.QUERY: frozenset({"queries", "filter", "query_embedding"}),
     Port.RETRIEVE: frozenset({"candidates"}),
     Port.REFINE: frozenset({"candidates"}),
+    Port.HOP: frozenset({"queries", "candidates", "branches"}),
     Port.CONTEXT: frozenset({"evidence"}),
     Port.GENERATE: frozenset({"answer", "draft"}),
     Port.VERIFY: frozenset({"answer"}),
@@ -144,6 +151,30 @@ class Operator(Protocol):
     """An operator: reads the state, returns only the keys it changes, never mutates its input."""
 
     def __call__(self, state: Mapping[str, Any], /) -> dict[str, Any]: ...
+
+
+Search = Callable[[Mapping[str, Any]], dict[str, Any]]
+"""The flow's search as a hop gets it: the retrieve slot run on a state's ``queries`` (its update, trace, ledger)."""
+
+
+@dataclass(frozen=True)
+class Hop:
+    """A hop strategy, as a hop operator's factory builds it (``@operator(..., port=Port.HOP)``): how the next round
+    searches, from what the last one left; the pattern gives it the flow's search (its retrieve slot).
+
+    Attributes:
+        next_round: ``(state round t left, search) -> {"queries", "candidates"}`` (and the searches' trace and
+            ledger); ``{"queries": []}`` when there is nothing to search.
+        follow: ``(state whose candidates are passages, search) -> {"branches": [per passage: the passage, then
+            what it leads to]}``; ``None`` when the strategy does not start from passages.
+        think: What a round produces when the hop writes it (IRCoT's next thought), not the generation.
+        finished: With ``think``: whether what a round produced ends the loop (the thought gives the answer).
+    """
+
+    next_round: Callable[[Mapping[str, Any], Search], dict[str, Any]]
+    follow: Callable[[Mapping[str, Any], Search], dict[str, Any]] | None = None
+    think: Callable[[Mapping[str, Any]], str] | None = None
+    finished: Callable[[str], bool] | None = None
 
 
 class OperatorFactory(Protocol):
@@ -179,6 +210,7 @@ class OperatorInfo:
     needs_llm: bool = False
     tags: frozenset[str] = frozenset()
     cost: Callable[[Any, Any], Any] | None = None
+    answers_itself: Callable[[Any, bool], bool] | None = None
 
     def param_rows(self) -> list[tuple[str, str, str]]:
         """The parameters as ``(name, default, description)`` rows, for the catalogue."""
@@ -264,6 +296,7 @@ def operator(
     needs_llm: bool = False,
     tags: tuple[str, ...] = (),
     cost: Callable[[Any, Any], Any] | None = None,
+    answers_itself: Callable[[Any, bool], bool] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register an operator factory under ``module / submodule / name`` for ``port``.
 
@@ -279,6 +312,8 @@ def operator(
         tags: Finer contract hints a pattern may check (fusion operators: ``candidates`` or ``answer``).
         cost: ``cost(params, ctx) -> Cost``: the LLM calls and retrievals one run of the operator makes, given a
             :class:`~modular_rag.costs.CostContext` it may update (see :mod:`modular_rag.costs`).
+        answers_itself: A fusion's ``(params, prefill) -> bool``: whether it writes the answer from the branches'
+            documents itself (REPLUG's token-level ensemble, with a model that continues answers: ``prefill``).
 
     Returns:
         The decorator, which returns the factory unchanged.
@@ -307,6 +342,7 @@ def operator(
             needs_llm=needs_llm,
             tags=frozenset(tags),
             cost=cost,
+            answers_itself=answers_itself,
         )
         with _LOCK:
             existing = _OPERATORS.get((port, name))

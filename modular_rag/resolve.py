@@ -103,6 +103,19 @@ class ResolvedFlow(Generic[P]):
             self._slots[key] = self._resolve_slot(name, default, inject)
         return self._slots[key]
 
+    def answers_itself(self, name: str, *, prefill: bool, default: Default = None) -> bool:
+        """Whether the slot's one operator writes the answer from the branches' documents itself (REPLUG's
+        token-level ensemble with a model that continues partial answers), so the branches need not answer.
+
+        Args:
+            name: The slot (a fusion).
+            prefill: Whether the flow's chat model continues partial answers and gives token log-probabilities.
+            default: Replaces the registered default when the slot is not configured.
+        """
+        steps = self.slot(name, default=default)
+        info = steps[0].operator if len(steps) == 1 else None
+        return info is not None and info.answers_itself is not None and info.answers_itself(steps[0].params, prefill)
+
     def active(self, name: str, *, default: Default = None) -> bool:
         """Whether a slot runs at all under the config (configured and enabled, or defaulting to an operator)."""
         return bool(self.slot(name, default=default))

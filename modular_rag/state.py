@@ -15,7 +15,8 @@ bound to the operators when they are built, never stored here.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NotRequired
 
 from langchain_core.messages import AnyMessage, BaseMessage
@@ -46,6 +47,13 @@ __all__ = [
     "pending_question",
     "history",
     "step_of",
+    "queries_of",
+    "evidence_of",
+    "pack_of",
+    "is_refusal",
+    "REFUSAL",
+    "should_stop",
+    "trace_and_ledger",
 ]
 
 
@@ -312,3 +320,62 @@ def history(state: Mapping[str, Any]) -> list[BaseMessage]:
 def step_of(state: Mapping[str, Any]) -> int:
     """The loop counter of a state: ``step``, 0 before the first round (or when unset)."""
     return int(state.get("step", 0) or 0)
+
+
+def queries_of(state: Mapping[str, Any]) -> list[str]:
+    """The queries a state retrieves with: ``queries`` when a pre-retrieval operator wrote them, else ``[query]``."""
+    queries = [q for q in state.get("queries") or [] if isinstance(q, str) and q.strip()]
+    return queries or [str(state.get("query", ""))]
+
+
+def evidence_of(state: Mapping[str, Any], default_k: int = 5) -> list[Evidence]:
+    """The evidence of a state: its evidence pack, or (when no context builder ran) its top ``default_k``
+    candidates numbered as evidence."""
+    evidence = state.get("evidence")
+    if evidence:
+        return list(evidence)
+    hits: Sequence[Hit] = state.get("candidates") or []
+    return [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"], metadata=dict(h["metadata"]))
+            for i, h in enumerate(hits[:default_k])]  # fmt: skip
+
+
+def pack_of(node: Mapping[str, Any]) -> list[Evidence]:
+    """A tree node's evidence pack, numbered as its answer cites it (``evidence[n - 1]`` is ``[n]``)."""
+    return [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=float(h.get("score", 0.0)),
+                     metadata=dict(h["metadata"])) for i, h in enumerate(node.get("evidence") or [])]  # fmt: skip
+
+
+REFUSAL = "I don't know: the provided documents do not contain the answer."
+"""The answer a flow gives when its evidence does not contain one."""
+
+_REFUSAL_RE = re.compile(
+    r"\b(i (do not|don't|dont) know|(not|no) (contained|mentioned|found|information|answer) (in|about)"
+    r"|do(es)? not (contain|mention|say)|cannot (answer|find)|can't (answer|find)|unable to (answer|find))\b",
+    re.IGNORECASE,
+)
+
+
+def is_refusal(text: str) -> bool:
+    """Whether an answer says the evidence does not contain the answer (or says nothing)."""
+    return not text.strip() or bool(_REFUSAL_RE.search(text[:200]))
+
+
+def should_stop(state: Mapping[str, Any]) -> bool:
+    """Whether a judge said the loop should end now: any loop verdict (not a per-node pruning verdict, which has a
+    ``target``) given at the current step says ``stop``."""
+    step = step_of(state)
+    return any(v.get("step", step) == step and v["decision"] == "stop" and not v.get("target")
+               for v in state.get("verdicts") or [])  # fmt: skip
+
+
+def trace_and_ledger(*updates: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The ``trace`` and ``ledger`` entries of operator runs, concatenated in order: what a node that ran operators
+    itself (a pattern's step, a hop's searches) returns for them, next to its other keys.
+
+    Args:
+        *updates: The runs' updates, each with ``trace`` and ``ledger`` lists.
+
+    Returns:
+        ``{"trace": [...], "ledger": [...]}`` (empty lists for no updates).
+    """
+    return {key: [item for update in updates for item in update.get(key, [])] for key in ("trace", "ledger")}

@@ -68,6 +68,7 @@ PORT_READS: dict[Port, tuple[str, ...]] = {
     Port.QUERY: ("query",),
     Port.RETRIEVE: ("queries", "query"),
     Port.REFINE: ("candidates",),
+    Port.HOP: ("query", "candidates", "answer"),
     Port.CONTEXT: ("candidates",),
     Port.GENERATE: ("evidence", "query"),
     Port.VERIFY: ("answer", "evidence"),

@@ -22,11 +22,22 @@ from typing_extensions import TypedDict
 
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm, retrievals
 from modular_rag.providers import Providers
-from modular_rag.registry import Operator, OperatorParams, Port, operator
-from modular_rag.state import Answer, Branch, Citation, Evidence, Hit
+from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
+from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, pack_of
 from modular_rag.text import token_f1
 from modular_rag.trace import note
-from operators.generation import DATA_RULE, REFUSAL, SYSTEM, cited_refs, format_evidence, make_answer, renumber
+from operators.generation import (
+    DATA_RULE,
+    REFUSAL,
+    SYSTEM,
+    cite_pack,
+    cited_refs,
+    clean_completion,
+    format_evidence,
+    is_refusal,
+    make_answer,
+    renumber,
+)
 from operators.multihop import HopWeights, hits_by_id, multihop_rank, named_by_question
 
 __all__ = ["rrf", "score_fusion", "normalise_scores", "fuse", "replug_weights", "replug_token_level",
@@ -270,7 +281,8 @@ def _replug_cost(params: ReplugParams, ctx: CostContext) -> Cost:
     return llm((docs.lo, docs.hi * params.max_tokens)) if replug_token_level(params, ctx.prefill) else ZERO
 
 
-@operator("orchestration", "fusion", "replug", port=Port.FUSE, needs_llm=True, tags=("answer",), cost=_replug_cost)
+@operator("orchestration", "fusion", "replug", port=Port.FUSE, needs_llm=True, tags=("answer",), cost=_replug_cost,
+          answers_itself=lambda params, prefill: replug_token_level(params, prefill))
 def replug(params: ReplugParams, providers: Providers) -> Operator:
     """REPLUG ensemble of per-document branches, weighted by lambda = softmax(s(d, q) / temperature) with s the
     query-document embedding cosine, whatever the retriever (Eq. 23-24): mixes next-token distributions when the
@@ -325,12 +337,6 @@ FUSION_PROMPTS = {
                  "for each, say which reading it is and give its answer, citing the passages like [1]. Use only the "
                  "passages.\nAnswer:",
 }  # fmt: skip
-
-
-def pack_of(node: Mapping[str, Any]) -> list[Evidence]:
-    """A tree node's evidence pack, numbered as its answer cites it (``evidence[n - 1]`` is ``[n]``)."""
-    return [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=float(h.get("score", 0.0)),
-                     metadata=dict(h["metadata"])) for i, h in enumerate(node.get("evidence") or [])]  # fmt: skip
 
 
 class Partial(TypedDict):
@@ -435,5 +441,39 @@ def pairs_fusion(params: PairsParams, providers: Providers) -> Operator:
                                pair_slots=params.pair_slots, weights=params.weights, follow_links=False, k=params.k,
                                sources=[h["chunk_id"] for h in seeds])  # fmt: skip
         return {"candidates": ranked}
+
+    return run
+
+
+@operator("orchestration", "fusion", "sentences", port=Port.FUSE, tags=("answer",))
+def sentences(params: NoParams, providers: Providers) -> Operator:
+    """FLARE's answer from its accepted sentences (``rounds``): each sentence's [n] resolved against the evidence
+    pack it was drafted from (the branch that fetched it) and renumbered into one evidence list, the union of those
+    packs in the order the sentences first used them; a refusal when the sentences say nothing."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        shown = {h["chunk_id"]: h for b in state.get("branches") or [] for h in b["candidates"]}
+        rounds = list(state.get("rounds") or [])
+        evidence: list[Evidence] = []
+        refs: dict[str, int] = {}
+        for r in rounds:
+            for cid in r["chunk_ids"]:
+                if cid not in refs and cid in shown:
+                    refs[cid] = len(evidence) + 1
+                    h = shown[cid]
+                    evidence.append(Evidence(ref=refs[cid], chunk_id=cid, text=h["text"], score=h["score"],
+                                             metadata=h["metadata"]))  # fmt: skip
+        written: list[str] = []
+        citations: list[Citation] = []
+        for r in rounds:
+            pack = [Evidence(ref=i + 1, chunk_id=cid, text=shown[cid]["text"], score=0.0, metadata={})
+                    for i, cid in enumerate(r["chunk_ids"]) if cid in shown]  # fmt: skip
+            text, cited = cite_pack(r["answer"], pack, refs)
+            written.append(text)
+            citations += [c for c in cited if c["ref"] not in {k["ref"] for k in citations}]
+        text = clean_completion(" ".join(s for s in written if s))
+        if is_refusal(text):
+            return {"answer": Answer(text=text or REFUSAL, citations=[], refused=True), "evidence": evidence}
+        return {"answer": Answer(text=text, citations=citations, refused=False), "evidence": evidence}
 
     return run

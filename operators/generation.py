@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from modular_rag.costs import ZERO, Cost, CostContext, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
-from modular_rag.state import Answer, Citation, Evidence, Hit
+from modular_rag.state import REFUSAL, Answer, Citation, Evidence, evidence_of, is_refusal
 from modular_rag.text import Analyzer, split_sentences
 from operators.attribution import (
     ScoredSentence,
@@ -55,27 +55,8 @@ __all__ = [
     "parse_yes_no",
 ]
 
-REFUSAL = "I don't know: the provided documents do not contain the answer."
-
 _ANALYZER = Analyzer()
 _CITE = re.compile(r"\[(\d+(?:\s*[,;]\s*\d+)*)\]")
-_REFUSAL_RE = re.compile(
-    r"\b(i (do not|don't|dont) know|(not|no) (contained|mentioned|found|information|answer) (in|about)"
-    r"|do(es)? not (contain|mention|say)|cannot (answer|find)|can't (answer|find)|unable to (answer|find))\b",
-    re.IGNORECASE,
-)
-
-
-def evidence_of(state: Mapping[str, Any], default_k: int = 5) -> list[Evidence]:
-    """The evidence pack, or (when no context builder ran) the top candidates numbered as evidence."""
-    evidence = state.get("evidence")
-    if evidence:
-        return list(evidence)
-    hits: Sequence[Hit] = state.get("candidates") or []
-    return [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"], metadata=dict(h["metadata"]))
-            for i, h in enumerate(hits[:default_k])]  # fmt: skip
-
-
 def format_evidence(evidence: Sequence[Evidence]) -> str:
     """Evidence as a delimited, numbered block of data for a prompt."""
     lines = ["<passages>"]
@@ -179,11 +160,6 @@ def cite_pack(text: str, pack: Sequence[Evidence], refs: Mapping[str, int],
                 seen.add(ref)
                 citations.append(Citation(ref=ref, chunk_id=c["chunk_id"], method="attributed"))
     return renumber(text, {e["ref"]: e["chunk_id"] for e in pack}, refs), citations
-
-
-def is_refusal(text: str) -> bool:
-    """Whether an answer says the evidence does not contain the answer."""
-    return not text.strip() or bool(_REFUSAL_RE.search(text[:200]))
 
 
 def trim_loops(text: str, *, max_gram: int = 12, repeats: int = 3) -> str:

@@ -37,7 +37,7 @@ from operators.generation import (
     parse_yes_no,
 )
 
-__all__ = ["verdict", "stop_now", "ask_yes_no", "CRITERIA"]
+__all__ = ["verdict", "ask_yes_no", "CRITERIA"]
 
 
 def verdict(judge: str, decision: Literal["stop", "continue"], reason: str, state: Mapping[str, Any],
@@ -47,15 +47,6 @@ def verdict(judge: str, decision: Literal["stop", "continue"], reason: str, stat
     if score is not None:
         v["score"] = round(float(score), 6)
     return {"verdicts": [v]}
-
-
-def stop_now(state: Mapping[str, Any]) -> bool:
-    """Whether any loop verdict (not a per-node pruning verdict) given at the current step says ``stop``."""
-    step = step_of(state)
-    return any(
-        v.get("step", step) == step and v["decision"] == "stop" and not v.get("target")
-        for v in state.get("verdicts") or []
-    )
 
 
 class TokenConfidenceParams(OperatorParams):

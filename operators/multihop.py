@@ -2,10 +2,10 @@
 search allow, and the pair ranking that decides which passages a multi-hop question needs.
 
 A multi-hop question's second passage is usually about an entity the first one names (the bridge). The operators
-that hop (``link_hop`` in retrieval, ``pairs`` in fusion) and the patterns that hop (iterative ``query_with``,
-branching ``mode: passages``, recursive ``expand: links``) all rank with :func:`multihop_rank`: each passage's own
-score against the question, and the pairs (first passage, the passage it leads to) that a link or a second search
-makes, so the passages of the best pairs come first.
+that hop (``link_hop`` in retrieval, ``pairs`` in fusion, the ``links`` and ``evidence`` hops of
+:mod:`operators.hops` that the iterative, branching and recursive patterns hold) all rank with
+:func:`multihop_rank`: each passage's own score against the question, and the pairs (first passage, the passage it
+leads to) that a link or a second search makes, so the passages of the best pairs come first.
 """
 
 from __future__ import annotations

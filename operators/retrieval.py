@@ -20,18 +20,12 @@ from modular_rag.errors import ProviderError
 from modular_rag.milvus import MilvusStore
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator, register_adapter
-from modular_rag.state import Hit
+from modular_rag.state import Hit, queries_of
 from modular_rag.trace import note, record
 from operators.fusion import fuse
 from operators.multihop import HopParams, hop
 
 __all__ = ["queries_of", "where_of", "DenseParams", "BM25Params", "HybridParams"]
-
-
-def queries_of(state: Mapping[str, Any]) -> list[str]:
-    """The queries to retrieve with: ``queries`` when a pre-retrieval operator wrote them, else ``[query]``."""
-    queries = [q for q in state.get("queries") or [] if isinstance(q, str) and q.strip()]
-    return queries or [str(state.get("query", ""))]
 
 
 def where_of(state: Mapping[str, Any], static: Mapping[str, Any] | None) -> dict[str, Any] | None:

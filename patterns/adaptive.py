@@ -28,9 +28,7 @@ from modular_rag.config import OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.resolve import ResolvedFlow
-from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, RAGState, Round, step_of
-from operators.generation import REFUSAL, cite_pack, clean_completion, evidence_of, is_refusal
-from operators.judging import stop_now
+from modular_rag.state import Answer, Branch, Hit, RAGState, Round, evidence_of, should_stop, step_of
 
 __all__ = ["build_adaptive", "AdaptiveParams", "SLOTS"]
 
@@ -48,6 +46,8 @@ SLOTS = {
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="self_rag: the answer"),
     JUDGE: SlotSpec(Port.JUDGE, default=None, chain=True,
                     doc="flare default: token_confidence; self_rag default: llm_judge (supported)"),
+    FINISH: SlotSpec(Port.FUSE, default="sentences", optional=False, doc="flare: the answer from the accepted "
+                                                                         "sentences and the packs they cite"),
 }  # fmt: skip
 
 _DEFAULTS: dict[str, dict[str, str | OperatorSpec]] = {
@@ -118,35 +118,8 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
                 "rounds": [Round(step=step, query=(state.get("queries") or [state["query"]])[0],
                                  answer=d.get("text", ""), chunk_ids=pack)]}  # fmt: skip
 
-    def finish(state: Mapping[str, Any]) -> dict[str, Any]:
-        """The answer with every sentence's citations resolved against the pack that sentence was drafted from,
-        renumbered into one evidence list: the union of those packs, in the order the sentences first used them."""
-        shown = {h["chunk_id"]: h for b in state.get("branches") or [] for h in b["candidates"]}
-        rounds = list(state.get("rounds") or [])
-        evidence: list[Evidence] = []
-        refs: dict[str, int] = {}
-        for r in rounds:
-            for cid in r["chunk_ids"]:
-                if cid not in refs and cid in shown:
-                    refs[cid] = len(evidence) + 1
-                    h = shown[cid]
-                    evidence.append(Evidence(ref=refs[cid], chunk_id=cid, text=h["text"], score=h["score"],
-                                             metadata=h["metadata"]))  # fmt: skip
-        sentences: list[str] = []
-        citations: list[Citation] = []
-        for r in rounds:
-            pack = [Evidence(ref=i + 1, chunk_id=cid, text=shown[cid]["text"], score=0.0, metadata={})
-                    for i, cid in enumerate(r["chunk_ids"]) if cid in shown]  # fmt: skip
-            text, cited = cite_pack(r["answer"], pack, refs)
-            sentences.append(text)
-            citations += [c for c in cited if c["ref"] not in {k["ref"] for k in citations}]
-        text = clean_completion(" ".join(s for s in sentences if s))
-        if is_refusal(text):
-            return {"answer": Answer(text=text or REFUSAL, citations=[], refused=True), "evidence": evidence}
-        return {"answer": Answer(text=text, citations=citations, refused=False), "evidence": evidence}
-
     def judged(state: RAGState) -> Literal["retrieve", "accept"]:
-        return "accept" if stop_now(state) else "retrieve"
+        return "accept" if should_stop(state) else "retrieve"
 
     def more(state: RAGState) -> Literal["draft", "finish"]:
         draft: Mapping[str, Any] = state.get("draft") or {}
@@ -160,7 +133,7 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
     tail = flow.optional(JUDGE, after=DRAFT, default=defaults[JUDGE])
     flow.add_step(REQUERY, requery)
     flow.add_step(ACCEPT, accept)
-    flow.add_step(FINISH, finish)
+    flow.add_slot(FINISH)
     flow.branch(tail, judged, {"retrieve": REQUERY, "accept": ACCEPT})
     flow.edge(REQUERY, ACCEPT)
     flow.branch(ACCEPT, more, {"draft": DRAFT, "finish": FINISH})
@@ -189,10 +162,10 @@ def _self_rag(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
         flow.edge(REWRITE, body[0])
 
     def needs_retrieval(state: RAGState) -> Literal["retrieve", "answer"]:
-        return "answer" if stop_now(state) else "retrieve"
+        return "answer" if should_stop(state) else "retrieve"
 
     def again(state: RAGState) -> Literal["again", "done"]:
-        if step_of(state) >= params.max_steps or stop_now(state):
+        if step_of(state) >= params.max_steps or should_stop(state):
             return "done"
         return "again"
 

@@ -6,38 +6,40 @@
   parallel; ``fuse`` combines them (``replug``: weighted by the softmax of query-document embedding similarities;
   at the token level, one next-token distribution per document and step, when the model allows it, else a weighted
   vote over one answer per document; or ``llm_fusion`` over per-document answers).
+* ``mode: passages`` (multi-hop, no LLM by default): one retrieval, then one branch per first-hop passage, in
+  parallel, each following its passage as the ``hop`` slot's operator says (``links``: the chunks the passage links
+  to; ``evidence``: a search with the question and the passage); ``fuse`` (``pairs``) ranks every passage by the pair
+  it makes with a branch's passage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
-from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, retrievals, slot_cost, total
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, moved_to_slot, trace_and_ledger
+from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
 from modular_rag.resolve import ResolvedFlow
-from modular_rag.state import Branch, Evidence, RAGState
-from operators.fusion import ReplugParams, replug_token_level
-from operators.multihop import linked_from
-from operators.retrieval import queries_of
+from modular_rag.state import Branch, Evidence, RAGState, queries_of
 
-__all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "BRANCH", "FUSE", "RERANK",
+__all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "HOP", "BRANCH", "FUSE", "RERANK",
            "CONTEXT", "GENERATE"]  # fmt: skip
 
-EXPAND, RETRIEVE, BRANCH, FUSE = "expand", "retrieve", "branch", "fuse"
+EXPAND, RETRIEVE, HOP, BRANCH, FUSE = "expand", "retrieve", "hop", "branch", "fuse"
 RERANK, CONTEXT, GENERATE = "rerank", "context", "generate"
 
 SLOTS = {
     EXPAND: SlotSpec(Port.QUERY, default="multi_query", chain=True, doc="queries mode: writes the branch queries"),
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per branch (queries) or once"),
+    HOP: SlotSpec(Port.HOP, default="links", optional=False, doc="passages mode: how a branch follows its passage"),
     RERANK: SlotSpec(Port.REFINE, chain=True),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="queries mode"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="once, or per document (required there)"),
@@ -58,11 +60,17 @@ class BranchingParams(BaseModel):
     )  # fmt: skip
     branches: int = Field(4, ge=1, le=16, description="queries fanned out, top documents generated from, or "
                                                       "first-hop passages followed")  # fmt: skip
-    hop_with: Literal["links", "evidence"] = Field(
-        "links", description="passages: a branch follows the titles its passage mentions (one lookup, no LLM), or "
-                             "searches with the question and its passage (MDR-style, the retrieve slot)"
-    )  # fmt: skip
-    passage_words: int = Field(60, gt=0, le=1000, description="passages/evidence: words of the passage searched with")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hop_is_a_slot(cls, data: Any) -> Any:
+        """``hop_with`` and ``passage_words`` were params before the hop became a slot: refused, naming the line."""
+        old = [key for key in ("hop_with", "passage_words") if isinstance(data, Mapping) and key in data]
+        if not old:
+            return data
+        name = data.get("hop_with", "links")
+        words = {"passage_words": data["passage_words"]} if name == "evidence" and "passage_words" in data else {}
+        raise moved_to_slot(old, HOP, {"name": name, "params": words} if words else name, Port.HOP)
 
 
 def _check_fuse(flow: FlowBuilder, mode: str) -> None:
@@ -76,18 +84,10 @@ def _check_fuse(flow: FlowBuilder, mode: str) -> None:
                               f"{mode!r} needs a {_FUSE_MAKES[mode]} fusion (it fits mode {', '.join(fits)})")
 
 
-def _replug_spec(flow: ResolvedFlow[BranchingParams]) -> ReplugParams | None:
-    """The REPLUG fusion's params when the documents mode fuses with ``replug``."""
-    steps = flow.slot(FUSE, default="replug")
-    if len(steps) != 1 or steps[0].operator is None or steps[0].name != "replug":
-        return None
-    return cast(ReplugParams, steps[0].params)
-
-
-def _token_level(flow: FlowBuilder[BranchingParams]) -> bool:
-    """Whether the documents mode runs REPLUG's token-level ensemble with the flow's chat model."""
-    replug = _replug_spec(flow.resolved)
-    return replug is not None and replug_token_level(replug, llm_continues(flow.env.config.llm))
+def _answers_itself(flow: ResolvedFlow[BranchingParams], prefill: bool) -> bool:
+    """Documents mode: whether the fusion writes the answer from the documents itself (REPLUG's token-level
+    ensemble with a model that continues partial answers), so the branches only carry their document."""
+    return flow.answers_itself(FUSE, prefill=prefill, default=_DEFAULT_FUSE["documents"])
 
 
 def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
@@ -99,8 +99,9 @@ def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
     if params.mode == "passages":
         head = total(flow, [RETRIEVE, RERANK], ctx)
         n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
-        per_branch = retrievals(1) if params.hop_with == "links" else total(flow, [RETRIEVE], CostContext(
-            prefill=ctx.prefill))  # fmt: skip
+        one = CostContext(prefill=ctx.prefill, search=total(flow, [RETRIEVE], CostContext(prefill=ctx.prefill)),
+                          hop="follow", candidates=Span(1, 1))  # fmt: skip
+        per_branch = total(flow, [HOP], one)
         fuse = slot_cost(flow, FUSE, ctx, default=fuse_default)
         return head + per_branch * n + fuse + total(flow, [CONTEXT, GENERATE], ctx)
     if params.mode == "queries":
@@ -111,30 +112,27 @@ def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
         return expand + per_branch * n + fuse + total(flow, [RERANK, CONTEXT, GENERATE], ctx)
     head = total(flow, [RETRIEVE, RERANK], ctx)
     n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
-    replug = _replug_spec(flow)
-    token_level = replug is not None and replug_token_level(replug, ctx.prefill)
-    per_doc = ZERO if token_level else total(flow, [GENERATE], CostContext(evidence=Span(1, 1), prefill=ctx.prefill))
+    one_document = CostContext(evidence=Span(1, 1), prefill=ctx.prefill)
+    per_doc = ZERO if _answers_itself(flow, ctx.prefill) else total(flow, [GENERATE], one_document)
     ctx.candidates = n
     return head + per_doc * n + slot_cost(flow, FUSE, ctx, default=fuse_default)
 
 
 def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
-    """mode: passages: retrieve once; one branch per first-hop passage follows it (its links, or a search with the
-    question and the passage); the fusion ranks every passage by the pair it makes with a branch's passage."""
+    """mode: passages: retrieve once; one branch per first-hop passage follows it as the hop slot says (its links,
+    or a search with the question and the passage); the fusion ranks every passage by the pair it makes with a
+    branch's passage."""
     params = flow.params
-    search = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]") if params.hop_with == "evidence" else None
+    hop = flow.hop(HOP, flow.runner([RETRIEVE], label=BRANCH + "[{branch}]"), node=BRANCH)
+    if hop.follow is None:
+        raise ConfigError(f"operators.{HOP}.name", f"{hop.name!r} does not start from passages; mode 'passages' "
+                          "needs a hop that follows a passage (its Hop has follow), such as links or evidence")
+    follow_one = hop.follow
 
     def follow(state: Mapping[str, Any]) -> dict[str, Any]:
-        seed = state["candidates"][0]
-        if search is None:
-            found = linked_from(flow.env, [seed]).get(seed["chunk_id"], [])
-            return {"branches": [Branch(branch=state["branch"], query=state["query"], weight=1.0,
-                                        candidates=[seed, *found])]}  # fmt: skip
-        words = " ".join(seed["text"].split()[: params.passage_words])
-        update = search({**state, "queries": [f"{state['query']} {words}"]})
-        hits = [h for h in update.get("candidates") or [] if h["chunk_id"] != seed["chunk_id"]]
-        return {"branches": [Branch(branch=state["branch"], query=state["query"], weight=1.0,
-                                    candidates=[seed, *hits])], **trace_and_ledger(update)}
+        update = follow_one(state)
+        branch = update["branches"][0]
+        return {"branches": [{**branch, "branch": state["branch"]}], **trace_and_ledger(update)}
 
     def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
         hits = list(state.get("candidates") or [])[: params.branches]
@@ -144,7 +142,7 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
                 for i, h in enumerate(hits)]  # fmt: skip
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.add_step(BRANCH, follow, operator=f"hop:{params.hop_with}")
+    flow.add_step(BRANCH, follow, operator=f"hop:{hop.name}")
     flow.branch(head[-1], fan_out, [BRANCH, FUSE])
     flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.edge(BRANCH, FUSE)
@@ -203,7 +201,8 @@ def build_branching(
         return _passages(flow)
 
     # the token-level ensemble is the answer: its branches only carry their document, nothing is generated there
-    per_document = None if _token_level(flow) else flow.runner([GENERATE], label=BRANCH + "[{branch}]")
+    per_document = None if _answers_itself(flow.resolved, llm_continues(flow.env.config.llm)) else flow.runner(
+        [GENERATE], label=BRANCH + "[{branch}]")
 
     def generate_one(state: Mapping[str, Any]) -> dict[str, Any]:
         hit = state["candidates"][0]

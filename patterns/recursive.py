@@ -5,6 +5,10 @@ Level 0 is the question itself. Each level, ``clarify`` proposes up to ``branchi
 the previous level; the children are retrieved and answered in parallel (``Send``); ``prune`` drops irrelevant,
 duplicate or unanswered nodes. Growth stops at ``max_depth`` or ``max_nodes``; ``fuse`` composes the answer from the
 kept nodes, citing their evidence.
+
+With ``expand: hop`` (no LLM by default) a node's children are what the ``hop`` slot's operator leads to from the
+node's best passages (``links``: the chunks they link to); ``fuse`` (``pairs``) ranks every passage of the tree, and
+the answer is generated once.
 """
 
 from __future__ import annotations
@@ -15,33 +19,32 @@ from typing import Any, Literal
 from langgraph.graph import END, START
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import Unpack
 
 from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
-from modular_rag.costs import Cost, CostContext, Span, context_for, retrievals, slot_cost, total
+from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
+from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.resolve import ResolvedFlow
-from modular_rag.state import Hit, RAGState, TreeNode, step_of
-from operators.fusion import pack_of
-from operators.generation import evidence_of
-from operators.multihop import linked_from
+from modular_rag.state import Hit, RAGState, TreeNode, evidence_of, pack_of, step_of
 
-__all__ = ["build_recursive", "RecursiveParams", "SLOTS", "EXPAND", "NODE", "PRUNE", "FUSE"]
+__all__ = ["build_recursive", "RecursiveParams", "SLOTS", "EXPAND", "NODE", "PRUNE", "FUSE", "HOP"]
 
-EXPAND, NODE, PRUNE, FUSE = "expand", "node", "prune", "fuse"
+EXPAND, NODE, PRUNE, FUSE, HOP = "expand", "node", "prune", "fuse", "hop"
 CLARIFY, RETRIEVE, RERANK, CONTEXT, GENERATE = "clarify", "retrieve", "rerank", "context", "generate"
 
 SLOTS = {
     CLARIFY: SlotSpec(Port.QUERY, default="decompose", default_params={"mode": "clarify"}, optional=False,
                       doc="proposes a node's children (its queries)"),
-    RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per node"),
+    RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per node (hop: the root's)"),
+    HOP: SlotSpec(Port.HOP, default="links", optional=False, doc="expand: hop: what a node's passages lead to"),
     RERANK: SlotSpec(Port.REFINE, chain=True, doc="per node"),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="per node"),
-    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="per node (clarify); once, after fuse (links)"),
+    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="per node (clarify); once, after fuse (hop)"),
     PRUNE: SlotSpec(Port.JUDGE, default="prune", chain=True, doc="drops nodes (verdicts with a target)"),
     FUSE: SlotSpec(Port.FUSE, default="llm_fusion", optional=False, doc="composes the answer from the tree "
-                                                                        "(links: pairs ranks its passages)"),
+                                                                        "(hop: pairs ranks its passages)"),
 }  # fmt: skip
 
 
@@ -50,13 +53,22 @@ class RecursiveParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    expand: Literal["clarify", "links"] = Field(
+    expand: Literal["clarify", "hop"] = Field(
         "clarify", description="clarify: children are interpretations written from the node's passages (Tree of "
-                               "Clarifications); links: children are the chunks the node's passages name (no LLM)"
+                               "Clarifications); hop: children are what the hop slot's operator leads to from the "
+                               "node's passages (links: the chunks they name, no LLM)"
     )  # fmt: skip
-    branching: int = Field(2, ge=1, le=6, description="B: children proposed per node (links: passages followed)")
+    branching: int = Field(2, ge=1, le=6, description="B: children proposed per node (hop: passages followed)")
     max_depth: int = Field(2, ge=1, le=5, description="levels below the question")
     max_nodes: int = Field(7, ge=2, le=64, description="nodes in the whole tree, the question included")
+
+    @field_validator("expand", mode="before")
+    @classmethod
+    def _hop_is_a_slot(cls, value: Any) -> Any:
+        if value == "links":
+            raise ValueError("'links' is spelled 'hop' now: the children are what the hop slot's operator leads to "
+                             "from a node's passages, and its default is links; write params: {expand: hop}")
+        return value
 
 
 def _kept(state: Mapping[str, Any], depth: int) -> list[TreeNode]:
@@ -69,11 +81,13 @@ def cost(flow: ResolvedFlow[RecursiveParams]) -> Cost:
     root (``self_verify``: one call per node); one fusion. Nodes: 1 to min(max_nodes, 1 + B + ... + B^max_depth)."""
     params = flow.params
     ctx = context_for(flow)
-    if params.expand == "links":  # the root retrieves; each expanded node looks up its links once
+    if params.expand == "hop":  # the root retrieves; each expanded node follows its best passages once
         parents = min(params.max_nodes - 1, sum(params.branching**d for d in range(params.max_depth)))
         head = total(flow, [RETRIEVE, RERANK], CostContext(prefill=ctx.prefill))
+        follow = total(flow, [HOP], CostContext(prefill=ctx.prefill, hop="follow", candidates=Span(0, params.branching),
+                                                search=total(flow, [RETRIEVE], CostContext(prefill=ctx.prefill))))
         fuse = slot_cost(flow, FUSE, ctx, default="pairs")
-        return head + retrievals(1) * Span(1, parents) + fuse + total(flow, [CONTEXT, GENERATE], ctx)
+        return head + follow * Span(1, parents) + fuse + total(flow, [CONTEXT, GENERATE], ctx)
     reach = min(params.max_nodes, sum(params.branching**d for d in range(params.max_depth + 1)))
     parents = min(reach, sum(params.branching**d for d in range(params.max_depth)))
     per_node = total(flow, [RETRIEVE, RERANK, CONTEXT, GENERATE], CostContext(prefill=ctx.prefill))
@@ -83,12 +97,18 @@ def cost(flow: ResolvedFlow[RecursiveParams]) -> Cost:
             + slot_cost(flow, FUSE, ctx))  # fmt: skip
 
 
-def _links(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
-    """expand: links: the root retrieves; a node's children are the chunks its best ``branching`` passages name (one
-    link-table lookup per node, no LLM); ``fuse`` (``pairs``) ranks every passage of the tree by the pair it makes
-    with the passage that led to it; context and generate then answer once from that ranking."""
+def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
+    """expand: hop: the root retrieves; a node's children are what the hop slot's operator leads to from its best
+    ``branching`` passages (links: the chunks they name, one link-table lookup per node, no LLM); ``fuse``
+    (``pairs``) ranks every passage of the tree by the pair it makes with the passage that led to it; context and
+    generate then answer once from that ranking."""
     params = flow.params
     root_search = flow.runner([RETRIEVE, RERANK], label=NODE + "[{branch}]")
+    hop = flow.hop(HOP, flow.runner([RETRIEVE], label=EXPAND), node=EXPAND)
+    if hop.follow is None:
+        raise ConfigError(f"operators.{HOP}.name", f"{hop.name!r} does not start from passages; expand 'hop' needs a "
+                          "hop that follows a passage (its Hop has follow), such as links or evidence")
+    follow = hop.follow
 
     def expand(state: Mapping[str, Any]) -> dict[str, Any]:
         tree = list(state.get("tree") or [])
@@ -98,10 +118,14 @@ def _links(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         room = params.max_nodes - len(tree)
         seen = {n["chunk_ids"][0] for n in tree if n.get("source") and n["chunk_ids"]}  # children already grown
         frontier: list[dict[str, Any]] = []
+        runs: list[dict[str, Any]] = []
         for parent in _kept(state, depth):
             sources = list(parent.get("evidence") or [])[: params.branching]
-            for source, targets in linked_from(flow.env, sources).items() if room > 0 else ():
-                for hit in targets:
+            if room > 0:
+                runs.append(follow({"query": state["query"], "candidates": sources, "filter": state.get("filter")}))
+            for branch in runs[-1]["branches"] if room > 0 else ():
+                source = branch["candidates"][0]["chunk_id"]
+                for hit in branch["candidates"][1:]:
                     if room <= 0 or hit["chunk_id"] in seen:
                         continue
                     seen.add(hit["chunk_id"])
@@ -109,7 +133,7 @@ def _links(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
                                      "depth": depth + 1, "question": str(hit["metadata"].get("title") or ""),
                                      "hit": hit, "source": source})  # fmt: skip
                     room -= 1
-        return {"frontier": frontier, "step": depth + 1}
+        return {"frontier": frontier, "step": depth + 1, **trace_and_ledger(*runs)}
 
     def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
         frontier = list(state.get("frontier") or [])
@@ -136,7 +160,7 @@ def _links(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 
-    flow.add_step(EXPAND, expand, operator="hop:links")
+    flow.add_step(EXPAND, expand, operator=f"hop:{hop.name}")
     flow.add_node(NODE, node)
     flow.edge(START, EXPAND)
     flow.branch(EXPAND, fan_out, [NODE, FUSE])
@@ -171,8 +195,8 @@ def build_recursive(
     """
     flow = FlowBuilder[RecursiveParams](config, "recursive", **options)
     params = flow.params
-    if params.expand == "links":
-        return _links(flow)
+    if params.expand == "hop":
+        return _hops(flow)
     clarify = flow.runner([CLARIFY], label=EXPAND)
     answer_node = flow.runner([RETRIEVE, RERANK, CONTEXT, GENERATE], label=NODE + "[{branch}]")
 

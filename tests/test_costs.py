@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from modular_rag.bench import PATTERN_RUNS, pattern_config
 from modular_rag.builder import build_flow
 from modular_rag.config import load_config
 from modular_rag.costs import Span, estimate
+from modular_rag.eval.recommend import PATTERN_RUNS, pattern_config
 from modular_rag.trace import totals
 from tests.conftest import fake_llm
 

@@ -87,3 +87,28 @@ def test_a_deferred_import_that_closes_a_circle_is_a_cycle(tmp_path: Path) -> No
     (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
     (package / "d.py").write_text("from . import c\n")
     assert import_cycles(package) == [["pkg.a", "pkg.b"]]
+
+
+def test_patterns_speak_to_slots_not_to_operators() -> None:
+    """A pattern imports the baseplate (builder, state, registry, ...), never an operator module: what it needs to
+    know about an answer or its evidence is the state's or the builder's API, and every way of doing a step is an
+    operator in a slot."""
+    reached = {}
+    for path in sorted((ROOT / "patterns").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        names |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        found = sorted(n for n in names if n == "operators" or n.startswith("operators."))
+        if found:
+            reached[path.name] = found
+    assert reached == {}
+
+
+def test_the_package_ships_no_development_harness() -> None:
+    """Benchmarks and their defaults (a ``../shared/datasets`` next to the checkout) live in ``benchmarks/``: no
+    module of the package refers to the shared datasets or imports a benchmark, so what ``pip install`` ships is the
+    kit and its command line alone."""
+    found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "modular_rag").rglob("*.py")
+                   if "shared/datasets" in (text := p.read_text(encoding="utf-8")) or "import benchmarks" in text
+                   or "from benchmarks" in text)  # fmt: skip
+    assert found == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from modular_rag.bench import retrieval_preset
+from benchmarks.bench import retrieval_preset
 from tests.conftest import DATASETS
 
 SCIFACT = DATASETS / "scifact"

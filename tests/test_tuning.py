@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from modular_rag.bench import RETRIEVAL_PRESETS, main, retrieval_preset
+from benchmarks.bench import RETRIEVAL_PRESETS, main, retrieval_preset
 from modular_rag.config import load_config
 from modular_rag.errors import DatasetError
 from modular_rag.eval.datasets import holdout_split, load_beir

@@ -3,7 +3,7 @@ small subset of its queries), skip those whose cost model says they cannot fit t
 best measured quality among those whose measured cost fits.
 
 Also the pattern runs (:data:`PATTERN_RUNS`, :func:`pattern_config`): every pattern template and the second mode
-of some, the default candidates here and the runs of ``python -m modular_rag.bench patterns``.
+of some, the default candidates here and the runs of ``python benchmarks/bench.py patterns``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ PATTERN_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "branching-documents": ("branching", {"params": {"mode": "documents", "branches": 3},
                                           "operators": {"expand": "none", "fuse": {"name": "replug"}}}),
     "iterative": ("iterative", {}),
-    "iterative-ircot": ("iterative", {"params": {"query_with": "thought"},
-                                      "operators": {"retrieve": {"name": "hybrid", "params": {"k": 4}},
+    "iterative-ircot": ("iterative", {"operators": {"hop": "thought",
+                                                    "retrieve": {"name": "hybrid", "params": {"k": 4}},
                                                     "context": {"name": "budget",
                                                                 "params": {"max_chunks": 12, "max_tokens": 1800}}}}),
     "recursive": ("recursive", {}),

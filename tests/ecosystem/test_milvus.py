@@ -23,7 +23,8 @@ from modular_rag import demo_corpus_path
 from modular_rag.config import MilvusConfig, ProvidersConfig
 from modular_rag.errors import ConfigError, ProviderError
 from modular_rag.index import matches_where
-from modular_rag.milvus import MilvusStore, where_to_expr
+from modular_rag.milvus import MilvusStore
+from modular_rag.milvus_terms import where_to_expr
 from modular_rag.providers import Providers
 from operators.fusion import rrf
 from operators.indexing import index_paths

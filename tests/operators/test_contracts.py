@@ -14,7 +14,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from modular_rag.providers import Providers
 from modular_rag.registry import PORT_WRITES, OperatorInfo, Port, catalogue
 
-STATE_PORTS = {p for p in Port if PORT_WRITES[p]}  # loaders, chunkers and test-set makers do not touch state
+# loaders, chunkers and test-set makers do not touch state; hops build a Hop, not an op(state) (test_hops.py)
+STATE_PORTS = {p for p in Port if PORT_WRITES[p] and p is not Port.HOP}
 
 ROUTES = {
     "routes": {
@@ -59,6 +60,7 @@ CASES: dict[str, dict[str, Any]] = {
     "weighted": {"k": 5},
     "replug": {"max_tokens": 8},
     "llm_fusion": {"max_tokens": 40},
+    "sentences": {},
     "hyde": {"max_tokens": 40, "average_with_query": True},
     "step_back": {"max_tokens": 24},
     "filter_extract": {},

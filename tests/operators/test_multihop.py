@@ -1,5 +1,5 @@
 """Multi-hop retrieval without an LLM on the demo corpus: the document-graph hop (link_hop), the pairs fusion, and
-the hop modes of the iterative, branching and recursive patterns; all count their lookups as retrievals."""
+the hops of the iterative, branching and recursive patterns; all count their lookups as retrievals."""
 
 from __future__ import annotations
 
@@ -35,12 +35,12 @@ def test_link_hop_follows_the_bridge_the_first_passage_names(demo_env: Providers
 @pytest.mark.integration
 @pytest.mark.parametrize(("pattern", "extra", "retrievals"), [
     ("linear", {"operators": {"retrieve": RETRIEVE, "rerank": {"name": "link_hop", "params": {"k": 5}}}}, 4),
-    ("iterative", {"operators": {"retrieve": RETRIEVE, "judge": "none"},
-                   "params": {"rounds": 2, "query_with": "links", "hop": {"k": 5}}}, 4),
+    ("iterative", {"operators": {"retrieve": RETRIEVE, "judge": "none", "hop": {"name": "links", "params": {"k": 5}}},
+                   "params": {"rounds": 2}}, 4),
     ("branching", {"operators": {"retrieve": RETRIEVE, "fuse": {"name": "pairs", "params": {"k": 5}}},
                    "params": {"mode": "passages", "branches": 2}}, 5),
     ("recursive", {"operators": {"retrieve": RETRIEVE, "fuse": {"name": "pairs", "params": {"k": 5}}},
-                   "params": {"expand": "links", "branching": 2, "max_depth": 1, "max_nodes": 10}}, 4),
+                   "params": {"expand": "hop", "branching": 2, "max_depth": 1, "max_nodes": 10}}, 4),
 ])  # fmt: skip
 def test_every_multi_hop_pattern_reaches_the_second_passage_without_an_llm(
     demo_dir: Path, pattern: str, extra: dict[str, Any], retrievals: int

@@ -108,13 +108,13 @@ def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
     assert sum(e["llm_calls"] for e in out["ledger"]) == out["step"]
 
 
-def hop_config(demo_dir: Path, query_with: str, rounds: int, retrieve: Any, **hop: Any) -> dict[str, Any]:
+def hop_config(demo_dir: Path, name: str, rounds: int, retrieve: Any, **hop: Any) -> dict[str, Any]:
     """An LLM-free iterative config on the demo index: retrieval only, no judge."""
     return {"pattern": "iterative", "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir),
                                                                   "collection": "demo"}},
-            "operators": {"retrieve": retrieve, "context": "none", "generate": "none", "judge": "none"},
-            "params": {"rounds": rounds, "query_with": query_with,
-                       "hop": {"question_titles": False, **hop}}}  # fmt: skip
+            "operators": {"retrieve": retrieve, "context": "none", "generate": "none", "judge": "none",
+                          "hop": {"name": name, "params": {"question_titles": False, **hop}}},
+            "params": {"rounds": rounds}}  # fmt: skip
 
 
 @pytest.mark.integration
@@ -182,8 +182,9 @@ def test_link_hops_follow_a_chain_from_the_passages_the_last_round_found(tmp_pat
     index_paths([corpus], Providers(ProvidersConfig(vectorstore=ChromaConfig(**store))), progress=False)
     config = {"pattern": "iterative", "providers": {"vectorstore": store},
               "operators": {"retrieve": {"name": "hybrid", "params": {"k": 1, "pool": 3}}, "context": "none",
-                            "generate": "none", "judge": "none"},
-              "params": {"rounds": 3, "query_with": "links", "hop": {"beam": 1, "k": 4, "question_titles": False}}}
+                            "generate": "none", "judge": "none",
+                            "hop": {"name": "links", "params": {"beam": 1, "k": 4, "question_titles": False}}},
+              "params": {"rounds": 3}}
     question = "In which town was the kettle that won the Harrow Bridge Prize 2021 cast?"
     out = build_flow(config).invoke({"query": question})
     titles = [h["metadata"]["title"] for h in out["candidates"]]
@@ -208,8 +209,8 @@ def test_thought_mode_interleaves_chain_of_thought_with_retrieval_as_ircot_does(
     from tests.conftest import ScriptedChat
 
     question = "What is the frame material of the bike that won the 2022 Coastline Design Award?"
-    config = load_config(template("iterative", demo_dir, params={"rounds": 5, "query_with": "thought"}, operators={
-        "judge": "none", "retrieve": {"name": "hybrid", "params": {"k": 3}},
+    config = load_config(template("iterative", demo_dir, params={"rounds": 5}, operators={
+        "hop": "thought", "judge": "none", "retrieve": {"name": "hybrid", "params": {"k": 3}},
         "context": {"name": "budget", "params": {"max_chunks": 15, "max_tokens": 4000}},
         "generate": {"name": "cited_answer", "params": {"unsupported": "mark", "min_relevance": None}}}))  # fmt: skip
     model = ScriptedChat.of(_ircot_reply)
@@ -230,23 +231,14 @@ def test_thought_mode_interleaves_chain_of_thought_with_retrieval_as_ircot_does(
     assert {e["chunk_id"] for e in out["evidence"]} == set(collected)
 
 
-@pytest.mark.unit
-def test_the_former_llm_spelling_reads_as_thought_and_says_so() -> None:
-    from modular_rag.builder import resolution
-
-    with pytest.warns(FutureWarning, match="'llm' is now spelled 'thought'"):
-        resolved = resolution({"pattern": "iterative", "params": {"query_with": "llm"}})
-    assert resolved.params.query_with == "thought"
-
-
 @pytest.mark.integration
-@pytest.mark.parametrize("query_with", ["answer", "links", "evidence", "thought"])
-def test_every_hop_mode_spends_within_its_cost_model(demo_dir: Path, query_with: str) -> None:
+@pytest.mark.parametrize("hop", ["answer", "links", "evidence", "thought"])
+def test_every_hop_spends_within_its_cost_model(demo_dir: Path, hop: str) -> None:
     from modular_rag.costs import estimate
     from modular_rag.trace import totals
 
-    config = load_config(template("iterative", demo_dir, params={"rounds": 3, "query_with": query_with},
-                                  operators={"judge": "none"}))  # fmt: skip
+    config = load_config(template("iterative", demo_dir, params={"rounds": 3},
+                                  operators={"judge": "none", "hop": hop}))  # fmt: skip
     config.providers.llm = fake_llm("The award went to the TW-550 Gravel [1].", "It is chromoly steel [1].")
     expected = estimate(config)
     flow = build_flow(config)

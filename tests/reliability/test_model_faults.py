@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from modular_rag.bench import PATTERN_RUNS, pattern_config
 from modular_rag.builder import build_flow
 from modular_rag.config import OperatorSpec, load_config
 from modular_rag.errors import ModularRagError
+from modular_rag.eval.recommend import PATTERN_RUNS, pattern_config
 from modular_rag.providers import Providers
 from tests.helpers.fault_proxy import FaultProxy
 

@@ -1,10 +1,10 @@
-"""Benchmark commands that print their figures (never asserted in tests).
+"""Development benchmarks that print their figures (never asserted in tests); not part of the package.
 
-    python -m modular_rag.bench retrieval --dataset ../shared/datasets/scifact [--limit N] [--presets a,b]
+    python benchmarks/bench.py retrieval --dataset ../shared/datasets/scifact [--limit N] [--presets a,b]
                                           [--embeddings MODEL_DIR] [--config FLOW.yaml]
-    python -m modular_rag.bench holdout --dataset DIR --split train --fraction 0.2 --out NEW_DIR
-    python -m modular_rag.bench patterns [--dataset demo|DIR] [--limit N] [--runs a,b]
-    python -m modular_rag.bench datasets [--root ../shared/datasets] [--limit N] [--runs a,b]
+    python benchmarks/bench.py holdout --dataset DIR --split train --fraction 0.2 --out NEW_DIR
+    python benchmarks/bench.py patterns [--dataset demo|DIR] [--limit N] [--runs a,b]
+    python benchmarks/bench.py datasets [--root ../shared/datasets] [--limit N] [--runs a,b]
 
 ``retrieval`` indexes the dataset's corpus once per embedder (cached) and runs each preset's retrieval over the
 queries in one process, side by side, printing nDCG@10, MRR@10, recall@10, recall@100 and milliseconds per query.
@@ -22,7 +22,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from modular_rag.eval.recommend import PATTERN_RUNS, pattern_config
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the kit of this checkout
+
+from modular_rag.eval.recommend import PATTERN_RUNS, pattern_config  # noqa: E402
 
 __all__ = ["RETRIEVAL_PRESETS", "retrieval_preset", "PATTERN_RUNS", "pattern_config", "main"]
 
@@ -220,7 +223,7 @@ def _datasets(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a benchmark command; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m modular_rag.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/bench.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("retrieval", help="retrieval quality of presets / configs on a BEIR folder")
     p.add_argument("--dataset", required=True, help="a BEIR-format folder")
