@@ -187,11 +187,6 @@ class Catalog:
         db.executemany("INSERT INTO stats (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + "
                        "excluded.value", [(key, by), ("generation", 1)])  # fmt: skip
 
-    def raise_stat(self, key: str, value: float, db: sqlite3.Connection) -> None:
-        """Set a statistic to ``value`` if that is higher than what it holds (the longest anchor's words, say)."""
-        db.execute("INSERT INTO stats (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
-                   "MAX(value, excluded.value)", (key, value))  # fmt: skip
-
     @staticmethod
     def _count_fields(db: sqlite3.Connection, metas: Sequence[Mapping[str, Any]], sign: int) -> None:
         seen: Counter[tuple[str, str]] = Counter((k, type(v).__name__) for m in metas for k, v in m.items())
@@ -426,6 +421,20 @@ class Catalog:
         """Which of ``candidates`` some chunk defines."""
         return {r[0] for r in self._in(db, "SELECT DISTINCT anchor FROM anchors WHERE anchor IN ({})",
                                        list(dict.fromkeys(candidates)))}  # fmt: skip
+
+    def anchors_from(self, prefixes: Sequence[str], db: sqlite3.Connection | None = None) -> set[str]:
+        """The anchors some chunk defines that are one of ``prefixes`` (folded words joined by spaces) or continue it
+        by more words: one seek of the anchor index per prefix (``p <= anchor < p + "!"``: a space is the only
+        character below ``!`` a folded anchor holds), joined in SQLite from a temporary table of the prefixes."""
+        with self._lock:
+            con = db or self._db
+            con.execute("CREATE TEMP TABLE IF NOT EXISTS probe (p TEXT PRIMARY KEY) WITHOUT ROWID")
+            con.execute("DELETE FROM temp.probe")
+            con.executemany("INSERT OR IGNORE INTO temp.probe (p) VALUES (?)", ((p,) for p in prefixes))
+            rows = con.execute("SELECT DISTINCT a.anchor FROM temp.probe CROSS JOIN anchors a "
+                               "ON a.anchor >= probe.p AND a.anchor < probe.p || '!'").fetchall()  # fmt: skip
+            con.execute("DELETE FROM temp.probe")
+        return {r[0] for r in rows}
 
     def close(self) -> None:
         """Close the connection."""

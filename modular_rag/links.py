@@ -239,15 +239,12 @@ class StoredLinks:
         """
         catalog = self.catalog
         rows: list[tuple[str, int, int]] = []
-        longest = 1
         for pos, text, meta in zip(positions, texts, metadatas, strict=True):
             for alias, rank in chunk_anchors(text, meta).items():
                 if _kept(alias, self.min_chars):
                     rows.append((" ".join(alias), int(pos), int(rank)))
-                    longest = max(longest, len(alias))
         new_anchors = set(a for a, _, _ in rows) - catalog.known_anchors([a for a, _, _ in rows], db=db)
         catalog.set_anchors(rows, db)
-        catalog.raise_stat("max_words", longest, db)
         self._scan(db, list(positions), list(texts))
         if find is None or not new_anchors:
             return
@@ -271,12 +268,8 @@ class StoredLinks:
         too generic) is decided when the table is read, against the definers and counts then."""
         if not positions:
             return
-        longest = int(self.catalog.stat_values().get("max_words", 1))
-        spans = [_spans(words_of(text), longest) for text in texts]
-        known = self.catalog.known_anchors(sorted({a for s in spans for _, a in s}), db=db)  # one lookup per batch
         rows: list[tuple[int, int, str, bool]] = []
-        for pos, chunk_spans in zip(positions, spans, strict=True):
-            found = sorted((i, a) for i, a in chunk_spans if a in known)
+        for pos, found in zip(positions, self._found([words_of(text) for text in texts], db), strict=True):
             ends = sorted((i, i + len(a.split())) for i, a in found)
             for i, a in found:
                 end = i + len(a.split())
@@ -286,9 +279,31 @@ class StoredLinks:
 
     def _occurrences(self, folded: Sequence[str], db: Any = None) -> list[tuple[int, str]]:
         """Every ``(word offset, anchor)`` where an anchor the catalog holds occurs in the folded words."""
-        spans = _spans(folded, int(self.catalog.stat_values().get("max_words", 1)))
-        known = self.catalog.known_anchors(sorted({a for _, a in spans}), db=db)
-        return sorted((i, a) for i, a in spans if a in known)
+        return self._found([folded], db)[0]
+
+    def _found(self, texts: Sequence[Sequence[str]], db: Any) -> list[list[tuple[int, str]]]:
+        """Every ``(word offset, anchor)`` of each folded text, by offset, with two catalog reads for the batch: the
+        one-word anchors among its words, and the longer ones that start with one of its word pairs. Each text is
+        then walked along the prefixes of those anchors, so the cost follows the words, not the longest anchor (a
+        corpus with 30-word titles made every text's 30-word spans candidates: gigabytes for a batch)."""
+        words = {w for text in texts for w in text}
+        pairs = {f"{a} {b}" for text in texts for a, b in zip(text, text[1:], strict=False)}
+        known = self.catalog.known_anchors(sorted(words), db=db) | self.catalog.anchors_from(sorted(pairs), db=db)
+        prefixes = {" ".join(parts[:n]) for a in known for parts in [a.split()] for n in range(1, len(parts) + 1)}
+        out: list[list[tuple[int, str]]] = []
+        for text in texts:
+            found: list[tuple[int, str]] = []
+            for i in range(len(text)):
+                span = text[i]
+                for n in range(i + 1, len(text) + 1):
+                    if n > i + 1:
+                        span = f"{span} {text[n - 1]}"
+                    if span not in prefixes:
+                        break
+                    if span in known:
+                        found.append((i, span))
+            out.append(sorted(found))
+        return out
 
     # ----------------------------------------------------------------------------------------------------- reading
 
@@ -395,9 +410,3 @@ def _replay(occurrences: Sequence[tuple[int, str]], lead: Callable[[Alias], froz
                 done = start + len(alias)
                 break
     return out
-
-
-def _spans(folded: Sequence[str], longest: int) -> set[tuple[int, str]]:
-    """Every ``(word offset, words)`` of up to ``longest`` folded words: where an anchor could occur."""
-    return {(i, " ".join(folded[i : i + n])) for i in range(len(folded))
-            for n in range(1, min(longest, len(folded) - i) + 1)}  # fmt: skip
