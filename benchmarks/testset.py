@@ -155,9 +155,10 @@ def environment(dataset: Any, cfg: Any, like: Any = None) -> Any:
             env.index.sentences.store = False  # retrieval-only flows read no sentence vectors: none are embedded
             summary = index_paths(dataset.corpus_paths, env, chunker=chunker, progress=False, sync=True)
             (folder / "complete.json").write_text(json.dumps({"chunks": summary.index_chunks, "synced_from":
-                                                              base.name, "added": summary.added}))  # fmt: skip
+                                                              base.name, "added": summary.added,
+                                                              "sentences": False}))  # fmt: skip
             env.close()
-    return dataset_providers(dataset, cfg.providers, chunker=chunker, progress=False)
+    return dataset_providers(dataset, cfg.providers, chunker=chunker, progress=False, sentences=False)
 
 
 def per_query(configs: dict[str, Any], dataset: Any, metric: str, like: Any = None,

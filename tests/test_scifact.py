@@ -21,7 +21,7 @@ def scifact():
     from modular_rag.eval.runner import dataset_providers
 
     dataset = load_beir(SCIFACT)
-    return dataset, dataset_providers(dataset, progress=False)
+    return dataset, dataset_providers(dataset, progress=False, sentences=False)  # retrieval only: none read
 
 
 def test_hybrid_beats_bm25_and_dense_on_ndcg10(scifact) -> None:
