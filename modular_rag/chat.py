@@ -1,6 +1,8 @@
 """The chat model client: :class:`ChatClient` (cost metering, token log-probabilities, retries with tenacity,
-an optional content-keyed cache, reviving a dead local server), its :class:`Completion` and :class:`TokenLogprob`
-results, redaction of API keys from error messages, and the builders of ``ChatOpenAI`` chat models from configs.
+an optional content-keyed cache, reviving a dead local server; blocking ``complete`` and awaited ``acomplete``, and
+``ask``, the call as a :class:`~modular_rag.trace.Wait` for operators that serve both), its :class:`Completion` and
+:class:`TokenLogprob` results, redaction of API keys from error messages, and the builders of ``ChatOpenAI`` chat
+models from configs.
 
 A local model's server is in :mod:`modular_rag.llama_server`; :mod:`modular_rag.providers` picks the chat model
 for a config.
@@ -8,6 +10,8 @@ for a config.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +21,7 @@ from typing import Any
 from modular_rag.config import LocalLLMConfig, OpenAILLMConfig
 from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.text import estimate_tokens
-from modular_rag.trace import current_deadline, record
+from modular_rag.trace import Deadline, Wait, current_deadline, record
 
 __all__ = ["ChatClient", "Completion", "TokenLogprob"]
 
@@ -49,6 +53,18 @@ def _messages(prompt: str | Sequence[tuple[str, str]], system: str | None) -> li
     else:
         msgs.extend((role, text) for role, text in prompt)
     return msgs
+
+
+@dataclass
+class _Request:
+    """A completion about to be asked for: its messages, the model bound to its options, the step's deadline, its
+    cache key, or the cached answer."""
+
+    messages: list[tuple[str, str]]
+    runnable: Any
+    deadline: Deadline | None
+    key: str | None
+    hit: Completion | None
 
 
 def _parse_logprobs(meta: dict[str, Any]) -> tuple[TokenLogprob, ...] | None:
@@ -111,7 +127,37 @@ class ChatClient:
         exponential backoff (tenacity), up to ``retries`` more times while the step's deadline allows; a failed
         connection to a local server revives it once and retries at once (not counted). Raise
         :class:`ProviderError` when it keeps failing."""
-        from tenacity import RetryCallState, Retrying
+        from tenacity import Retrying
+
+        retry, wait = self._policy(messages)
+        try:
+            return Retrying(retry=retry, wait=wait, reraise=True, sleep=time.sleep)(runnable.invoke, messages)
+        except Exception as exc:
+            raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
+
+    async def _ainvoke(self, runnable: Any, messages: list[tuple[str, str]]) -> Any:
+        """:meth:`_invoke` awaited (the model's ``ainvoke``, tenacity's ``AsyncRetrying``): the same retries and
+        metering; reviving a local server runs in a worker thread. Cancelled (the step's deadline), the call counts
+        as sent (tenacity hands the cancellation to the retry decision, which records it and gives up)."""
+        from tenacity import AsyncRetrying, RetryCallState
+
+        retry, wait = self._policy(messages)
+
+        async def aretry(state: RetryCallState) -> bool:
+            if self.revive is not None:
+                return await asyncio.to_thread(retry, state)  # may restart a local server: not on the loop
+            return retry(state)
+
+        try:
+            return await AsyncRetrying(retry=aretry, wait=wait, reraise=True, sleep=asyncio.sleep)(
+                runnable.ainvoke, messages
+            )
+        except Exception as exc:
+            raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
+
+    def _policy(self, messages: list[tuple[str, str]]) -> tuple[Callable[[Any], bool], Callable[[Any], float]]:
+        """The retry decision and the wait between attempts of one call (see :meth:`_invoke`)."""
+        from tenacity import RetryCallState
 
         revived = False
         free = 0  # attempts that followed a revival: no backoff, not counted against `retries`
@@ -145,10 +191,7 @@ class ChatClient:
                 return 0.0
             return float(self.backoff_s * 2 ** (state.attempt_number - free - 1))
 
-        try:
-            return Retrying(retry=retry, wait=wait, reraise=True, sleep=time.sleep)(runnable.invoke, messages)
-        except Exception as exc:
-            raise ProviderError(f"{self.describe}: {type(exc).__name__}: {_redact(str(exc))}") from exc
+        return retry, wait
 
     def _bounded_model(self) -> Any:
         """The chat model without client-side retries, for calls under a deadline (an OpenAI client retries a
@@ -160,6 +203,10 @@ class ChatClient:
                 bounded = self.model.model_copy()
                 bounded.root_client = root.with_options(max_retries=0)
                 bounded.client = bounded.root_client.chat.completions
+                root_async = getattr(self.model, "root_async_client", None)
+                if root_async is not None and hasattr(root_async, "with_options"):
+                    bounded.root_async_client = root_async.with_options(max_retries=0)
+                    bounded.async_client = bounded.root_async_client.chat.completions
             self._bounded = bounded
         return self._bounded
 
@@ -206,6 +253,65 @@ class ChatClient:
         Raises:
             ProviderError: If the model call fails after the provider's retries.
         """
+        request = self._request(prompt, system, max_tokens, logprobs, top_logprobs, stop)
+        if request.hit is not None:
+            return request.hit
+        if request.deadline is not None:
+            with request.deadline.calling():
+                message = self._invoke(request.runnable, request.messages)
+        else:
+            message = self._invoke(request.runnable, request.messages)
+        return self._completion(request, message)
+
+    async def acomplete(
+        self,
+        prompt: str | Sequence[tuple[str, str]],
+        *,
+        system: str | None = None,
+        max_tokens: int | None = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        stop: Sequence[str] | None = None,
+    ) -> Completion:
+        """:meth:`complete` awaited: the chat model's ``ainvoke``, holding no thread while the model answers; the same
+        retries, deadline, cache and metering.
+
+        Raises:
+            ProviderError: If the model call fails after the provider's retries.
+        """
+        request = self._request(prompt, system, max_tokens, logprobs, top_logprobs, stop)
+        if request.hit is not None:
+            return request.hit
+        if request.deadline is not None:
+            with request.deadline.calling():
+                message = await self._ainvoke(request.runnable, request.messages)
+        else:
+            message = await self._ainvoke(request.runnable, request.messages)
+        return self._completion(request, message)
+
+    def ask(
+        self,
+        prompt: str | Sequence[tuple[str, str]],
+        *,
+        system: str | None = None,
+        max_tokens: int | None = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        stop: Sequence[str] | None = None,
+    ) -> Wait:
+        """The completion :meth:`complete` makes, as a :class:`~modular_rag.trace.Wait` an operator yields
+        (:func:`modular_rag.steps.waiting`): blocking in sync runs, awaited (:meth:`acomplete`) in async ones."""
+        options: dict[str, Any] = {"system": system, "max_tokens": max_tokens, "logprobs": logprobs,
+                                   "top_logprobs": top_logprobs, "stop": stop}  # fmt: skip
+        return Wait(functools.partial(self.complete, prompt, **options),
+                    functools.partial(self.acomplete, prompt, **options))  # fmt: skip
+
+    def _request(
+        self, prompt: str | Sequence[tuple[str, str]], system: str | None, max_tokens: int | None, logprobs: bool,
+        top_logprobs: int, stop: Sequence[str] | None,
+    ) -> _Request:  # fmt: skip
+        """The request of one completion: the model bound to its options, under the step's deadline; a cache hit
+        answers it."""
         messages = _messages(prompt, system)
         runnable = self.model
         kwargs: dict[str, Any] = {}
@@ -236,12 +342,12 @@ class ChatClient:
             hit = self.cache.get("llm", key)
             if hit is not None:
                 record(cache_hits=1)
-                return _completion_from(hit)
-        if deadline is not None:
-            with deadline.calling():
-                message = self._invoke(runnable, messages)
-        else:
-            message = self._invoke(runnable, messages)
+                return _Request(messages, runnable, deadline, key, _completion_from(hit))
+        return _Request(messages, runnable, deadline, key, None)
+
+    def _completion(self, request: _Request, message: Any) -> Completion:
+        """The model's message as a :class:`Completion`, metered and cached."""
+        messages, key = request.messages, request.key
         text = message.content if isinstance(message.content, str) else _flatten(message.content)
         usage = getattr(message, "usage_metadata", None) or {}
         prompt_tokens = int(usage.get("input_tokens") or sum(estimate_tokens(t) for _, t in messages))

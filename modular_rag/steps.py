@@ -12,6 +12,14 @@ returns, besides the operator's own partial update, one :class:`~modular_rag.sta
 * :class:`PooledNode` / :func:`_pooled` give node functions the kit's own thread pool (:data:`NODE_THREADS`
   threads) for async runs.
 
+An operator may be async: an ``async def op(state)``, an object with an async ``acall(state)`` beside its
+``__call__`` (what :func:`waiting` makes of a generator that yields the model calls it waits on), or a function that
+returns an awaitable. Under ``ainvoke`` / ``astream`` / ``abatch`` such a node runs on the event loop, so a step
+waiting on a model holds no thread; its sync work runs in the pool. Under ``invoke`` an async-only operator runs to
+completion on the kit's own event loop thread (:func:`_await_sync`), so every config works both ways. Both paths
+share the trace, ledger, ``timeout_s`` (an asyncio deadline on the loop), ``on_error``, ``skip_when`` and the
+per-operator LangChain run.
+
 :class:`~modular_rag.builder.FlowBuilder` uses these to assemble the patterns' graphs; they are re-exported from
 :mod:`modular_rag.builder`.
 """
@@ -26,12 +34,13 @@ import importlib
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import (
+    get_async_callback_manager_for_config,
     get_callback_manager_for_config,
     patch_config,
     set_config_context,
@@ -44,7 +53,7 @@ from modular_rag.config import Condition, OperatorSpec, validate_params
 from modular_rag.errors import ConfigError, OperatorError, OperatorTimeout
 from modular_rag.registry import Port
 from modular_rag.state import APPEND_KEYS, STATE_KEYS, LedgerEntry, RAGState, TraceEvent
-from modular_rag.trace import Deadline, Meter, metered, run_with_deadline
+from modular_rag.trace import Deadline, Meter, Wait, current_deadline, metered, run_with_deadline, under_deadline
 
 if TYPE_CHECKING:
     from modular_rag.providers import Providers
@@ -62,6 +71,9 @@ __all__ = [
     "summarise",
     "PORT_READS",
     "node_metadata",
+    "waiting",
+    "WaitingOperator",
+    "async_form",
 ]
 
 PORT_READS: dict[Port, tuple[str, ...]] = {
@@ -208,10 +220,10 @@ def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str,
     model clients honour. On timeout the deadline is cancelled (no new model call starts) and the calls in flight
     are given :data:`TIMEOUT_GRACE_S` to end, so their spending is in the step's meter when the step records it."""
     if timeout_s is None:
-        return fn(state)
+        return _settled(fn(state))
     limit = Deadline(timeout_s)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="op-timeout")
-    future = pool.submit(run_with_deadline, contextvars.copy_context(), limit, fn, state)
+    future = pool.submit(run_with_deadline, contextvars.copy_context(), limit, _settled_call, fn, state)
     try:
         return future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
@@ -228,6 +240,179 @@ def _call(fn: Callable[[Mapping[str, Any]], dict[str, Any]], state: Mapping[str,
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _settled(result: Any) -> Any:
+    """An operator's result; an awaitable it returned, run to completion (see :func:`_await_sync`)."""
+    return _await_sync(result) if inspect.isawaitable(result) else result
+
+
+def _settled_call(fn: Callable[[Mapping[str, Any]], Any], state: Mapping[str, Any]) -> Any:
+    return _settled(fn(state))
+
+
+async def _acall(fn: Callable[[Mapping[str, Any]], Awaitable[Any]], state: Mapping[str, Any],
+                 timeout_s: float | None) -> Any:  # fmt: skip
+    """Await an async operator; with a timeout, under an asyncio deadline and a :class:`~modular_rag.trace.Deadline`
+    that model clients honour, as :func:`_call` does for a sync one. Cancelled at the deadline, a model call in
+    flight records what it sent, so the step's meter has it."""
+    if timeout_s is None:
+        return await fn(state)
+    with under_deadline(Deadline(timeout_s)) as limit:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await fn(state)
+        except TimeoutError:
+            limit.cancel()
+            raise
+        except Exception as exc:  # a model call cut by its HTTP timeout just before the deadline: a timeout too
+            if limit.remaining() <= _DEADLINE_SLACK_S:
+                limit.cancel()
+                raise TimeoutError(f"timed out after {timeout_s}s") from exc
+            raise
+
+
+_LOOP: asyncio.AbstractEventLoop | None = None
+
+
+def _kit_loop() -> asyncio.AbstractEventLoop:
+    """The kit's own event loop, in a daemon thread, started on first use: where sync runs await async operators.
+    One loop for the process, so an async client (an HTTP connection pool) is always used on the loop it was made
+    on."""
+    global _LOOP
+    with _POOL_LOCK:
+        if _LOOP is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="modular-rag-loop", daemon=True).start()
+            _LOOP = loop
+        return _LOOP
+
+
+def _await_sync(awaitable: Awaitable[Any]) -> Any:
+    """Run an awaitable to completion from sync code (an async operator under ``invoke``): on the kit's event loop
+    thread, in a copy of the caller's context (its meter, deadline and LangChain run), within the caller's deadline.
+
+    Raises:
+        RuntimeError: If called on the kit's loop thread itself (it would wait on itself).
+    """
+    loop = _kit_loop()
+    if threading.current_thread().name == "modular-rag-loop":
+        raise RuntimeError("an async operator awaited synchronously on the kit's own event loop; await it instead")
+    context = contextvars.copy_context()
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    async def run() -> Any:
+        deadline = current_deadline()
+        if deadline is None:
+            return await awaitable
+        async with asyncio.timeout(deadline.remaining()):
+            return await awaitable
+
+    def start() -> None:
+        task = loop.create_task(run(), context=context)
+
+        def finished(task: asyncio.Task[Any]) -> None:
+            if task.cancelled():
+                done.set_exception(concurrent.futures.CancelledError())
+            elif task.exception() is not None:
+                done.set_exception(task.exception())
+            else:
+                done.set_result(task.result())
+
+        task.add_done_callback(finished)
+
+    loop.call_soon_threadsafe(start)
+    return done.result()
+
+
+async def _in_pool(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in the kit's thread pool, in a copy of the caller's context; awaited on the loop."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_node_pool(), call)
+
+
+def async_form(fn: Any) -> Callable[[Mapping[str, Any]], Awaitable[Any]] | None:
+    """The async form of an operator, or ``None`` for a sync one: ``fn`` itself when it is an ``async def`` (or an
+    object whose ``__call__`` is), else its ``acall`` attribute when that is an ``async def``."""
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        return fn
+    acall = getattr(fn, "acall", None)
+    return acall if acall is not None and inspect.iscoroutinefunction(acall) else None
+
+
+WaitingSteps = Callable[[Mapping[str, Any]], Generator[Wait, Any, dict[str, Any]]]
+"""An operator body written as a generator: it yields each :class:`~modular_rag.trace.Wait` (a model call) and is
+sent its result (or has its exception thrown in); it returns the update."""
+
+
+class WaitingOperator:
+    """An operator whose body (a generator, see :data:`WaitingSteps`) yields the model calls it waits on: called,
+    it makes each call blocking (the sync path, as a plain operator would); ``acall`` awaits each call on the event
+    loop and runs the code between them in the kit's thread pool, so no thread is held while the model answers.
+
+    Args:
+        steps: The generator function.
+    """
+
+    def __init__(self, steps: WaitingSteps) -> None:
+        self.steps = steps
+        functools.update_wrapper(self, steps)
+
+    def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the body, making each call it yields in this thread."""
+        body = self.steps(state)
+        sent: Any = None
+        failed: BaseException | None = None
+        while True:
+            done, value = _advance(body, sent, failed)
+            if done:
+                return value
+            sent, failed = None, None
+            try:
+                sent = value.call()
+            except Exception as exc:
+                failed = exc
+
+    async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the body, awaiting each call it yields; the code between runs in the kit's thread pool."""
+        body = self.steps(state)
+        sent: Any = None
+        failed: BaseException | None = None
+        while True:
+            done, value = await _in_pool(_advance, body, sent, failed)
+            if done:
+                return value
+            sent, failed = None, None
+            try:
+                sent = await value.acall()
+            except Exception as exc:
+                failed = exc
+
+
+def _advance(body: Generator[Wait, Any, dict[str, Any]], sent: Any,
+             failed: BaseException | None) -> tuple[bool, Any]:  # fmt: skip
+    """Run a body to its next wait: ``(False, wait)``, or ``(True, update)`` when it returned (a StopIteration
+    cannot cross a future, so it ends here)."""
+    try:
+        wait = body.throw(failed) if failed is not None else body.send(sent)
+    except StopIteration as stop:
+        return True, stop.value
+    if not isinstance(wait, Wait):
+        raise TypeError(f"a waiting operator yielded {type(wait).__name__}; it yields modular_rag.trace.Wait calls")
+    return False, wait
+
+
+def waiting(steps: WaitingSteps) -> WaitingOperator:
+    """Make an operator of a generator that yields the model calls it waits on (``ChatClient.ask(...)``), each sent
+    back its result: one body for sync runs (blocking calls) and async runs (awaited calls, no thread held)::
+
+        def run(state):
+            completion = yield providers.llm.ask(prompt, max_tokens=64)
+            return {"answer": ...}
+
+        return waiting(run)
+    """
+    return WaitingOperator(steps)
 
 
 def _jsonable(params: Any) -> dict[str, Any]:
@@ -250,11 +435,8 @@ def _operator_run(step: _Step, state: Mapping[str, Any]) -> Iterator[Callable[..
     if config is None:
         yield lambda fn, *args: fn(*args)
         return
-    name = step.name if step.name != "pattern" else step.slot
     manager = get_callback_manager_for_config(config)
-    manager.add_tags([f"operator:{name}", f"slot:{step.slot}"], inherit=False)
-    manager.add_metadata({"modular_rag_slot": step.slot, "modular_rag_operator": name,
-                          "modular_rag_params": step.params}, inherit=False)  # fmt: skip
+    name = _label_run(step, manager)
     run = manager.on_chain_start(None, {key: state[key] for key in step.reads if key in state}, name=name)
     outputs: dict[str, Any] = {}
 
@@ -270,6 +452,46 @@ def _operator_run(step: _Step, state: Mapping[str, Any]) -> Iterator[Callable[..
         run.on_chain_error(exc)
         raise
     run.on_chain_end({key: value for key, value in outputs.items() if key not in ("trace", "ledger")})
+
+
+def _label_run(step: _Step, manager: Any) -> str:
+    """Tag a callback manager with the step's operator, slot and params; returns the run's name."""
+    name = step.name if step.name != "pattern" else step.slot
+    manager.add_tags([f"operator:{name}", f"slot:{step.slot}"], inherit=False)
+    manager.add_metadata({"modular_rag_slot": step.slot, "modular_rag_operator": name,
+                          "modular_rag_params": step.params}, inherit=False)  # fmt: skip
+    return name
+
+
+@asynccontextmanager
+async def _aoperator_run(step: _Step, state: Mapping[str, Any]) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """:func:`_operator_run` for an async run: the same LangChain run, through the async callback manager. Yields a
+    function that awaits ``fn(*args)`` (a coroutine function) inside the run."""
+    config = var_child_runnable_config.get()
+    if config is None:
+
+        async def bare(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+            return await fn(*args)
+
+        yield bare
+        return
+    manager = get_async_callback_manager_for_config(config)
+    name = _label_run(step, manager)
+    run = await manager.on_chain_start(None, {key: state[key] for key in step.reads if key in state}, name=name)
+    outputs: dict[str, Any] = {}
+
+    async def call(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        with set_config_context(patch_config(config, callbacks=run.get_child())) as context:
+            result: Any = await asyncio.create_task(fn(*args), context=context)  # type: ignore[arg-type]
+        outputs.update(result if isinstance(result, Mapping) else {"output": result})
+        return result
+
+    try:
+        yield call
+    except BaseException as exc:
+        await run.on_chain_error(exc)
+        raise
+    await run.on_chain_end({key: value for key, value in outputs.items() if key not in ("trace", "ledger")})
 
 
 def node_metadata(steps: Sequence[_Step]) -> dict[str, Any]:
@@ -291,6 +513,10 @@ class _Step:
         params: Mapping[str, Any] | None = None,
     ) -> None:
         self.slot, self.name, self.fn, self.spec, self.reads = slot, name, fn, spec, tuple(reads)
+        self.afn = async_form(fn)
+        """The operator's async form (``None``: a sync operator)."""
+        if self.afn is fn:  # async only: a sync run awaits it on the kit's loop
+            self.fn = functools.partial(_call_async_only, fn)  # type: ignore[arg-type]
         self.fallback = dict(fallback or {})
         self.params = dict(spec.params if params is None else params)
         """The operator's params as it runs with them (validated, defaults included, when it is registered)."""
@@ -334,22 +560,54 @@ class _Step:
             except GraphBubbleUp:
                 raise
             except Exception as exc:
-                ms = (time.perf_counter() - t0) * 1000
-                timed_out = isinstance(exc, concurrent.futures.TimeoutError)
-                message = f"timed out after {self.spec.timeout_s}s" if timed_out else f"{type(exc).__name__}: {exc}"
-                if timed_out and meter.llm_calls:
-                    calls = f"{meter.llm_calls} LLM call{'s' if meter.llm_calls != 1 else ''}"
-                    message += f" ({calls} spent, then cancelled)"
-                if self.spec.on_error == "skip":
-                    instead, said = self._instead()
-                    event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip" + said, meter,
-                                           message)  # fmt: skip
-                    return instead, event, entry
-                if timed_out:
-                    raise OperatorTimeout(self.slot, self.name, message) from exc
-                if isinstance(exc, OperatorError):
+                return self._failed(exc, meter, started, t0)
+        return self._finished(state, update, meter, started, t0)
+
+    async def arun(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
+        """:meth:`run` for an async run: an async operator is awaited on the loop (under ``timeout_s`` as an asyncio
+        deadline), a sync one runs in the kit's thread pool; the same trace, ledger, errors and LangChain run."""
+        started = time.time()
+        t0 = time.perf_counter()
+        if self.spec.skip_when is not None and evaluate_condition(self.spec.skip_when, state):
+            instead, said = self._instead()
+            event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held" + said, Meter())
+            return instead, event, entry
+        with metered() as meter:
+            async with _aoperator_run(self, state) as ran:
+                try:
+                    if self.afn is None:
+                        update = await ran(_in_pool, _call, self.fn, state, self.spec.timeout_s)
+                    else:
+                        update = await ran(_acall, self.afn, state, self.spec.timeout_s)
+                except GraphBubbleUp:
                     raise
-                raise OperatorError(self.slot, self.name, message) from exc
+                except Exception as exc:
+                    return self._failed(exc, meter, started, t0)
+        return self._finished(state, update, meter, started, t0)
+
+    def _failed(self, exc: Exception, meter: Meter, started: float,
+                t0: float) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:  # fmt: skip
+        """A failed run: the fallback with an error event under ``on_error: skip``, else the error raised."""
+        ms = (time.perf_counter() - t0) * 1000
+        timed_out = isinstance(exc, concurrent.futures.TimeoutError)
+        message = f"timed out after {self.spec.timeout_s}s" if timed_out else f"{type(exc).__name__}: {exc}"
+        if timed_out and meter.llm_calls:
+            calls = f"{meter.llm_calls} LLM call{'s' if meter.llm_calls != 1 else ''}"
+            message += f" ({calls} spent, then cancelled)"
+        if self.spec.on_error == "skip":
+            instead, said = self._instead()
+            event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip" + said, meter,
+                                   message)  # fmt: skip
+            return instead, event, entry
+        if timed_out:
+            raise OperatorTimeout(self.slot, self.name, message) from exc
+        if isinstance(exc, OperatorError):
+            raise exc
+        raise OperatorError(self.slot, self.name, message) from exc
+
+    def _finished(self, state: Mapping[str, Any], update: Any, meter: Meter, started: float,
+                  t0: float) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:  # fmt: skip
+        """A run that returned: its update checked, with its trace event and ledger entry."""
         ms = (time.perf_counter() - t0) * 1000
         if not isinstance(update, Mapping):
             raise OperatorError(self.slot, self.name, f"returned {type(update).__name__}, expected a dict update")
@@ -368,28 +626,46 @@ class _Step:
 def run_chain(steps: Sequence[_Step], state: Mapping[str, Any]) -> dict[str, Any]:
     """Run operators in order on ``state``, each seeing the previous ones' updates; returns the merged update
     with one trace event and one ledger entry per operator. Append keys accumulate; other keys: last write wins."""
-    merged: dict[str, Any] = {}
-    events: list[TraceEvent] = []
-    entries: list[LedgerEntry] = []
-    view: dict[str, Any] = dict(state)
+    chain = _Chain(state)
     for step in steps:
-        update, event, entry = step.run(view)
-        events.extend(update.get("trace", []))  # a step that runs operators itself returns their entries
-        entries.extend(update.get("ledger", []))
-        events.append(event)
-        entries.append(entry)
+        chain.add(*step.run(chain.view))
+    return chain.merged()
+
+
+async def arun_chain(steps: Sequence[_Step], state: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`run_chain` for an async run (each step's :meth:`_Step.arun`)."""
+    chain = _Chain(state)
+    for step in steps:
+        chain.add(*await step.arun(chain.view))
+    return chain.merged()
+
+
+class _Chain:
+    """The merged update of operators run in order, and the state the next one sees."""
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        self.update: dict[str, Any] = {}
+        self.events: list[TraceEvent] = []
+        self.entries: list[LedgerEntry] = []
+        self.view: dict[str, Any] = dict(state)
+
+    def add(self, update: Mapping[str, Any], event: TraceEvent, entry: LedgerEntry) -> None:
+        self.events.extend(update.get("trace", []))  # a step that runs operators itself returns their entries
+        self.entries.extend(update.get("ledger", []))
+        self.events.append(event)
+        self.entries.append(entry)
         for key, value in update.items():
             if key in ("trace", "ledger"):
                 continue
             if key in APPEND_KEYS:
-                merged[key] = merged.get(key, []) + list(value)
-                view[key] = list(view.get(key, [])) + list(value)
+                self.update[key] = self.update.get(key, []) + list(value)
+                self.view[key] = list(self.view.get(key, [])) + list(value)
             else:
-                merged[key] = value
-                view[key] = value
-    merged["trace"] = events
-    merged["ledger"] = entries
-    return merged
+                self.update[key] = value
+                self.view[key] = value
+
+    def merged(self) -> dict[str, Any]:
+        return {**self.update, "trace": self.events, "ledger": self.entries}
 
 
 NODE_THREADS = 64
@@ -415,7 +691,8 @@ class PooledNode(Runnable[Any, Any]):
     executor, which has ``min(32, cores + 4)`` threads: on 2 cores, ``abatch(..., {"max_concurrency": 16})`` had at
     most 6 nodes waiting on the model at once. Here async runs use a pool of :data:`NODE_THREADS` threads, so
     ``max_concurrency`` is the bound. Sync runs call the function directly. A function with a ``config`` parameter
-    gets the node's ``RunnableConfig``.
+    gets the node's ``RunnableConfig``. A node of async operators (:func:`make_node`; its ``acall``) is awaited on the
+    event loop instead: only its sync work takes a pool thread.
 
     Args:
         name: The node name.
@@ -434,7 +711,11 @@ class PooledNode(Runnable[Any, Any]):
         return self.fn(input)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Run the function in the kit's thread pool, in a copy of the caller's context (its run config)."""
+        """Run the function in the kit's thread pool, in a copy of the caller's context (its run config); a node of
+        async operators on the loop."""
+        acall = getattr(self.fn, "acall", None) if getattr(self.fn, "is_async", False) else None
+        if acall is not None:
+            return await acall(input)
         call = functools.partial(contextvars.copy_context().run, self.invoke, input, config)
         return await asyncio.get_running_loop().run_in_executor(_node_pool(), call)
 
@@ -453,23 +734,44 @@ class GraphNode(Protocol):
 
 
 def make_node(steps: Sequence[_Step]) -> GraphNode:
-    """A graph node that runs one operator, or a chain of same-port operators in order, with trace and ledger."""
-    if len(steps) == 1:
-        step = steps[0]
+    """A graph node that runs one operator, or a chain of same-port operators in order, with trace and ledger.
 
-        def node(state: RAGState) -> dict[str, Any]:
-            update, event, entry = step.run(state)
-            # a step that runs operators itself (a pattern's bookkeeping node) returns their entries first
-            update["trace"] = [*update.get("trace", ()), event]
-            update["ledger"] = [*update.get("ledger", ()), entry]
-            return update
+    The node is called as a function (sync runs); when one of its operators is async it also has ``acall``, which
+    :class:`PooledNode` awaits on the event loop in async runs."""
+    return _StepsNode(steps)
 
-        return node
 
-    def chain_node(state: RAGState) -> dict[str, Any]:
-        return run_chain(steps, state)
+class _StepsNode:
+    """The node function of :func:`make_node`: ``node(state)`` for sync runs, ``await node.acall(state)`` for async
+    ones; ``is_async`` says whether any of its operators is async (else an async run calls it in the pool)."""
 
-    return chain_node
+    def __init__(self, steps: Sequence[_Step]) -> None:
+        self.steps = list(steps)
+        self.is_async = any(step.afn is not None for step in self.steps)
+        self.__name__ = "node" if len(self.steps) == 1 else "chain_node"
+
+    def __call__(self, state: RAGState) -> dict[str, Any]:
+        if len(self.steps) == 1:
+            return _one(*self.steps[0].run(state))
+        return run_chain(self.steps, state)
+
+    async def acall(self, state: RAGState) -> dict[str, Any]:
+        """The node's async run."""
+        if len(self.steps) == 1:
+            return _one(*await self.steps[0].arun(state))
+        return await arun_chain(self.steps, state)
+
+
+def _one(update: dict[str, Any], event: TraceEvent, entry: LedgerEntry) -> dict[str, Any]:
+    # a step that runs operators itself (a pattern's bookkeeping node) returns their entries first
+    update["trace"] = [*update.get("trace", ()), event]
+    update["ledger"] = [*update.get("ledger", ()), entry]
+    return update
+
+
+def _call_async_only(fn: Callable[[Mapping[str, Any]], Awaitable[Any]], state: Mapping[str, Any]) -> Any:
+    """An async-only operator in a sync run: awaited to completion on the kit's loop (see :func:`_await_sync`)."""
+    return _await_sync(fn(state))
 
 
 def internal_node(name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], operator: str = "pattern") -> GraphNode:

@@ -1,4 +1,5 @@
-"""Cost metering: what each node spends (LLM calls, tokens, retrievals, embedding calls).
+"""Cost metering: what each node spends (LLM calls, tokens, retrievals, embedding calls); a step's deadline; the
+model calls an operator waits on (:class:`Wait`).
 
 The builder opens a :class:`Meter` around every node run; providers record into the current meter through
 :func:`record`. The meter is found through a context variable, so operators never pass it around, and a node's
@@ -10,13 +11,13 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Meter", "metered", "record", "note", "current_meter", "totals", "LEDGER_FIELDS", "Deadline",
-           "current_deadline", "run_with_deadline"]
+           "current_deadline", "run_with_deadline", "under_deadline", "Wait"]
 
 
 @dataclass
@@ -139,6 +140,31 @@ def run_with_deadline(context: contextvars.Context, deadline: Deadline, fn: Any,
         return fn(*args)
 
     return context.run(call)
+
+
+@contextmanager
+def under_deadline(deadline: Deadline) -> Iterator[Deadline]:
+    """Make ``deadline`` current in this context for the enclosed work (a step's async run does this)."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield deadline
+    finally:
+        _DEADLINE.reset(token)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A call an operator waits on (a chat completion, an embedding request) in its two forms: ``call()`` blocks
+    the thread until the answer is there, ``acall()`` is awaited on the event loop. An operator written as a
+    generator yields these (:func:`modular_rag.steps.waiting`), so one body serves sync and async runs.
+
+    Args:
+        call: The blocking call.
+        acall: The same call as a coroutine function.
+    """
+
+    call: Callable[[], Any]
+    acall: Callable[[], Awaitable[Any]]
 
 
 LEDGER_FIELDS = (

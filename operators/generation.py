@@ -12,16 +12,19 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from modular_rag.chat import Completion
 from modular_rag.costs import ZERO, Cost, CostContext, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import REFUSAL, Answer, Citation, Evidence, evidence_of, is_refusal
+from modular_rag.steps import waiting
 from modular_rag.text import Analyzer, split_sentences
+from modular_rag.trace import Wait
 from operators.attribution import (
     ScoredSentence,
     SentenceScorer,
@@ -490,7 +493,7 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
             note(f"bridge: the best sentence names [{best.ref}]; answering from it")
         return best
 
-    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
         query = str(state.get("query", ""))
         evidence = evidence_of(state, params.max_evidence)
         if not evidence and params.without_evidence == "refuse":
@@ -514,11 +517,11 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
             return {"answer": answer}
         if evidence:
             prompt = f"{format_evidence(evidence)}\n\nQuestion: {query}\nAnswer:"
-            completion = providers.llm.complete(prompt, system=system, max_tokens=params.max_tokens,
-                                                logprobs=params.logprobs)  # fmt: skip
+            completion = yield providers.llm.ask(prompt, system=system, max_tokens=params.max_tokens,
+                                                 logprobs=params.logprobs)  # fmt: skip
         else:
             prompt = f"Question: {query}\nAnswer briefly.\nAnswer:"
-            completion = providers.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
+            completion = yield providers.llm.ask(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
         answer = make_answer(completion.text, evidence, attribute_threshold=None)
         answer["source"] = "model"
         if completion.tokens:
@@ -540,7 +543,7 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
             answer["reason"] = "no sentence of the answer is supported by what it cites"
         return {"answer": answer}
 
-    return run
+    return waiting(run)  # async runs await the model's answer, holding no thread
 
 
 class DraftParams(OperatorParams):

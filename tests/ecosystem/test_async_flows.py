@@ -1,0 +1,144 @@
+"""Async flows end to end: an operator may be ``async def``; the built-in generator awaits the chat model, so an
+``abatch`` of many questions against a slow OpenAI-compatible endpoint holds no thread while the endpoint answers;
+``timeout_s``, ``on_error`` and the per-operator LangChain runs behave as in sync runs, and sync runs still run
+every operator."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+from uuid import UUID
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+
+from modular_rag.builder import build_flow
+from modular_rag.config import load_config
+from modular_rag.errors import OperatorTimeout
+from tests.helpers import async_ops
+from tests.helpers.stub_llm import StubLLM
+from tests.patterns.conftest import template
+
+QUESTION = "What does error code E07 mean on the e-bike display?"
+KEEP_TWO = "tests.helpers.async_ops:keep_two"
+
+
+def stub_flow(demo_dir: Path, url: str, **operators: Any) -> Any:
+    """The linear template on the demo index, its model the stub endpoint at ``url``, answering in mode llm."""
+    config = template("linear", demo_dir, allow_imports=True,
+                      operators={"generate": {"name": "cited_answer", "params": {"mode": "llm"}}, **operators})
+    config["providers"]["llm"] = {"name": "openai", "model": "stub", "base_url": url, "max_retries": 0}
+    return build_flow(load_config(config))
+
+
+def _stack(frame: FrameType | None) -> Iterator[FrameType]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def threads_inside(path_part: str) -> int:
+    """How many threads are running code of a file whose path contains ``path_part`` right now."""
+    frames = sys._current_frames()
+    return sum(any(path_part in f.f_code.co_filename for f in _stack(top)) for top in frames.values())
+
+
+@pytest.mark.integration
+def test_abatch_waits_on_a_slow_model_without_holding_a_thread(demo_dir: Path) -> None:
+    n = 8
+    inputs = [{"query": f"{QUESTION} (case {i})"} for i in range(n)]
+    with StubLLM(latency_s=1.0) as stub:
+        flow = stub_flow(demo_dir, stub.url)
+        sync = [flow.invoke(x) for x in inputs[:2]]
+        held: list[int] = []
+
+        def sample() -> None:  # when every question's call is at the endpoint: who is waiting for it?
+            end = time.monotonic() + 120
+            while stub.in_flight < n and time.monotonic() < end:
+                time.sleep(0.005)
+            held.append(threads_inside("modular_rag/chat.py"))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        results = asyncio.run(flow.abatch(inputs, {"max_concurrency": n}))
+        sampler.join(5)
+    assert stub.max_in_flight == n  # all n calls were waited on at once
+    assert held == [0]  # ... and no thread was blocked in the chat client for them (one each before)
+    for out in results:
+        generate = next(e for e in out["ledger"] if e["node"] == "generate")
+        assert generate["llm_calls"] == 1 and generate["prompt_tokens"] > 0 and generate["completion_tokens"] > 0
+    assert [r["answer"] for r in results[:2]] == [s["answer"] for s in sync]  # the sync path gives the same
+    assert [r["ledger"][-1]["llm_calls"] for r in results[:2]] == [s["ledger"][-1]["llm_calls"] for s in sync]
+
+
+class Runs(BaseCallbackHandler):
+    """Records the name and tags of every chain run."""
+
+    def __init__(self) -> None:
+        self.runs: dict[UUID, tuple[str, list[str]]] = {}
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, tags: list[str] | None = None,
+                       **kwargs: Any) -> None:  # fmt: skip
+        self.runs[run_id] = (str(kwargs.get("name")), list(tags or []))
+
+
+@pytest.mark.integration
+def test_an_async_def_operator_runs_on_the_event_loop_and_in_sync_runs_too(demo_dir: Path) -> None:
+    config = template("linear", demo_dir, allow_imports=True,
+                      operators={"rerank": {"name": KEEP_TWO}, "generate": "none"})  # fmt: skip
+    flow = build_flow(config)
+    runs = Runs()
+
+    async def run() -> tuple[str, dict[str, Any]]:
+        return threading.current_thread().name, await flow.ainvoke({"query": QUESTION}, {"callbacks": [runs]})
+
+    async_ops.RAN_IN.clear()
+    loop_thread, out = asyncio.run(run())
+    assert [loop_thread] == async_ops.RAN_IN  # on the loop's thread, not in a worker
+    assert len(out["candidates"]) == 2 and [e["node"] for e in out["ledger"]] == ["retrieve", "rerank", "context"]
+    event = next(e for e in out["trace"] if e["node"] == "rerank")
+    assert event["operator"] == KEEP_TWO and event["status"] == "ok" and "candidates[2]" in event["summary"]
+    assert (KEEP_TWO, [f"operator:{KEEP_TWO}", "slot:rerank"]) in [(n, t[-2:]) for n, t in runs.runs.values()]
+
+    async_ops.RAN_IN.clear()
+    again = flow.invoke({"query": QUESTION})  # a sync run awaits it on the kit's own loop
+    assert async_ops.RAN_IN == ["modular-rag-loop"]
+    assert again["candidates"] == out["candidates"]
+
+
+@pytest.mark.integration
+def test_timeout_s_and_on_error_hold_for_async_steps(demo_dir: Path) -> None:
+    slow = {"name": "tests.helpers.async_ops:sleeps", "params": {"seconds": 5}, "timeout_s": 0.3}
+    skipping = build_flow(template("linear", demo_dir, allow_imports=True,
+                                   operators={"rerank": {**slow, "on_error": "skip"}, "generate": "none"}))
+    t0 = time.perf_counter()
+    out = asyncio.run(skipping.ainvoke({"query": QUESTION}))
+    assert time.perf_counter() - t0 < 4.0
+    event = next(e for e in out["trace"] if e["node"] == "rerank")
+    assert event["status"] == "error" and event["error"] == "timed out after 0.3s"
+    failing = build_flow(template("linear", demo_dir, allow_imports=True,
+                                  operators={"rerank": slow, "generate": "none"}))
+    with pytest.raises(OperatorTimeout, match="timed out after 0.3s"):
+        asyncio.run(failing.ainvoke({"query": QUESTION}))
+    with pytest.raises(OperatorTimeout, match="timed out after 0.3s"):
+        failing.invoke({"query": QUESTION})
+
+    # an awaited model call cut by the deadline is counted, as in a sync run
+    with StubLLM() as stub:
+        flow = stub_flow(demo_dir, stub.url, generate={"name": "cited_answer", "params": {"mode": "llm",
+                         "min_relevance": None}, "timeout_s": 1.0, "on_error": "skip"})  # fmt: skip
+        assert asyncio.run(flow.ainvoke({"query": QUESTION}))["answer"]  # warm: clients made, models loaded
+        assert flow.invoke({"query": QUESTION})["answer"]
+        stub.latency_s = 6.0
+        outs = [asyncio.run(flow.ainvoke({"query": QUESTION})), flow.invoke({"query": QUESTION})]
+    for out in outs:
+        event = next(e for e in out["trace"] if e["node"] == "generate")
+        assert event["status"] == "error"
+        assert event["error"] == "timed out after 1.0s (1 LLM call spent, then cancelled)"
+        assert next(e for e in out["ledger"] if e["node"] == "generate")["llm_calls"] == 1
