@@ -1,16 +1,19 @@
-"""``python -m benchmarks.perf server``: the served linear flow under ``--requests`` concurrent requests through
-LangGraph Server (``langgraph dev`` on loopback), its model an OpenAI-compatible stub that takes ``--latency`` seconds
-per call (``tests/helpers/stub_llm.py``), the kit's async operators against the code before them.
+"""``python -m benchmarks.perf server``: linear flows under ``--requests`` concurrent requests through LangGraph Server
+(``langgraph dev`` on loopback), their model an OpenAI-compatible stub that takes ``--latency`` seconds per call
+(``tests/helpers/stub_llm.py``), the kit's async operators against the code before them.
 
 Two servers run side by side, one on this tree and one on a worktree of ``--old`` (the last commit before async
 operators: every node of an async run held a thread of the kit's pool, the one waiting on the model included). Each
-serves the same config (the linear template on the demo index, hybrid retrieval, ``cited_answer`` in mode ``llm``)
-with ``--n-jobs-per-worker`` at the request count, so the server runs every request at once. Bursts of requests
-(``runs.wait`` with the LangGraph SDK, stateless runs, distinct questions) alternate between the servers, ``--rounds``
-each; per server the table gives throughput (requests / wall time of a burst, the mean over its bursts), p50 / p95
-latency of a request (over all its bursts), and the threads of the server's processes (``Threads`` of
-``/proc/<pid>/status``, summed over its process group, sampled every 20 ms): idle after a warm-up run, and the most
-during the bursts. Answers of the two servers are compared.
+serves the same configs through the ``flow`` graph, one assistant per config (``--flows``): ``template``, the linear
+template on the demo index (hybrid retrieval with the bundled embedder, ``cited_answer`` in mode ``llm``, which scores
+the evidence's sentences first); ``light``, the same with BM25 retrieval and no sentence scoring (``min_relevance:
+null``), so the model's wait is most of a request. The servers run with ``--n-jobs-per-worker`` at the largest
+request count, so every request of a burst runs at once. Bursts (``runs.wait`` with the LangGraph SDK, stateless
+runs, distinct questions) alternate between the servers, ``--rounds`` each. Per flow, request count and server the
+table gives throughput (requests / wall time of a burst, the mean over its bursts), p50 / p95 latency of a request
+(over all its bursts), the most model calls the stub had in flight at once, and the most threads of the server's
+processes during the bursts (``Threads`` of ``/proc/<pid>/status``, summed over its process group, sampled every
+20 ms; the idle count after warm-up is printed above the table). Answers of the two servers are compared.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ WORK = ROOT / ".modular_rag" / "server-bench"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The subcommand's options."""
-    p.add_argument("--requests", type=int, default=64, help="concurrent requests per burst (default 64)")
+    p.add_argument("--requests", default="64", help="concurrent requests per burst, comma-separated (default 64)")
+    p.add_argument("--flows", default="template,light", help="configs served (default template,light)")
     p.add_argument("--latency", type=float, default=1.0, help="seconds per call of the stub endpoint (default 1.0)")
     p.add_argument("--rounds", type=int, default=2, help="bursts per server, alternating (default 2)")
     p.add_argument("--old", default=OLD, help=f"the commit to compare against (default {OLD}, before async operators)")
@@ -160,16 +164,16 @@ def _server(code: Path, flows: Path, log: Path, jobs: int) -> Iterator[tuple[str
                 continue
 
 
-async def _burst(url: str, questions: list[str]) -> tuple[float, list[float], list[str]]:
-    """All questions at once, each a stateless ``runs.wait`` of the linear graph: wall seconds, each request's
-    seconds, the answers."""
+async def _burst(url: str, assistant: str, questions: list[str]) -> tuple[float, list[float], list[str]]:
+    """All questions at once, each a stateless ``runs.wait`` of an assistant: wall seconds, each request's seconds,
+    the answers."""
     from langgraph_sdk import get_client
 
     client = get_client(url=url, timeout=600)
 
     async def ask(question: str) -> tuple[float, str]:
         t0 = time.perf_counter()
-        out = await client.runs.wait(None, "linear", input={"query": question})
+        out = await client.runs.wait(None, assistant, input={"query": question})
         return time.perf_counter() - t0, str((out or {}).get("answer", {}).get("text", ""))  # type: ignore[union-attr]
 
     t0 = time.perf_counter()
@@ -177,15 +181,30 @@ async def _burst(url: str, questions: list[str]) -> tuple[float, list[float], li
     return time.perf_counter() - t0, [s for s, _ in done], [a for _, a in done]
 
 
-def _config(stub_url: str, index: str) -> dict[str, Any]:
+def _config(flow: str, stub_url: str, index: str) -> dict[str, Any]:
+    """The served config ``flow`` (``template`` or ``light``, see the module's docstring)."""
     from modular_rag import template_path
 
     config = yaml.safe_load(template_path("linear").read_text())
+    config["name"] = f"bench-{flow}"
     config["providers"]["vectorstore"] = {"name": "chroma", "path": index, "collection": "demo"}
     config["providers"]["llm"] = {"name": "openai", "model": "stub", "base_url": stub_url,
                                   "api_key_env": "MODULAR_RAG_BENCH_KEY", "max_retries": 0}  # fmt: skip
     config["operators"]["generate"] = {"name": "cited_answer", "params": {"mode": "llm"}}
+    if flow == "light":
+        config["operators"]["retrieve"] = {"name": "bm25", "params": {"k": 5}}
+        config["operators"]["generate"]["params"]["min_relevance"] = None
+    elif flow != "template":
+        raise SystemExit(f"--flows: unknown flow {flow!r}; flows: template, light")
     return dict(config)
+
+
+def _assistant(url: str, flow: str) -> str:
+    """An assistant of the ``flow`` graph serving the config ``flow``."""
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=url, timeout=600)
+    return str(client.assistants.create("flow", context={"flow": flow}, name=flow)["assistant_id"])
 
 
 def run(args: argparse.Namespace, out: Report) -> None:
@@ -197,43 +216,55 @@ def run(args: argparse.Namespace, out: Report) -> None:
     ensure_demo_index(index)
     old = _tree(args.old)
     codes = {"async (this tree)": ROOT, f"thread per step ({args.old[:7]})": old}
-    n = args.requests
-    stats: dict[str, dict[str, Any]] = {label: {"walls": [], "latencies": [], "answers": []} for label in codes}
+    counts = [int(n) for n in args.requests.split(",")]
+    flows = args.flows.split(",")
+    stats: dict[tuple[str, int, str], dict[str, Any]] = {}
     with StubLLM(latency_s=args.latency) as stub, tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        flows = Path(tmp) / "flows"
-        flows.mkdir()
-        (flows / "linear.yaml").write_text(yaml.safe_dump(_config(stub.url, index)))
-        servers = {label: stack.enter_context(_server(code, flows, Path(tmp) / f"{i}.log", n))
+        folder = Path(tmp) / "flows"
+        folder.mkdir()
+        for flow in flows:
+            (folder / f"{flow}.yaml").write_text(yaml.safe_dump(_config(flow, stub.url, index)))
+        servers = {label: stack.enter_context(_server(code, folder, Path(tmp) / f"{i}.log", max(counts)))
                    for i, (label, code) in enumerate(codes.items())}  # fmt: skip
+        assistants: dict[tuple[str, str], str] = {}
+        idle: dict[str, int] = {}
         for label, (url, proc) in servers.items():
-            asyncio.run(_burst(url, ["warm-up: load the embedder and the index"]))
-            stats[label]["idle"] = _threads(_group_pids(proc.pid))
-            stats[label]["peak"] = stats[label]["idle"]
-        order = [label for r in range(args.rounds) for label in (list(codes) if r % 2 == 0 else list(codes)[::-1])]
-        for i, label in enumerate(order):
-            url, proc = servers[label]
-            questions = _demo_queries(n)
-            with _Sampler(proc.pid) as sampler:
-                wall, latencies, answers = asyncio.run(_burst(url, questions))
-            stats[label]["walls"].append(wall)
-            stats[label]["latencies"].extend(latencies)
-            stats[label]["answers"].append(answers)
-            stats[label]["peak"] = max(stats[label]["peak"], sampler.peak)
-            out(f"burst {i + 1}/{len(order)} {label}: {n} requests in {wall:.2f}s, "
-                f"most threads {sampler.peak}")  # fmt: skip
-        calls = stub.calls
-    rows = []
-    for label, s in stats.items():
-        lat = s["latencies"]
-        rows.append([label, n, len(s["walls"]), round(float(np.mean([n / w for w in s["walls"]])), 2),
-                     round(float(np.percentile(lat, 50)), 2), round(float(np.percentile(lat, 95)), 2),
-                     s["idle"], s["peak"]])  # fmt: skip
+            for flow in flows:
+                assistants[label, flow] = _assistant(url, flow)
+                asyncio.run(_burst(url, assistants[label, flow], ["warm-up: load the embedder and the index"]))
+            idle[label] = _threads(_group_pids(proc.pid))
+        for flow in flows:
+            for n in counts:
+                questions = _demo_queries(n)
+                order = [label for r in range(args.rounds) for label in (list(codes) if r % 2 == 0 else
+                                                                           list(codes)[::-1])]  # fmt: skip
+                for label in order:
+                    url, proc = servers[label]
+                    s = stats.setdefault((flow, n, label), {"walls": [], "latencies": [], "answers": [], "peak": 0})
+                    before = stub.max_in_flight = 0
+                    with _Sampler(proc.pid) as sampler:
+                        wall, latencies, answers = asyncio.run(_burst(url, assistants[label, flow], questions))
+                    s["walls"].append(wall)
+                    s["latencies"].extend(latencies)
+                    s["answers"].append(answers)
+                    s["peak"] = max(s["peak"], sampler.peak)
+                    s["in_flight"] = max(s.get("in_flight", before), stub.max_in_flight)
+                    out(f"{flow}, {n} requests, {label}: {wall:.2f}s, most threads {sampler.peak}, "
+                        f"most model calls in flight {stub.max_in_flight}")  # fmt: skip
     out()
-    out(f"linear flow (hybrid retrieval over the demo index, cited_answer mode llm) served by `langgraph dev` "
-        f"(--n-jobs-per-worker {n}); model: an OpenAI-compatible stub taking {args.latency:.2f}s per call; "
-        f"{n} concurrent stateless runs per burst, bursts alternating; {os.cpu_count()} CPU cores (shared)")
-    out(table(["server", "concurrent", "bursts", "requests/s", "p50 s", "p95 s", "threads idle", "threads max"],
+    out(f"linear flows served by `langgraph dev` (--n-jobs-per-worker {max(counts)}), one assistant of the flow graph "
+        f"per config; model: an OpenAI-compatible stub taking {args.latency:.2f}s per call; bursts of concurrent "
+        f"stateless runs alternating between the servers, {args.rounds} per server; {os.cpu_count()} CPU cores "
+        f"(shared); threads idle after warm-up: " + ", ".join(f"{label} {n}" for label, n in idle.items()))
+    rows = []
+    for (flow, n, label), s in stats.items():
+        lat = s["latencies"]
+        rows.append([flow, n, label, round(float(np.mean([n / w for w in s["walls"]])), 2),
+                     round(float(np.percentile(lat, 50)), 2), round(float(np.percentile(lat, 95)), 2),
+                     s["in_flight"], s["peak"]])  # fmt: skip
+    out(table(["flow", "requests", "server", "requests/s", "p50 s", "p95 s", "model calls at once", "threads max"],
               rows))  # fmt: skip
-    first = [s["answers"] for s in stats.values()]
-    same = all(a == first[0][0] for answers in first for a in answers)
-    out(f"answers identical across servers and bursts: {same}; stub calls: {calls}")
+    for flow in flows:
+        for n in counts:
+            runs = [a for (f, c, _), s in stats.items() if (f, c) == (flow, n) for a in s["answers"]]
+            out(f"{flow}, {n} requests: answers identical across servers and bursts: {all(a == runs[0] for a in runs)}")
