@@ -22,7 +22,7 @@ import numpy as np
 
 from modular_rag.config import OpenAIEmbeddingsConfig
 from modular_rag.errors import MissingDependencyError, ProviderError
-from modular_rag.trace import record
+from modular_rag.trace import Wait, record
 
 __all__ = [
     "QueryCache",
@@ -70,6 +70,38 @@ class QueryCache:
             if len(self._query_cache) > 2048:
                 self._query_cache.popitem(last=False)
         return vector
+
+    async def aencode_query(self, text: str) -> np.ndarray:
+        """:meth:`encode_query` awaited, for an encoder that asks an endpoint (``_aembed_query``), with the same cache.
+
+        Raises:
+            NotImplementedError: If the encoder has no async path (it runs in this process).
+        """
+        with self._lock:
+            cached = self._query_cache.get(text)
+            if cached is not None:
+                self._query_cache.move_to_end(text)
+                return cached
+        vector = await self._aembed_query(text)
+        with self._lock:
+            self._query_cache[text] = vector
+            if len(self._query_cache) > 2048:
+                self._query_cache.popitem(last=False)
+        return vector
+
+    async def _aembed_query(self, text: str) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} embeds in this process; it has no async path")
+
+    def query_wait(self, text: str) -> Wait | None:
+        """A query's embedding as a :class:`~modular_rag.trace.Wait` an operator yields, when the encoder asks an
+        endpoint (blocking in sync runs, awaited in async ones); ``None`` when it embeds in this process or the
+        query's vector is cached (then :meth:`encode_query` answers at once)."""
+        if type(self)._aembed_query is QueryCache._aembed_query:
+            return None
+        with self._lock:
+            if text in self._query_cache:
+                return None
+        return Wait(lambda: self.encode_query(text), lambda: self.aencode_query(text))
 
     def clear_cache(self) -> None:
         """Forget the cached query embeddings (a benchmark that must embed every query does this)."""
@@ -170,6 +202,11 @@ class LangChainEncoder(QueryCache):
         record(embed_calls=1)
         return l2_normalise(np.asarray(self.embeddings.embed_query(text), dtype=np.float32)[None, :])[0]
 
+    async def _aembed_query(self, text: str) -> np.ndarray:
+        """Embed a query with ``aembed_query``."""
+        record(embed_calls=1)
+        return l2_normalise(np.asarray(await self.embeddings.aembed_query(text), dtype=np.float32)[None, :])[0]
+
 
 class EndpointEncoder(QueryCache):
     """An OpenAI-compatible ``/v1/embeddings`` endpoint behind the encoder interface: texts in batches of
@@ -197,6 +234,15 @@ class EndpointEncoder(QueryCache):
                                 "set it, or give base_url for a keyless OpenAI-compatible server")  # fmt: skip
         return openai.OpenAI(api_key=key or "no-key", base_url=base_url, timeout=self.config.timeout_s,
                              max_retries=self.config.max_retries)  # fmt: skip
+
+    @cached_property
+    def async_client(self) -> Any:
+        """The OpenAI async client (built on first use), for queries embedded in async runs."""
+        import openai
+
+        sync = self.client  # the same key checks
+        return openai.AsyncOpenAI(api_key=sync.api_key, base_url=sync.base_url, timeout=self.config.timeout_s,
+                                  max_retries=self.config.max_retries)  # fmt: skip
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts, one request per batch of ``batch_size``, up to ``concurrency`` requests in flight (one
@@ -226,6 +272,24 @@ class EndpointEncoder(QueryCache):
         except Exception as exc:  # openai raises its own hierarchy; say where
             raise ProviderError(f"embeddings endpoint {self.where} ({self.config.model}): "
                                 f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+        return self._vectors(reply, batch)
+
+    async def _aembed_query(self, text: str) -> np.ndarray:
+        """:meth:`_embed_query` awaited: one request with the async client, the same vector and ledger entry."""
+        batch = [text if text.strip() else " "]
+        record(embed_calls=1)
+        extra = {"dimensions": self.config.dimensions} if self.config.dimensions else {}
+        try:
+            reply = await self.async_client.embeddings.create(model=self.config.model, input=batch, **extra)
+        except Exception as exc:
+            raise ProviderError(f"embeddings endpoint {self.where} ({self.config.model}): "
+                                f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+        vectors = l2_normalise(np.asarray(self._vectors(reply, batch), dtype=np.float32))
+        self.dim = int(vectors.shape[1])
+        return vectors[0]
+
+    def _vectors(self, reply: Any, batch: list[str]) -> list[list[float]]:
+        """The vectors of an embeddings reply, in the batch's order."""
         data = sorted(reply.data, key=lambda d: d.index)
         if len(data) != len(batch):
             raise ProviderError(f"embeddings endpoint {self.where} returned {len(data)} vectors for "

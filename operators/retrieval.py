@@ -9,7 +9,7 @@ weights, ``weighted``): one ``hybrid_search`` call per query, noted in the trace
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -17,11 +17,13 @@ from pydantic import Field, model_validator
 
 from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.errors import ProviderError
+from modular_rag.index import LangChainStore
 from modular_rag.milvus import MilvusStore
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator, register_adapter
 from modular_rag.state import Hit, queries_of
-from modular_rag.trace import note, record
+from modular_rag.steps import waiting
+from modular_rag.trace import Wait, note, record
 from operators.fusion import fuse
 from operators.multihop import HopParams, hop
 
@@ -90,7 +92,7 @@ def _retrieval_cost(channels: int) -> Any:
 def dense(params: DenseParams, providers: Providers) -> Operator:
     """Dense retrieval: cosine similarity of embeddings in the vector store (uses ``query_embedding`` if set)."""
 
-    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+    def run(state: Mapping[str, Any]) -> Generator[Wait, Any, dict[str, Any]]:
         where = where_of(state, params.filter)
         queries = queries_of(state)
         vector = state.get("query_embedding")
@@ -98,10 +100,12 @@ def dense(params: DenseParams, providers: Providers) -> Operator:
             vec = np.asarray(vector, dtype=np.float32)
             hits = providers.index.search_dense(queries[0], params.k, where, vector=vec)
         else:
-            hits = _multi([providers.index.search_dense(q, params.k, where) for q in queries], params.k)
+            vectors = yield from _query_vectors(providers, queries)
+            hits = _multi([providers.index.search_dense(q, params.k, where, vector=v)
+                           for q, v in zip(queries, vectors, strict=True)], params.k)  # fmt: skip
         return {"candidates": hits}
 
-    return run
+    return waiting(run)  # a query embedded by an endpoint is awaited in async runs
 
 
 @operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE, cost=_retrieval_cost(1))
@@ -125,19 +129,21 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
     its own score normalisation), both channels and the fusion are one Milvus call per query."""
     needs_listing(providers, "hybrid retrieval (its BM25 channel)")
 
-    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+    def run(state: Mapping[str, Any]) -> Generator[Wait, Any, dict[str, Any]]:
         where = where_of(state, params.filter)
         vector = state.get("query_embedding")
         queries = queries_of(state)
         store = providers.index.dense
+        embedded = yield from _query_vectors(providers, queries[1:] if vector is not None else queries)
+        if vector is not None:
+            embedded = [np.asarray(vector, dtype=np.float32), *embedded]
         milvus = store if isinstance(store, MilvusStore) and store.fuses(params.fusion, params.weights) else None
         if isinstance(store, MilvusStore):
             note(f"hybrid: one Milvus hybrid_search per query (dense + BM25 and {params.fusion} fusion server-side)"
                  if milvus else f"hybrid: dense and BM25 searched in Milvus, {params.fusion} fusion with weights "
                  f"{params.weights} in the kit (Milvus has no such ranker)")  # fmt: skip
         per_query = []
-        for i, q in enumerate(queries):
-            vec = np.asarray(vector, dtype=np.float32) if vector is not None and i == 0 else None
+        for q, vec in zip(queries, embedded, strict=True):
             if milvus is not None:
                 k = params.k if len(queries) == 1 else None
                 per_query.append(_milvus_hybrid(milvus, providers, q, vec, where, params, k))
@@ -151,7 +157,22 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
         hits = per_query[0][: params.k] if len(per_query) == 1 else fuse(per_query, "rrf", k=params.k, channel="hybrid")
         return {"candidates": hits}
 
-    return run
+    return waiting(run)  # a query embedded by an endpoint is awaited in async runs
+
+
+def _query_vectors(providers: Providers, queries: list[str]) -> Generator[Wait, Any, list[np.ndarray | None]]:
+    """The queries' vectors where an endpoint embeds them (each a :class:`~modular_rag.trace.Wait` yielded: awaited
+    in async runs), ``None`` where the search embeds the query itself (an encoder in this process, a cached query, a
+    LangChain vector store)."""
+    index = providers.index
+    encoder = index.encoder
+    if isinstance(index.dense, LangChainStore) or encoder is None or not hasattr(encoder, "query_wait"):
+        return [None] * len(queries)
+    vectors: list[np.ndarray | None] = []
+    for query in queries:
+        wait = encoder.query_wait(query)
+        vectors.append(None if wait is None else (yield wait))
+    return vectors
 
 
 def _milvus_hybrid(

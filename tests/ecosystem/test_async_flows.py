@@ -142,3 +142,43 @@ def test_timeout_s_and_on_error_hold_for_async_steps(demo_dir: Path) -> None:
         assert event["status"] == "error"
         assert event["error"] == "timed out after 1.0s (1 LLM call spent, then cancelled)"
         assert next(e for e in out["ledger"] if e["node"] == "generate")["llm_calls"] == 1
+
+
+@pytest.mark.integration
+def test_a_query_an_endpoint_embeds_is_awaited_by_dense_retrieval(tmp_path: Path) -> None:
+    from modular_rag.providers import Providers
+    from operators.indexing import index_paths
+    from tests.conftest import DEMO
+    from tests.helpers.stub_embeddings import StubEmbeddings
+
+    n = 6
+    inputs = [{"query": f"{QUESTION} (case {i})"} for i in range(n)]
+    with StubEmbeddings() as stub:
+        config = load_config({
+            "pattern": "linear",
+            "providers": {"embeddings": {"name": "openai", "model": "stub", "base_url": stub.url},
+                          "vectorstore": {"name": "chroma", "path": str(tmp_path), "collection": "endpoint"}},
+            "operators": {"retrieve": {"name": "dense", "params": {"k": 3}}, "generate": "none"},
+        })  # fmt: skip
+        providers = Providers(config.providers)
+        index_paths(sorted(DEMO.glob("display-error-*.md")), providers, progress=False)
+        flow = build_flow(config, providers=providers)
+        stub.delay_s = 1.0
+        sync = flow.invoke(inputs[0])
+        providers.encoder.clear_cache()
+        stub.max_in_flight = 0
+        held: list[int] = []
+
+        def sample() -> None:  # when every question's embedding request is at the endpoint: who waits for it?
+            end = time.monotonic() + 120
+            while stub.in_flight < n and time.monotonic() < end:
+                time.sleep(0.005)
+            held.append(threads_inside("modular_rag/encoders.py"))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        results = asyncio.run(flow.abatch(inputs, {"max_concurrency": n}))
+        sampler.join(5)
+    assert stub.max_in_flight == n and held == [0]  # all awaited at once, no thread blocked in the encoder
+    assert results[0]["candidates"] == sync["candidates"] and len(sync["candidates"]) == 3
+    assert [e["embed_calls"] for r in results for e in r["ledger"] if e["node"] == "retrieve"] == [1] * n
