@@ -279,7 +279,9 @@ class ChatClient:
         Raises:
             ProviderError: If the model call fails after the provider's retries.
         """
-        request = self._request(prompt, system, max_tokens, logprobs, top_logprobs, stop)
+        args = (prompt, system, max_tokens, logprobs, top_logprobs, stop)
+        cached = self.cache is not None  # the cache is on disk: read and written in a worker thread, not on the loop
+        request = await asyncio.to_thread(self._request, *args) if cached else self._request(*args)
         if request.hit is not None:
             return request.hit
         if request.deadline is not None:
@@ -287,6 +289,8 @@ class ChatClient:
                 message = await self._ainvoke(request.runnable, request.messages)
         else:
             message = await self._ainvoke(request.runnable, request.messages)
+        if cached:
+            return await asyncio.to_thread(self._completion, request, message)
         return self._completion(request, message)
 
     def ask(

@@ -73,6 +73,7 @@ __all__ = [
     "node_metadata",
     "waiting",
     "WaitingOperator",
+    "run_blocking",
     "async_form",
 ]
 
@@ -360,18 +361,7 @@ class WaitingOperator:
 
     def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """Run the body, making each call it yields in this thread."""
-        body = self.steps(state)
-        sent: Any = None
-        failed: BaseException | None = None
-        while True:
-            done, value = _advance(body, sent, failed)
-            if done:
-                return value
-            sent, failed = None, None
-            try:
-                sent = value.call()
-            except Exception as exc:
-                failed = exc
+        return run_blocking(self.steps(state))
 
     async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """Run the body, awaiting each call it yields; the code between runs in the kit's thread pool."""
@@ -389,7 +379,24 @@ class WaitingOperator:
                 failed = exc
 
 
-def _advance(body: Generator[Wait, Any, dict[str, Any]], sent: Any,
+def run_blocking(body: Generator[Wait, Any, Any]) -> Any:
+    """Run a generator that yields :class:`~modular_rag.trace.Wait` calls to its end, making each call in this
+    thread (sent its result, or its exception thrown in); returns what the generator returns. A helper written as
+    such a generator (``yield from`` in a :func:`waiting` body) is called from sync code through this."""
+    sent: Any = None
+    failed: BaseException | None = None
+    while True:
+        done, value = _advance(body, sent, failed)
+        if done:
+            return value
+        sent, failed = None, None
+        try:
+            sent = value.call()
+        except Exception as exc:
+            failed = exc
+
+
+def _advance(body: Generator[Wait, Any, Any], sent: Any,
              failed: BaseException | None) -> tuple[bool, Any]:  # fmt: skip
     """Run a body to its next wait: ``(False, wait)``, or ``(True, update)`` when it returned (a StopIteration
     cannot cross a future, so it ends here)."""

@@ -24,7 +24,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,11 +32,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from modular_rag.chat import Completion
 from modular_rag.costs import ZERO, llm
 from modular_rag.providers import Providers, TokenLogprob
 from modular_rag.registry import Operator, OperatorParams, Port, operator
+from modular_rag.steps import run_blocking, waiting
 from modular_rag.text import Analyzer, normalize_question
-from modular_rag.trace import note
+from modular_rag.trace import Wait, note
 
 __all__ = ["RouteInfo", "RouterParams", "choose_route", "keyword_scores", "name_probability", "RouterModel",
            "lexical_features", "LEXICAL_NAMES"]
@@ -157,13 +159,20 @@ ROUTE_PROMPT = (
 def _llm_scores(
     providers: Providers, query: str, routes: Mapping[str, RouteInfo], max_tokens: int
 ) -> tuple[dict[str, float], str]:
+    """:func:`_llm_scores_asked` with the call made in this thread."""
+    return run_blocking(_llm_scores_asked(providers, query, routes, max_tokens))
+
+
+def _llm_scores_asked(
+    providers: Providers, query: str, routes: Mapping[str, RouteInfo], max_tokens: int
+) -> Generator[Wait, Completion, tuple[dict[str, float], str]]:
     """Eq. 21: the model's choice among the routes, with a softmax-normalised probability when it gives logprobs.
 
     Returns the scores and the raw model text (for the trace when it names no route).
     """
     listing = "\n".join(f"- {name}: {info.description or ', '.join(info.examples[:2])}"
                         for name, info in routes.items())  # fmt: skip
-    completion = providers.llm.complete(
+    completion = yield providers.llm.ask(
         ROUTE_PROMPT.format(routes=listing, query=query.replace("</question>", "")),
         max_tokens=max_tokens, logprobs=True, top_logprobs=10,
     )  # fmt: skip
@@ -222,11 +231,12 @@ def llm_router(params: LLMRouterParams, providers: Providers) -> Operator:
     """Semantic routing by LLM intent classification into the route set (Eq. 21); an answer naming no route falls
     back and says so in the trace."""
 
-    def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        scores, text = _llm_scores(providers, str(state.get("query", "")), params.routes, params.max_tokens)
+    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+        scores, text = yield from _llm_scores_asked(providers, str(state.get("query", "")), params.routes,
+                                                    params.max_tokens)  # fmt: skip
         return choose_route(scores, params, why=f"model said {text[:60]!r}" if not scores else "")
 
-    return run
+    return waiting(run)
 
 
 class HybridRouterParams(LLMRouterParams):

@@ -77,15 +77,44 @@ def test_abatch_waits_on_a_slow_model_without_holding_a_thread(demo_dir: Path) -
     assert [r["ledger"][-1]["llm_calls"] for r in results[:2]] == [s["ledger"][-1]["llm_calls"] for s in sync]
 
 
+@pytest.mark.integration
+def test_an_awaited_model_call_is_a_child_of_its_operators_run_as_in_sync_runs(demo_dir: Path) -> None:
+    with StubLLM() as stub:
+        flow = stub_flow(demo_dir, stub.url)
+        runs, sync_runs = Runs(), Runs()
+        asyncio.run(flow.ainvoke({"query": QUESTION}, {"callbacks": [runs]}))
+        flow.invoke({"query": QUESTION}, {"callbacks": [sync_runs]})
+    assert runs.chat_model_lineage() == sync_runs.chat_model_lineage() == [["cited_answer", "generate"]]
+
+
 class Runs(BaseCallbackHandler):
-    """Records the name and tags of every chain run."""
+    """Records the name, tags and parent of every chain run and chat model run."""
 
     def __init__(self) -> None:
         self.runs: dict[UUID, tuple[str, list[str]]] = {}
+        self.parents: dict[UUID, UUID | None] = {}
 
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, tags: list[str] | None = None,
-                       **kwargs: Any) -> None:  # fmt: skip
+                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:  # fmt: skip
         self.runs[run_id] = (str(kwargs.get("name")), list(tags or []))
+        self.parents[run_id] = parent_run_id
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+                            **kwargs: Any) -> None:  # fmt: skip
+        self.runs[run_id] = ("chat model", [])
+        self.parents[run_id] = parent_run_id
+
+    def chat_model_lineage(self) -> list[list[str]]:
+        """For each chat model run, the names of its ancestors, nearest first."""
+        out = []
+        for run_id, (name, _) in self.runs.items():
+            if name == "chat model":
+                chain, parent = [], self.parents[run_id]
+                while parent is not None and parent in self.runs:
+                    chain.append(self.runs[parent][0])
+                    parent = self.parents[parent]
+                out.append(chain[:2])
+        return out
 
 
 @pytest.mark.integration
@@ -182,3 +211,24 @@ def test_a_query_an_endpoint_embeds_is_awaited_by_dense_retrieval(tmp_path: Path
     assert stub.max_in_flight == n and held == [0]  # all awaited at once, no thread blocked in the encoder
     assert results[0]["candidates"] == sync["candidates"] and len(sync["candidates"]) == 3
     assert [e["embed_calls"] for r in results for e in r["ledger"] if e["node"] == "retrieve"] == [1] * n
+
+
+@pytest.mark.integration
+def test_awaited_model_calls_share_the_llm_cache(demo_dir: Path, tmp_path: Path) -> None:
+    from modular_rag.config import CacheConfig
+    from modular_rag.providers import Providers
+    from tests.conftest import demo_flow, fake_llm, providers_config
+
+    cfg = providers_config(demo_dir, fake_llm("first", "second"))
+    cfg.cache = CacheConfig(path=str(tmp_path / "llm.sqlite"))
+    env = Providers(cfg)
+    assert env.llm.complete("same prompt").text == "first"
+    assert asyncio.run(env.llm.acomplete("same prompt")).text == "first"  # the fake would have said "second"
+    config = load_config(demo_flow(demo_dir, operators={"retrieve": "bm25"}))
+    config.providers = cfg
+    flow = build_flow(config)
+    first = flow.invoke({"query": "What does E12 mean?"})
+    again = asyncio.run(flow.ainvoke({"query": "What does E12 mean?"}))
+    assert again["answer"]["text"] == first["answer"]["text"]
+    generate = [e for e in again["ledger"] if e["node"] == "generate"][0]
+    assert generate["llm_calls"] == 0 and generate["cache_hits"] == 1
