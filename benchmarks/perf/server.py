@@ -122,7 +122,9 @@ class _Sampler:
 @contextmanager
 def _server(code: Path, flows: Path, log: Path, jobs: int) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``langgraph dev`` on loopback serving ``code``'s ``langgraph.json`` (its modules first on the path), the flows
-    in ``flows``; yields its URL and process, then stops its process group."""
+    in ``flows``; yields its URL and process, then stops its process group. It runs in a folder of its own beside
+    ``log``: the dev server keeps its assistants and threads in ``.langgraph_api`` of its working folder, and the
+    benchmark's must not outlive it (a later ``langgraph dev`` in the repository would list them)."""
     import signal
     import urllib.request
 
@@ -135,7 +137,9 @@ def _server(code: Path, flows: Path, log: Path, jobs: int) -> Iterator[tuple[str
            "LANGSMITH_TRACING": "false", "LANGCHAIN_TRACING_V2": "false", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "MODULAR_RAG_BENCH_KEY": "stub"}  # fmt: skip
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=code, env=env,
+        home = log.with_suffix("")
+        home.mkdir(exist_ok=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=home, env=env,
                                 start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 300
