@@ -365,14 +365,11 @@ class FlowBuilder(Generic[P]):
         own = (config.config if isinstance(config, ResolvedFlow) else config).model_fields_set
         env = self.env if "providers" not in own else None
         sub = build_flow(config, providers=env)
-        limit = sub.config.get("recursion_limit", 25)  # type: ignore[union-attr]
 
-        def node(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
-            inputs = {key: state[key] for key in ("query", "filter", "messages") if key in state}
-            out = sub.invoke(inputs, {**config, "recursion_limit": limit})
+        def keep(out: Mapping[str, Any]) -> dict[str, Any]:
             return {**{k: v for k, v in out.items() if k in _SUBFLOW_KEYS}, **_prefixed(name, out)}
 
-        return node
+        return _GraphCall(sub, keep)
 
     def branch(
         self, source: str, decide: Callable[..., Hashable | Sequence[Hashable]],
@@ -422,13 +419,8 @@ class FlowBuilder(Generic[P]):
         from modular_rag.cache import answer_cache_steps, flow_answer_cache
 
         lookup, store = answer_cache_steps(flow_answer_cache(self.config), self.env)
-
         limit = inner.config.get("recursion_limit", 25)  # type: ignore[union-attr]
-
-        def run_flow(state: RAGState, config: RunnableConfig) -> dict[str, Any]:
-            inputs = {key: state[key] for key in ("query", "filter", "messages") if key in state}
-            out = inner.invoke(inputs, {**config, "recursion_limit": limit})
-            return {key: value for key, value in out.items() if key != "messages"}
+        run_flow = _GraphCall(inner, lambda out: {key: value for key, value in out.items() if key != "messages"})
 
         def hit(state: RAGState) -> Literal["hit", "miss"]:
             return "hit" if state.get("answer") else "miss"
@@ -467,6 +459,34 @@ def moved_to_slot(keys: Sequence[str], slot: str, spec: str | Mapping[str, Any],
     return ValueError(f"{', '.join(keys)}: no longer params of the pattern; the {slot} slot holds this choice now: "
                       f"remove {'them' if len(keys) > 1 else 'it'} and write {line} ({port.value} operators: "
                       f"{', '.join(operators_for(port))})")
+
+
+class _GraphCall:
+    """A node that runs a compiled flow on the state's question (``query``, ``filter``, ``messages``): ``invoke`` in
+    sync runs, ``ainvoke`` in async ones (:class:`~modular_rag.steps.PooledNode` awaits ``acall`` on the event loop),
+    so the inner flow's async operators stay async and no thread waits for the whole inner run.
+
+    Args:
+        graph: The compiled flow.
+        keep: What of the flow's output becomes the node's update.
+    """
+
+    is_async = True
+
+    def __init__(self, graph: CompiledStateGraph, keep: Callable[[Mapping[str, Any]], dict[str, Any]]) -> None:
+        self.graph, self.keep = graph, keep
+        self.limit = graph.config.get("recursion_limit", 25)  # type: ignore[union-attr]
+
+    def _args(self, state: Mapping[str, Any], config: RunnableConfig) -> tuple[dict[str, Any], RunnableConfig]:
+        inputs = {key: state[key] for key in ("query", "filter", "messages") if key in state}
+        return inputs, {**config, "recursion_limit": self.limit}
+
+    def __call__(self, state: RAGState, config: RunnableConfig) -> dict[str, Any]:
+        return self.keep(self.graph.invoke(*self._args(state, config)))
+
+    async def acall(self, state: RAGState, config: RunnableConfig) -> dict[str, Any]:
+        """The node's async run."""
+        return self.keep(await self.graph.ainvoke(*self._args(state, config)))
 
 
 def _prefixed(name: str, update: Mapping[str, Any]) -> dict[str, list[Any]]:

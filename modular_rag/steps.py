@@ -722,7 +722,7 @@ class PooledNode(Runnable[Any, Any]):
         async operators on the loop."""
         acall = getattr(self.fn, "acall", None) if getattr(self.fn, "is_async", False) else None
         if acall is not None:
-            return await acall(input)
+            return await (acall(input, config=config or {}) if self._takes_config else acall(input))
         call = functools.partial(contextvars.copy_context().run, self.invoke, input, config)
         return await asyncio.get_running_loop().run_in_executor(_node_pool(), call)
 

@@ -232,3 +232,21 @@ def test_awaited_model_calls_share_the_llm_cache(demo_dir: Path, tmp_path: Path)
     assert again["answer"]["text"] == first["answer"]["text"]
     generate = [e for e in again["ledger"] if e["node"] == "generate"][0]
     assert generate["llm_calls"] == 0 and generate["cache_hits"] == 1
+
+
+@pytest.mark.integration
+def test_a_flow_behind_an_answer_cache_keeps_its_async_operators_on_the_loop(demo_dir: Path, tmp_path: Path) -> None:
+    config = template("linear", demo_dir, allow_imports=True, operators={"rerank": {"name": KEEP_TWO}},
+                      answer_cache={"path": str(tmp_path / "answers.sqlite")})  # fmt: skip
+    flow = build_flow(config)
+
+    async def run() -> tuple[str, dict[str, Any]]:
+        return threading.current_thread().name, await flow.ainvoke({"query": QUESTION})
+
+    async_ops.RAN_IN.clear()
+    loop_thread, out = asyncio.run(run())
+    assert [loop_thread] == async_ops.RAN_IN  # the inner flow ran with ainvoke, not invoke in a worker thread
+    assert len(out["candidates"]) == 2 and out["answer"]["text"]
+    async_ops.RAN_IN.clear()
+    assert flow.invoke({"query": "How do I adjust the saddle height?"})["answer"]["text"]
+    assert async_ops.RAN_IN == ["modular-rag-loop"]
