@@ -249,11 +249,14 @@ class StoredLinks:
         if find is None or not new_anchors:
             return
         added = set(int(p) for p in positions)
-        again: set[int] = set()
+        again: dict[int, list[str]] = {}
         for anchor in new_anchors:
-            again.update(int(p) for p in find(tuple(anchor.split())) if int(p) not in added)
-        if again:
-            older = catalog.at(sorted(again), db=db)
+            for p in find(tuple(anchor.split())):
+                if int(p) not in added:
+                    again.setdefault(int(p), []).append(anchor)
+        if again:  # find gives chunks holding the words anywhere: rescan only those holding an anchor as a phrase
+            older = [c for c in catalog.at(sorted(again), db=db)
+                     if any(f" {a} " in f" {' '.join(words_of(c.text))} " for a in again[c.pos])]  # fmt: skip
             catalog.delete_mentions([c.pos for c in older], db)
             self._scan(db, [c.pos for c in older], [c.text for c in older])
 
