@@ -446,20 +446,27 @@ class KnowledgeIndex:
                  "" if self.texts_in_store else c["text"], meta) for c, meta in zip(chunks, metas, strict=True)]
         with self.catalog.transaction() as db:
             positions = self.catalog.add_chunks(rows, [len(t) for t in terms], terms, db)
-            self._stored_links().added(db, positions, [c["text"] for c in chunks], metas, find=self._containing)
+            self._stored_links().added(db, positions, [c["text"] for c in chunks], metas, find=self._containing,
+                                      texts_of=self._texts)  # fmt: skip
             if embedded is not None:
                 self.sentences.write(db, positions, embedded)
 
-    def _containing(self, words: Sequence[str]) -> list[int]:
-        """Positions of held chunks whose text may contain these words (every analysed term of them): the BM25
-        postings' intersection, or, when BM25 runs in the store, its best matches."""
-        terms = self.analyzer(" ".join(words))
-        if not terms:
-            return []
+    def _containing(self, aliases: Sequence[Sequence[str]]) -> list[list[int]]:
+        """For each alias, the positions of held chunks whose text may contain its words (every analysed term of
+        them): the BM25 postings' intersection, or, when BM25 runs in the store, its best matches (ids only, the
+        aliases searched in batches)."""
+        terms = [self.analyzer(" ".join(words)) for words in aliases]
         if self.postings is not None:
-            return self.postings.containing(terms).tolist()
-        hits = self.dense.search_sparse(" ".join(words), 1000)  # type: ignore[union-attr]
-        return list(self.catalog.positions([h["chunk_id"] for h in hits]).values())
+            return [self.postings.containing(t).tolist() if t else [] for t in terms]
+        queries = [" ".join(words) if t else "" for words, t in zip(aliases, terms, strict=True)]
+        search = getattr(self.dense, "search_sparse_ids", None)
+        if search is not None:
+            ids = search(queries, 1000)
+        else:
+            ids = [[h["chunk_id"] for h in self.dense.search_sparse(q, 1000)] if q else []  # type: ignore[union-attr]
+                   for q in queries]  # fmt: skip
+        where = self.catalog.positions(sorted({i for found in ids for i in found}))
+        return [[where[i] for i in found if i in where] for found in ids]
 
     def sync_postings(self) -> None:
         """Write the BM25 postings of every catalog chunk the postings do not cover yet (the chunks just added, and

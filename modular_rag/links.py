@@ -227,15 +227,19 @@ class StoredLinks:
 
     def added(
         self, db: Any, positions: Sequence[int], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]],
-        find: Callable[[Alias], Sequence[int]] | None = None,
+        find: Callable[[Sequence[Alias]], Sequence[Sequence[int]]] | None = None,
+        texts_of: Callable[[Sequence[Any]], list[str]] | None = None,
     ) -> None:  # fmt: skip
         """Write the rows of chunks just added (inside the add's transaction ``db``).
 
         Args:
             db: The open transaction.
             positions, texts, metadatas: The added chunks.
-            find: The positions of chunks held before whose text may contain an anchor (a superset is fine); without
-                it, anchors new to the catalog are not looked for in older chunks.
+            find: For each of a list of anchors, the positions of chunks held before whose text may contain it (a
+                superset is fine), asked once per add; without it, anchors new to the catalog are not looked for in
+                older chunks.
+            texts_of: The texts of held chunks (catalog rows), read from the store when the catalog keeps none
+                (Milvus); default: the rows' own texts.
         """
         catalog = self.catalog
         rows: list[tuple[str, int, int]] = []
@@ -250,15 +254,18 @@ class StoredLinks:
             return
         added = set(int(p) for p in positions)
         again: dict[int, list[str]] = {}
-        for anchor in new_anchors:
-            for p in find(tuple(anchor.split())):
+        anchors = sorted(new_anchors)
+        for anchor, found in zip(anchors, find([tuple(a.split()) for a in anchors]), strict=True):
+            for p in found:
                 if int(p) not in added:
                     again.setdefault(int(p), []).append(anchor)
         if again:  # find gives chunks holding the words anywhere: rescan only those holding an anchor as a phrase
-            older = [c for c in catalog.at(sorted(again), db=db)
-                     if any(f" {a} " in f" {' '.join(words_of(c.text))} " for a in again[c.pos])]  # fmt: skip
-            catalog.delete_mentions([c.pos for c in older], db)
-            self._scan(db, [c.pos for c in older], [c.text for c in older])
+            held = catalog.at(sorted(again), db=db)
+            read = texts_of(held) if texts_of is not None else [c.text for c in held]
+            older = [(c.pos, text) for c, text in zip(held, read, strict=True)
+                     if any(f" {a} " in f" {' '.join(words_of(text))} " for a in again[c.pos])]  # fmt: skip
+            catalog.delete_mentions([pos for pos, _ in older], db)
+            self._scan(db, [pos for pos, _ in older], [text for _, text in older])
 
     def rescan(self, db: Any, positions: Sequence[int], texts: Sequence[str]) -> None:
         """Record again what these chunks contain (their old mention rows replaced)."""
