@@ -4,6 +4,7 @@ factories called as LangGraph Server calls them) and over HTTP with the LangGrap
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -131,11 +132,17 @@ def test_two_assistants_over_http_never_cross(clients: tuple[Path, Path], tmp_pa
     _, flows = clients
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [executable("langgraph"), "dev", "--config", str(REPO / "langgraph.json"), "--host", "127.0.0.1", "--port",
-           str(port), "--no-browser", "--no-reload"]  # fmt: skip
+    cmd = [executable("langgraph"), "dev", "--config", str(tmp_path / "server" / "langgraph.json"), "--host",
+           "127.0.0.1", "--port", str(port), "--no-browser", "--no-reload"]  # fmt: skip
     env = {"MODULAR_RAG_FLOWS": str(flows), "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false",
            "LANGCHAIN_TRACING_V2": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
-    with background(cmd, f"{url}/ok", log=tmp_path / "langgraph-dev.log", cwd=REPO, env=env):
+    served = tmp_path / "server"  # its own folder: langgraph dev keeps its assistants in .langgraph_api there
+    served.mkdir()
+    spec = json.loads((REPO / "langgraph.json").read_text())
+    spec["graphs"] = {name: str(REPO / path) for name, path in spec["graphs"].items()}
+    spec["dependencies"] = [str(REPO)]
+    (served / "langgraph.json").write_text(json.dumps(spec))
+    with background(cmd, f"{url}/ok", log=tmp_path / "langgraph-dev.log", cwd=served, env=env):
         client = get_sync_client(url=url, timeout=300)
         schema = client.assistants.get_schemas(client.assistants.search(graph_id="flow")[0]["assistant_id"])
         assert set(schema["context_schema"]["properties"]) == {"flow", "index", "budget"}
