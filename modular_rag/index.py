@@ -8,8 +8,8 @@ Where each piece of state lives, once:
   store) for Chroma on disk or in memory and for LangChain stores; the collection itself for Milvus and a Chroma
   server, which several machines share (the catalog then keeps each chunk's id, document and position only);
 * **BM25**: postings in segments on disk, memory-mapped (:class:`~modular_rag.segments.SegmentedBM25`), with the
-  document frequencies and lengths in the catalog; for Milvus, BM25 runs in Milvus and the catalog keeps the kit's
-  own term statistics (the evidence scorer's IDFs) beside it;
+  document frequencies and lengths in the catalog; for Milvus, BM25 queries run in Milvus, and the postings beside
+  the catalog serve the link table's look-ups at index time and rescoring;
 * **the link table**: rows of the catalog (what each chunk defines, which anchors it mentions), computed for the
   chunks an add brings (:class:`~modular_rag.links.StoredLinks`);
 * **sentence vectors**: rows of the catalog, each chunk's content sentences embedded when it is added
@@ -113,7 +113,9 @@ class KnowledgeIndex:
         self._temp = tempfile.TemporaryDirectory(prefix="modular-rag-index-") if folder is None else None
         self.folder = Path(self._temp.name) if self._temp is not None else Path(folder)  # type: ignore[arg-type]
         self.catalog = Catalog(self.folder / "catalog.sqlite" if folder is not None else None)
-        self.postings = None if self.bm25_in_store else SegmentedBM25(self.folder / "bm25", k1=k1, b=b)
+        # the postings also when the store ranks BM25 itself (Milvus): an add finds the older chunks that hold a new
+        # anchor in them (one Milvus search per anchor made bulk builds crawl), and rescoring reads them by position
+        self.postings: SegmentedBM25 = SegmentedBM25(self.folder / "bm25", k1=k1, b=b)
         self._lock = threading.RLock()
         self._links: Any = None
         self._analyzed = False
@@ -170,9 +172,8 @@ class KnowledgeIndex:
                         self.catalog.recount_terms({c.pos: len(t) for c, t in zip(part, terms, strict=True)}, terms,
                                                    db, first=first)  # fmt: skip
                     first = False
-                if self.postings is not None:
-                    self.postings.clear()
-                    self.sync_postings()
+                self.postings.clear()
+                self.sync_postings()
             if held != key:
                 with self.catalog.transaction() as db:
                     self.catalog.set_setting("analyzer", key, db)
@@ -266,31 +267,17 @@ class KnowledgeIndex:
 
     def score(self, query: str, hits: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """The BM25 scores of chunks already in hand for ``query`` (rescoring, not a retrieval): from the postings
-        by position when the kit keeps them, else from the hits' texts and the catalog's statistics."""
+        by position (chunks the index does not hold score 0)."""
         terms = self.analyzer(query)
         out = np.zeros(len(hits), dtype=np.float32)
         if not terms or not len(hits):
             return out
         idf = self.idfs(terms)
         avgdl = self._avgdl()
-        if self.postings is not None:
-            at = self.catalog.positions([h["chunk_id"] for h in hits])
-            known = [(i, at[h["chunk_id"]]) for i, h in enumerate(hits) if h["chunk_id"] in at]
-            if known:
-                scores = self.postings.score(terms, [p for _, p in known], idf, avgdl)
-                out[[i for i, _ in known]] = scores
-            return out
-        want: dict[str, int] = {}
-        for t in terms:
-            want[t] = want.get(t, 0) + 1
-        for i, h in enumerate(hits):
-            got = self.analyzer(str(h.get("text", "")))
-            tf: dict[str, int] = {}
-            for t in got:
-                if t in want:
-                    tf[t] = tf.get(t, 0) + 1
-            norm = self.k1 * (1.0 - self.b + self.b * len(got) / avgdl)
-            out[i] = sum(want[t] * idf[t] * f * (self.k1 + 1.0) / (f + norm) for t, f in tf.items())
+        at = self.catalog.positions([h["chunk_id"] for h in hits])
+        known = [(i, at[h["chunk_id"]]) for i, h in enumerate(hits) if h["chunk_id"] in at]
+        if known:
+            out[[i for i, _ in known]] = self.postings.score(terms, [p for _, p in known], idf, avgdl)
         return out
 
     def search_dense(
@@ -310,9 +297,8 @@ class KnowledgeIndex:
         """BM25 retrieval (records one retrieval in the current node's ledger): ranked in the store when it runs
         BM25 itself (Milvus), else over the postings, with IDFs and lengths from the catalog."""
         record(retrievals=1)
-        if isinstance(self.dense, MilvusStore):
-            return self.dense.search_sparse(query, k, where)
-        assert self.postings is not None
+        if self.bm25_in_store:
+            return self.dense.search_sparse(query, k, where)  # type: ignore[union-attr]
         self._prepare()
         terms = self.analyzer(query)
         if not terms or k <= 0:
@@ -326,7 +312,6 @@ class KnowledgeIndex:
 
     def _allowed(self, where: Mapping[str, Any]) -> np.ndarray:
         """The positions whose metadata a filter admits (sorted), cached per filter and index generation."""
-        assert self.postings is not None
         return _allowed_positions(self.catalog, self.postings.generation, _freeze(where))
 
     def sentence_vectors(self, ids: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
@@ -453,27 +438,14 @@ class KnowledgeIndex:
 
     def _containing(self, aliases: Sequence[Sequence[str]]) -> list[list[int]]:
         """For each alias, the positions of held chunks whose text may contain its words (every analysed term of
-        them): the BM25 postings' intersection, or, when BM25 runs in the store, its best matches (ids only, the
-        aliases searched in batches)."""
+        them): the BM25 postings' intersection."""
         terms = [self.analyzer(" ".join(words)) for words in aliases]
-        if self.postings is not None:
-            return [self.postings.containing(t).tolist() if t else [] for t in terms]
-        queries = [" ".join(words) if t else "" for words, t in zip(aliases, terms, strict=True)]
-        search = getattr(self.dense, "search_sparse_ids", None)
-        if search is not None:
-            ids = search(queries, 1000)
-        else:
-            ids = [[h["chunk_id"] for h in self.dense.search_sparse(q, 1000)] if q else []  # type: ignore[union-attr]
-                   for q in queries]  # fmt: skip
-        where = self.catalog.positions(sorted({i for found in ids for i in found}))
-        return [[where[i] for i in found if i in where] for found in ids]
+        return [self.postings.containing(t).tolist() if t else [] for t in terms]
 
     def sync_postings(self) -> None:
         """Write the BM25 postings of every catalog chunk the postings do not cover yet (the chunks just added, and
         any a killed run left behind), as one segment. A position whose chunk was removed before its postings were
         written gets none."""
-        if self.postings is None:
-            return
         start = self.postings.next_position
         terms: list[list[str]] = []
         for part in self.catalog.scan(start=start):
@@ -491,8 +463,7 @@ class KnowledgeIndex:
         with self._lock:
             at = self.catalog.positions(list(ids))
             held = self.catalog.at(sorted(at.values()))
-            if self.postings is not None:
-                self.postings.remove([c.pos for c in held])
+            self.postings.remove([c.pos for c in held])
             texts = self._texts(held)
             with self.catalog.transaction() as db:
                 self.catalog.remove_chunks([c.pos for c in held], self.analyzer.many(texts), db)
@@ -574,8 +545,7 @@ class KnowledgeIndex:
         with self._lock:
             self.dense.delete_all()
             self.catalog.clear()
-            if self.postings is not None:
-                self.postings.clear()
+            self.postings.clear()
 
 
 def _hit(chunk: StoredChunk) -> Hit:

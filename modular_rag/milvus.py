@@ -404,22 +404,6 @@ class MilvusStore:
             output_fields=_OUTPUT, search_params={"metric_type": "BM25"}, **self._read_args()))  # fmt: skip
         return _hits(res, "bm25", absolute=True)
 
-    def search_sparse_ids(self, queries: Sequence[str], k: int) -> list[list[str]]:
-        """For each query, the ids of its ``k`` best chunks by BM25: one request per 64 queries, ids only (no texts),
-        for the link table's look-ups at index time (a search per anchor with its hits' texts stalled bulk builds)."""
-        out: list[list[str]] = [[] for _ in queries]
-        todo = [i for i, q in enumerate(queries) if q.strip()]
-        if k <= 0 or not todo or not self._exists():
-            return out
-        for start in range(0, len(todo), 64):
-            part = todo[start : start + 64]
-            res = self._call("search", lambda c, p=part: c.search(
-                self.collection_name, data=[queries[i] for i in p], anns_field=_SPARSE, limit=min(k, _MAX_LIMIT),
-                output_fields=[], search_params={"metric_type": "BM25"}, **self._read_args()))  # fmt: skip
-            for i, hits in zip(part, res, strict=True):
-                out[i] = [str(h.get("id")) for h in hits]
-        return out
-
     def _query_vector(self, vector: np.ndarray) -> list[float]:
         flat = np.asarray(vector, dtype=np.float32).reshape(-1)
         if self._dim is not None and flat.shape[0] != self._dim:
