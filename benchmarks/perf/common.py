@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,3 +73,16 @@ def ensure_demo_index(path: str, embeddings: dict[str, Any] | None = None) -> No
     env = Providers(config)
     if env.index.count() == 0:
         index_paths([demo_corpus_path()], env, progress=False)
+
+
+def worktree(commit: str, folder: Path) -> Path:
+    """A worktree of ``commit`` under ``folder`` (``code-<short hash>``, checked out once and kept), so a benchmark can
+    run an earlier commit's code beside this checkout's."""
+    commit = subprocess.run(["git", "rev-parse", "--short=10", commit], cwd=ROOT, check=True, capture_output=True,
+                            text=True).stdout.strip()  # fmt: skip
+    tree = folder / f"code-{commit}"
+    if not tree.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
+                       capture_output=True)  # fmt: skip
+    return tree

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import ROOT, Report, table
+from .common import ROOT, Report, table, worktree
 
 HERE = Path(__file__).resolve().parent
 WORK = ROOT / ".modular_rag" / "scale"
@@ -157,18 +157,6 @@ def _rss_of(pid: int) -> float:
     return float("nan")
 
 
-def _old_tree(commit: str) -> Path:
-    """A worktree of ``commit`` (checked out once, kept under ``.modular_rag/scale/``)."""
-    commit = subprocess.run(["git", "rev-parse", "--short=10", commit], cwd=ROOT, check=True, capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
-    tree = WORK / f"code-{commit}"
-    if not tree.exists():
-        WORK.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
-                       capture_output=True)  # fmt: skip
-    return tree
-
-
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -176,9 +164,9 @@ def _pct(values: list[float], q: float) -> float:
 def run(args: argparse.Namespace, out: Report) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     stores = args.stores.split(",")
-    codes = {"new": _old_tree(args.new) if args.new else ROOT}
+    codes = {"new": worktree(args.new, WORK) if args.new else ROOT}
     if args.old:
-        codes[f"old ({args.old[:7]})"] = _old_tree(args.old)
+        codes[f"old ({args.old[:7]})"] = worktree(args.old, WORK)
     default = ROOT / "modular_rag" / "templates" / "linear.yaml"
     link = ROOT / "configs" / "hotpotqa-multihop.yaml"
     server, uri = _milvus_server() if "milvus" in stores else (None, "")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .common import ROOT, Report, ensure_demo_index, table
+from .common import ROOT, Report, ensure_demo_index, table, worktree
 
 OLD = "0e86dff"
 """The commit before async operators."""
@@ -49,18 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency", type=float, default=1.0, help="seconds per call of the stub endpoint (default 1.0)")
     p.add_argument("--rounds", type=int, default=2, help="bursts per server, alternating (default 2)")
     p.add_argument("--old", default=OLD, help=f"the commit to compare against (default {OLD}, before async operators)")
-
-
-def _tree(commit: str) -> Path:
-    """A worktree of ``commit`` (checked out once, kept under ``.modular_rag/server-bench/``)."""
-    commit = subprocess.run(["git", "rev-parse", "--short=10", commit], cwd=ROOT, check=True, capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
-    tree = WORK / f"code-{commit}"
-    if not tree.exists():
-        WORK.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
-                       capture_output=True)  # fmt: skip
-    return tree
 
 
 def _free_port() -> int:
@@ -218,7 +206,7 @@ def run(args: argparse.Namespace, out: Report) -> None:
 
     index = str(ROOT / ".modular_rag" / "demo")
     ensure_demo_index(index)
-    old = _tree(args.old)
+    old = worktree(args.old, WORK)
     codes = {"async (this tree)": ROOT, f"thread per step ({args.old[:7]})": old}
     counts = [int(n) for n in args.requests.split(",")]
     flows = args.flows.split(",")
