@@ -59,17 +59,10 @@ class QueryCache:
 
     def encode_query(self, text: str) -> np.ndarray:
         """Embed one query, with a small LRU cache."""
-        with self._lock:
-            cached = self._query_cache.get(text)
-            if cached is not None:
-                self._query_cache.move_to_end(text)
-                return cached
-        vector = self._embed_query(text)
-        with self._lock:
-            self._query_cache[text] = vector
-            if len(self._query_cache) > 2048:
-                self._query_cache.popitem(last=False)
-        return vector
+        cached = self._cached(text)
+        if cached is not None:
+            return cached
+        return self._remember(text, self._embed_query(text))
 
     async def aencode_query(self, text: str) -> np.ndarray:
         """:meth:`encode_query` awaited, for an encoder that asks an endpoint (``_aembed_query``), with the same cache.
@@ -77,12 +70,21 @@ class QueryCache:
         Raises:
             NotImplementedError: If the encoder has no async path (it runs in this process).
         """
+        cached = self._cached(text)
+        if cached is not None:
+            return cached
+        return self._remember(text, await self._aembed_query(text))
+
+    def _cached(self, text: str) -> np.ndarray | None:
+        """The query's vector from the LRU cache (marked as recently used), or ``None``."""
         with self._lock:
             cached = self._query_cache.get(text)
             if cached is not None:
                 self._query_cache.move_to_end(text)
-                return cached
-        vector = await self._aembed_query(text)
+            return cached
+
+    def _remember(self, text: str, vector: np.ndarray) -> np.ndarray:
+        """Put a query's vector in the LRU cache (2,048 queries) and return it."""
         with self._lock:
             self._query_cache[text] = vector
             if len(self._query_cache) > 2048:

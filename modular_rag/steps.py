@@ -557,10 +557,9 @@ class _Step:
     def run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
         started = time.time()
         t0 = time.perf_counter()
-        if self.spec.skip_when is not None and evaluate_condition(self.spec.skip_when, state):
-            instead, said = self._instead()
-            event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held" + said, Meter())
-            return instead, event, entry
+        skipped = self._skipped(state, started)
+        if skipped is not None:
+            return skipped
         with metered() as meter, _operator_run(self, state) as ran:
             try:
                 update = ran(_call, self.fn, state, self.spec.timeout_s)
@@ -575,10 +574,9 @@ class _Step:
         deadline), a sync one runs in the kit's thread pool; the same trace, ledger, errors and LangChain run."""
         started = time.time()
         t0 = time.perf_counter()
-        if self.spec.skip_when is not None and evaluate_condition(self.spec.skip_when, state):
-            instead, said = self._instead()
-            event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held" + said, Meter())
-            return instead, event, entry
+        skipped = self._skipped(state, started)
+        if skipped is not None:
+            return skipped
         with metered() as meter:
             async with _aoperator_run(self, state) as ran:
                 try:
@@ -591,6 +589,15 @@ class _Step:
                 except Exception as exc:
                     return self._failed(exc, meter, started, t0)
         return self._finished(state, update, meter, started, t0)
+
+    def _skipped(self, state: Mapping[str, Any],
+                 started: float) -> tuple[dict[str, Any], TraceEvent, LedgerEntry] | None:  # fmt: skip
+        """The fallback and a skipped event when the step's ``skip_when`` holds for the state, else ``None``."""
+        if self.spec.skip_when is None or not evaluate_condition(self.spec.skip_when, state):
+            return None
+        instead, said = self._instead()
+        event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held" + said, Meter())
+        return instead, event, entry
 
     def _failed(self, exc: Exception, meter: Meter, started: float,
                 t0: float) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:  # fmt: skip
