@@ -262,8 +262,9 @@ class StoredLinks:
         if again:  # find gives chunks holding the words anywhere: rescan only those holding an anchor as a phrase
             held = catalog.at(sorted(again), db=db)
             read = texts_of(held) if texts_of is not None else [c.text for c in held]
-            older = [(c.pos, text) for c, text in zip(held, read, strict=True)
-                     if any(f" {a} " in f" {' '.join(words_of(text))} " for a in again[c.pos])]  # fmt: skip
+            folded = [f" {' '.join(words_of(text))} " for text in read]  # once per chunk, not per anchor
+            older = [(c.pos, text) for c, text, words in zip(held, read, folded, strict=True)
+                     if any(f" {a} " in words for a in again[c.pos])]  # fmt: skip
             catalog.delete_mentions([pos for pos, _ in older], db)
             self._scan(db, [pos for pos, _ in older], [text for _, text in older])
 
