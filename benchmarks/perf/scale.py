@@ -167,8 +167,6 @@ def run(args: argparse.Namespace, out: Report) -> None:
     codes = {"new": worktree(args.new, WORK) if args.new else ROOT}
     if args.old:
         codes[f"old ({args.old[:7]})"] = worktree(args.old, WORK)
-    default = ROOT / "modular_rag" / "templates" / "linear.yaml"
-    link = ROOT / "configs" / "hotpotqa-multihop.yaml"
     server, uri = _milvus_server() if "milvus" in stores else (None, "")
     rows_start: list[list[Any]] = []
     rows_lat: list[list[Any]] = []
@@ -182,32 +180,11 @@ def run(args: argparse.Namespace, out: Report) -> None:
             questions = corpus.questions(1 + args.questions * args.workers, seed=n)
             for store in stores:
                 for label, code in codes.items():
-                    key = f"{'new' if label == 'new' else args.old[:7]}-{store}-{n}"
-                    where = {"store": store, "collection": key.replace("-", "_"), "path": str(WORK / key),
-                             "uri": uri, "catalog": str(WORK / f"{key}.catalog")}  # fmt: skip
-                    built = WORK / f"{key}.json"
-                    if args.rebuild or not built.exists():
-                        for stale in (WORK / key, WORK / f"{key}.catalog"):
-                            shutil.rmtree(stale, ignore_errors=True)
-                        info = _job(code, {**where, "job": "build", "paths": [str(corpus.folder)]})
-                        built.write_text(json.dumps(info))
-                    info = json.loads(built.read_text())
-                    kit_s = info["seconds"] - info["embed_seconds"]
-                    out(f"{n:,} {store} {label}: built {info['chunks']:,} chunks in {info['seconds']:.0f}s "
-                        f"(embedding {info['embed_seconds']:.0f}s): {info['chunks'] / kit_s:,.0f} chunks/s without it")
-                    cold = _job(code, {**where, "job": "worker", "config": str(default), "questions": questions[:1]})
-                    rows_start.append([f"{n:,}", store, label, cold["first answer s"], cold["kit MB"],
-                                       cold["chroma s"] if store == "chroma" else "-",
-                                       cold["chroma MB"] if store == "chroma" else "-",
-                                       info["chunks"] / kit_s])  # fmt: skip
-                    for name, config in (("default", default), ("link_hop", link)):
-                        jobs = [{**where, "job": "worker", "config": str(config),
-                                 "questions": questions[w * args.questions: (w + 1) * args.questions + 1]}
-                                for w in range(args.workers)]  # fmt: skip
-                        lat = [ms for r in _parallel(code, jobs) for ms in r["latencies"]]
-                        rows_lat.append([f"{n:,}", store, label, name, len(lat), _pct(lat, 50), _pct(lat, 95)])
-                    if args.changes:
-                        rows_change.append([f"{n:,}", store, label, *_changes(code, where, corpus)])
+                    try:
+                        _measure(args, out, n, store, label, code, uri, corpus, questions,
+                                 (rows_start, rows_lat, rows_change))  # fmt: skip
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # one code failing keeps the others
+                        out(f"{n:,} {store} {label}: FAILED: {str(exc)[-1500:]}")
                     if server is not None:
                         out(f"  milvus-lite server RSS now {_rss_of(server.pid):,.0f} MB")
     finally:
@@ -228,6 +205,61 @@ def run(args: argparse.Namespace, out: Report) -> None:
         out("changes (seconds, the embedding excluded): add a file of 1,000 new documents; --sync with a 1,000-"
             "document file gone")
         out(table(["chunks", "store", "code", "add 1,000 s", "sync -1,000 s", "removed"], rows_change))
+
+
+def _measure(
+    args: argparse.Namespace, out: Report, n: int, store: str, label: str, code: Path, uri: str, corpus: Corpus,
+    questions: list[str], rows: tuple[list[list[Any]], list[list[Any]], list[list[Any]]],
+) -> None:  # fmt: skip
+    """Build (or reuse) one code's index in one store and measure it, printing each row as soon as it is known (a
+    run at 1M chunks takes hours: what was measured survives a later failure)."""
+    rows_start, rows_lat, rows_change = rows
+    default = ROOT / "modular_rag" / "templates" / "linear.yaml"
+    link = ROOT / "configs" / "hotpotqa-multihop.yaml"
+    key = f"{'new' if label == 'new' else args.old[:7]}-{store}-{n}"
+    where = {"store": store, "collection": key.replace("-", "_"), "path": str(WORK / key), "uri": uri,
+             "catalog": str(WORK / f"{key}.catalog")}  # fmt: skip
+    built = WORK / f"{key}.json"
+    if args.rebuild or not built.exists():
+        for stale in (WORK / key, WORK / f"{key}.catalog"):
+            shutil.rmtree(stale, ignore_errors=True)
+        info = _job(code, {**where, "job": "build", "paths": [str(corpus.folder)]})
+        built.write_text(json.dumps(info))
+    info = json.loads(built.read_text())
+    kit_s = info["seconds"] - info["embed_seconds"]
+    out(f"{n:,} {store} {label}: built {info['chunks']:,} chunks in {info['seconds']:.0f}s "
+        f"(embedding {info['embed_seconds']:.0f}s): {info['chunks'] / kit_s:,.0f} chunks/s without it")  # fmt: skip
+    cold = _job(code, {**where, "job": "worker", "config": str(default), "questions": questions[:1]})
+    rows_start.append([f"{n:,}", store, label, cold["first answer s"], cold["kit MB"],
+                       cold["chroma s"] if store == "chroma" else "-", cold["chroma MB"] if store == "chroma" else "-",
+                       info["chunks"] / kit_s])  # fmt: skip
+    out(f"  new worker: first answer {cold['first answer s']:.2f} s, kit {cold['kit MB']:,.0f} MB, "
+        f"process {cold['rss MB']:,.0f} MB")  # fmt: skip
+    need, free = cold["rss MB"] * args.workers, _available_mb()
+    if need > 0.8 * free:  # several copies of a corpus-sized worker would push the machine into swap or the OOM killer
+        out(f"  {args.workers} workers not run: {args.workers} x {cold['rss MB']:,.0f} MB > 80% of the "
+            f"{free:,.0f} MB available")  # fmt: skip
+        rows_lat.append([f"{n:,}", store, label, "both", 0, "did not fit", "did not fit"])
+    else:
+        for name, config in (("default", default), ("link_hop", link)):
+            jobs = [{**where, "job": "worker", "config": str(config),
+                     "questions": questions[w * args.questions: (w + 1) * args.questions + 1]}
+                    for w in range(args.workers)]  # fmt: skip
+            lat = [ms for r in _parallel(code, jobs) for ms in r["latencies"]]
+            rows_lat.append([f"{n:,}", store, label, name, len(lat), _pct(lat, 50), _pct(lat, 95)])
+            out(f"  {args.workers} workers, {name}: p50 {_pct(lat, 50):.1f} ms, p95 {_pct(lat, 95):.1f} ms")
+    if args.changes:
+        change = _changes(code, where, corpus)
+        rows_change.append([f"{n:,}", store, label, *change])
+        out(f"  add 1,000: {change[0]:.1f} s; sync -1,000: {change[1]:.1f} s ({change[2]:,} removed)")
+
+
+def _available_mb() -> float:
+    """MemAvailable of this machine, in MB."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("inf")
 
 
 def _changes(code: Path, where: dict[str, Any], corpus: Corpus) -> list[Any]:
