@@ -167,6 +167,8 @@ def run(args: argparse.Namespace, out: Report) -> None:
     codes = {"new": worktree(args.new, WORK) if args.new else ROOT}
     if args.old:
         codes[f"old ({args.old[:7]})"] = worktree(args.old, WORK)
+    if args.only:
+        codes = {label: code for label, code in codes.items() if label.startswith(args.only)}
     server, uri = _milvus_server() if "milvus" in stores else (None, "")
     rows_start: list[list[Any]] = []
     rows_lat: list[list[Any]] = []
@@ -229,6 +231,8 @@ def _measure(
     kit_s = info["seconds"] - info["embed_seconds"]
     out(f"{n:,} {store} {label}: built {info['chunks']:,} chunks in {info['seconds']:.0f}s "
         f"(embedding {info['embed_seconds']:.0f}s): {info['chunks'] / kit_s:,.0f} chunks/s without it")  # fmt: skip
+    if args.build_only:
+        return
     cold = _job(code, {**where, "job": "worker", "config": str(default), "questions": questions[:1]})
     rows_start.append([f"{n:,}", store, label, cold["first answer s"], cold["kit MB"],
                        cold["chroma s"] if store == "chroma" else "-", cold["chroma MB"] if store == "chroma" else "-",
@@ -286,3 +290,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--questions", type=int, default=25, help="per worker, after its first")
     p.add_argument("--no-changes", dest="changes", action="store_false", help="skip the add / sync timings")
     p.add_argument("--rebuild", action="store_true", help="index again even when a built index is kept")
+    p.add_argument("--only", choices=("new", "old"), help="measure one of the two codes")
+    p.add_argument("--build-only", action="store_true",
+                   help="build (or reuse) the indexes and stop: a later run measures both codes side by side")
