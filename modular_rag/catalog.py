@@ -153,6 +153,8 @@ class Catalog:
                        "excluded.df", df.items())  # fmt: skip
         self._bump(db, "chunks", len(rows))
         self._bump(db, "length", sum(lengths))
+        db.execute("INSERT INTO stats (key, value) VALUES ('next', ?) ON CONFLICT (key) DO UPDATE SET value = "
+                   "MAX(value, excluded.value)", (start + len(rows),))  # fmt: skip
         self._count_fields(db, [meta for *_, meta in chunks], +1)
         return [r[0] for r in rows]
 
@@ -266,8 +268,12 @@ class Catalog:
         return int(self._read("SELECT COUNT(*) FROM chunks")[0][0])
 
     def next_position(self, db: sqlite3.Connection | None = None) -> int:
-        """The position the next added chunk gets (positions are never reused)."""
-        return int(self._read("SELECT COALESCE(MAX(pos) + 1, 0) FROM chunks", db=db)[0][0])
+        """The position the next added chunk gets. Positions are never reused: the highest ever given is kept in the
+        statistics (``next``), so removing the newest chunks does not hand their positions out again (the postings
+        hold tombstones there)."""
+        got = self._read("SELECT MAX(COALESCE((SELECT MAX(pos) + 1 FROM chunks), 0), "
+                         "COALESCE((SELECT value FROM stats WHERE key = 'next'), 0))", db=db)  # fmt: skip
+        return int(got[0][0])
 
     def stats(self) -> tuple[int, float]:
         """``(chunks, total length in terms)`` as BM25 sees the corpus."""
@@ -275,8 +281,8 @@ class Catalog:
         return int(got.get("chunks", 0)), float(got.get("length", 0.0))
 
     def stat_values(self) -> dict[str, float]:
-        """Every statistic: ``chunks``, ``documents``, ``length``, ``generation`` (changed by every write), and what
-        others keep there (``max_words``: the longest anchor's words)."""
+        """Every statistic: ``chunks``, ``documents``, ``length``, ``generation`` (changed by every write), ``next``
+        (the next position), and what others keep there (``max_words``: the longest anchor's words)."""
         return {str(k): float(v) for k, v in self._read("SELECT key, value FROM stats")}
 
     def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
@@ -289,12 +295,21 @@ class Catalog:
         rows = self._in(db, "SELECT pos, id, doc_id, text, meta FROM chunks WHERE id IN ({})", list(ids))
         return {r[1]: _chunk(r) for r in rows}
 
-    def at(self, positions: Sequence[int], db: sqlite3.Connection | None = None) -> list[StoredChunk]:
-        """The chunks at these positions, in the order given (positions not held are left out)."""
-        rows = self._in(db, "SELECT pos, id, doc_id, text, meta FROM chunks WHERE pos IN ({})", [int(p) for p in
-                                                                                                 positions])
-        by = {int(r[0]): _chunk(r) for r in rows}
+    def at(
+        self, positions: Sequence[int], db: sqlite3.Connection | None = None, *, metadata: bool = True
+    ) -> list[StoredChunk]:  # fmt: skip
+        """The chunks at these positions, in the order given (positions not held are left out); with
+        ``metadata=False`` their metadata is left empty (not decoded: a scan of texts needs none)."""
+        columns = "pos, id, doc_id, text, meta" if metadata else "pos, id, doc_id, text"
+        rows = self._in(db, f"SELECT {columns} FROM chunks WHERE pos IN ({{}})", [int(p) for p in positions])
+        make = _chunk if metadata else lambda r: StoredChunk(int(r[0]), str(r[1]), str(r[2]), str(r[3]), {})
+        by = {int(r[0]): make(r) for r in rows}
         return [by[int(p)] for p in positions if int(p) in by]
+
+    def ids_at(self, positions: Sequence[int]) -> dict[int, str]:
+        """The chunk id at each held position (no texts read: what a ranking needs before it keeps its best)."""
+        rows = self._in(None, "SELECT pos, id FROM chunks WHERE pos IN ({})", [int(p) for p in positions])
+        return {int(pos): str(cid) for pos, cid in rows}
 
     def positions(self, ids: Sequence[str], db: sqlite3.Connection | None = None) -> dict[str, int]:
         """The position of each held id."""

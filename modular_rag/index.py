@@ -181,6 +181,13 @@ class KnowledgeIndex:
 
     # --------------------------------------------------------------------------------------------------- structure
 
+    def warm(self) -> float:
+        """Make what was written ready for readers (a Milvus collection builds its search structures on the first
+        search after a write: see :meth:`~modular_rag.milvus.MilvusStore.warm`), so the indexer pays that and not a
+        worker's first question. Returns the seconds it took (0 for stores that need nothing)."""
+        warm = getattr(self.dense, "warm", None)
+        return float(warm()) if callable(warm) else 0.0
+
     @property
     def bm25_in_store(self) -> bool:
         """Whether the dense store ranks BM25 itself (Milvus)."""
@@ -242,13 +249,14 @@ class KnowledgeIndex:
         found = self.chunks(ids)
         return [Hit(**{**found[c], "channel": channel}) for c in dict.fromkeys(ids) if c in found]
 
-    def _fill(self, hits: list[Hit]) -> list[Hit]:
-        """Hits whose text the dense store does not keep, with their text and metadata from the catalog."""
+    def fill(self, hits: Sequence[Hit]) -> list[Hit]:
+        """Hits with the text and metadata of those that lack them, read by id (from the catalog, or the store where
+        it keeps the texts). A ranking that fuses or cuts reads ids and scores first and fills only what it keeps."""
         missing = [h["chunk_id"] for h in hits if not h["text"]]
-        if not missing or self.texts_in_store:
-            return hits
-        found = self.catalog.get(missing)
-        return [Hit(**{**h, "text": found[h["chunk_id"]].text, "metadata": found[h["chunk_id"]].metadata})
+        if not missing:
+            return list(hits)
+        found = self.chunks(missing)
+        return [Hit(**{**h, "text": found[h["chunk_id"]]["text"], "metadata": dict(found[h["chunk_id"]]["metadata"])})
                 if not h["text"] and h["chunk_id"] in found else h for h in hits]  # fmt: skip
 
     def idfs(self, terms: Sequence[str]) -> dict[str, float]:
@@ -281,9 +289,11 @@ class KnowledgeIndex:
         return out
 
     def search_dense(
-        self, query: str, k: int, where: Mapping[str, Any] | None = None, vector: np.ndarray | None = None
-    ) -> list[Hit]:
-        """Dense retrieval (records one retrieval in the current node's ledger)."""
+        self, query: str, k: int, where: Mapping[str, Any] | None = None, vector: np.ndarray | None = None, *,
+        fill: bool = True,
+    ) -> list[Hit]:  # fmt: skip
+        """Dense retrieval (records one retrieval in the current node's ledger). With ``fill=False`` hits may come
+        without their texts (see :meth:`fill`)."""
         record(retrievals=1)
         if isinstance(self.dense, LangChainStore):
             return self.dense.query_text(query, k, where)
@@ -291,11 +301,15 @@ class KnowledgeIndex:
             if self.encoder is None:
                 raise ProviderError("dense retrieval needs an embeddings provider")
             vector = self.encoder.encode_query(query)
-        return self._fill(self.dense.query(vector, k, where))
+        hits = self.dense.query(vector, k, where)
+        return self.fill(hits) if fill else hits
 
-    def search_sparse(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
+    def search_sparse(
+        self, query: str, k: int, where: Mapping[str, Any] | None = None, *, fill: bool = True
+    ) -> list[Hit]:  # fmt: skip
         """BM25 retrieval (records one retrieval in the current node's ledger): ranked in the store when it runs
-        BM25 itself (Milvus), else over the postings, with IDFs and lengths from the catalog."""
+        BM25 itself (Milvus), else over the postings, with IDFs and lengths from the catalog. With ``fill=False``
+        the hits come without their texts and metadata (see :meth:`fill`)."""
         record(retrievals=1)
         if self.bm25_in_store:
             return self.dense.search_sparse(query, k, where)  # type: ignore[union-attr]
@@ -305,10 +319,10 @@ class KnowledgeIndex:
             return []
         allowed = self._allowed(where) if where else None
         positions, scores = self.postings.top_k(terms, k, self.idfs(terms), self._avgdl(), allowed=allowed)
-        by_pos = {c.pos: c for c in self.catalog.at(positions.tolist())}
-        return [Hit(chunk_id=by_pos[p].id, text=by_pos[p].text, score=float(s), channel="bm25",
-                    metadata=dict(by_pos[p].metadata))
-                for p, s in zip(positions.tolist(), scores.tolist(), strict=True) if p in by_pos]  # fmt: skip
+        ids = self.catalog.ids_at(positions.tolist())
+        hits = [Hit(chunk_id=ids[p], text="", score=float(s), channel="bm25", metadata={})
+                for p, s in zip(positions.tolist(), scores.tolist(), strict=True) if p in ids]  # fmt: skip
+        return self.fill(hits) if fill else hits
 
     def _allowed(self, where: Mapping[str, Any]) -> np.ndarray:
         """The positions whose metadata a filter admits (sorted), cached per filter and index generation."""
@@ -397,7 +411,7 @@ class KnowledgeIndex:
             t0 = time.perf_counter()
             in_catalog = self.catalog.positions([c["chunk_id"] for c in todo])
             fresh = [c for c in todo if c["chunk_id"] not in in_catalog]
-            self._catalog_add(fresh)
+            analysed = self._catalog_add(fresh)
             stages["sentence vectors"] = self.sentences.seconds - embedded
             stages["catalog"] = time.perf_counter() - t0 - stages["sentence vectors"]
             present = self.dense.existing([c["chunk_id"] for c in todo]) if self.dense.count() else set()
@@ -406,7 +420,7 @@ class KnowledgeIndex:
                 progress(len(todo) - len(new))
             stages.update(self._write_dense(new, batch_size, progress))
             t0 = time.perf_counter()
-            self.sync_postings()
+            self.sync_postings(analysed)
             stages["sparse"] = time.perf_counter() - t0
             removed = 0
             if prune:
@@ -414,11 +428,12 @@ class KnowledgeIndex:
                 removed = self.remove(stale)
         return AddReport(len(todo), len(new), len(present), time.perf_counter() - start, stages, removed)
 
-    def _catalog_add(self, chunks: Sequence[Chunk], *, sentences: bool = True) -> None:
+    def _catalog_add(self, chunks: Sequence[Chunk], *, sentences: bool = True) -> dict[int, list[str]]:
         """Texts (unless the store keeps them), term statistics, link rows and (with ``sentences``) sentence vectors
-        of new chunks, in one transaction."""
+        of new chunks, in one transaction. Returns their analysed terms by the positions they were given (what their
+        postings are made of)."""
         if not chunks:
-            return
+            return {}
         terms = self.analyzer.many([c["text"] for c in chunks])
         metas = [self._stored_meta(c["metadata"]) for c in chunks]
         embedded = None
@@ -435,25 +450,45 @@ class KnowledgeIndex:
                                       texts_of=self._texts)  # fmt: skip
             if embedded is not None:
                 self.sentences.write(db, positions, embedded)
+        return dict(zip(positions, terms, strict=True))
 
     def _containing(self, aliases: Sequence[Sequence[str]]) -> list[list[int]]:
         """For each alias, the positions of held chunks whose text may contain its words (every analysed term of
         them): the BM25 postings' intersection."""
         terms = [self.analyzer(" ".join(words)) for words in aliases]
-        return [self.postings.containing(t).tolist() if t else [] for t in terms]
+        return [found.tolist() if t else [] for t, found in zip(terms, self.postings.containing_many(terms),
+                                                                    strict=True)]  # fmt: skip
 
-    def sync_postings(self) -> None:
+    def sync_postings(self, analysed: Mapping[int, list[str]] | None = None) -> None:
         """Write the BM25 postings of every catalog chunk the postings do not cover yet (the chunks just added, and
         any a killed run left behind), as one segment. A position whose chunk was removed before its postings were
-        written gets none."""
-        start = self.postings.next_position
-        terms: list[list[str]] = []
-        for part in self.catalog.scan(start=start):
-            for c in part:
-                terms.extend([] for _ in range(c.pos - start - len(terms)))
-                terms.append(self.analyzer(self._texts([c])[0]))
-        if terms:
-            self.postings.add(start, terms)
+        written gets none.
+
+        Args:
+            analysed: The analysed terms of chunks in hand, by position (an add's): those are not read back (on
+                Milvus that would be one read of the texts from the store per chunk).
+        """
+        analysed = analysed or {}
+        start, end = self.postings.next_position, self.catalog.next_position()
+        if start >= end:
+            return
+        terms: list[list[str]] = [[] for _ in range(end - start)]
+        missing: list[StoredChunk] = []
+        if all(pos in analysed for pos in range(start, end)):
+            held = range(start, end)  # an add's chunks only: no catalog read
+        else:
+            held = []
+            for part in self.catalog.scan(start=start):
+                held.extend(c.pos for c in part)
+                missing.extend(c for c in part if c.pos not in analysed)
+        for pos in held:
+            if pos in analysed:
+                terms[pos - start] = analysed[pos]
+        for i in range(0, len(missing), 2000):  # a killed run's leftovers, or a catalog read from the store
+            part = missing[i : i + 2000]
+            for c, found in zip(part, self.analyzer.many(self._texts(part)), strict=True):
+                terms[c.pos - start] = found
+        self.postings.add(start, terms)
 
     def remove(self, ids: Sequence[str]) -> int:
         """Remove chunks by id from the catalog (texts, statistics, link rows), the postings and the dense store.

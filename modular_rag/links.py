@@ -260,7 +260,7 @@ class StoredLinks:
                 if int(p) not in added:
                     again.setdefault(int(p), []).append(anchor)
         if again:  # find gives chunks holding the words anywhere: rescan only those holding an anchor as a phrase
-            held = catalog.at(sorted(again), db=db)
+            held = catalog.at(sorted(again), db=db, metadata=False)
             read = texts_of(held) if texts_of is not None else [c.text for c in held]
             folded = [f" {' '.join(words_of(text))} " for text in read]  # once per chunk, not per anchor
             older = [(c.pos, text) for c, text, words in zip(held, read, folded, strict=True)

@@ -393,19 +393,34 @@ class SegmentedBM25:
 
     def containing(self, terms: Sequence[str]) -> np.ndarray:
         """The positions (sorted, removed ones left out) whose postings hold every one of ``terms``."""
+        return self.containing_many([terms])[0]
+
+    def containing_many(self, queries: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """:meth:`containing` of each list of terms, each term's postings read once for them all (an add looks up
+        thousands of new anchors whose words repeat), intersected from the rarest term up."""
         with self._lock:
             self.refresh()
-            found: np.ndarray | None = None
-            for term in dict.fromkeys(terms):
-                key = term.encode("utf-8")
-                docs = [np.asarray(seg.find(key)[0]) for seg in self._segments]
-                here = np.concatenate(docs) if docs else _EMPTY_I
-                found = here if found is None else np.intersect1d(found, here, assume_unique=True)
-                if not len(found):
-                    return _EMPTY_I
-            if found is None:
-                return _EMPTY_I
-            return found[~np.isin(found, self._removed)] if len(self._removed) else found
+            postings: dict[str, np.ndarray] = {}
+
+            def holding(term: str) -> np.ndarray:
+                if term not in postings:
+                    key = term.encode("utf-8")
+                    docs = [np.asarray(seg.find(key)[0]) for seg in self._segments]
+                    postings[term] = np.concatenate(docs) if docs else _EMPTY_I
+                return postings[term]
+
+            out: list[np.ndarray] = []
+            for terms in queries:
+                lists = sorted((holding(t) for t in dict.fromkeys(terms)), key=len)
+                found = lists[0] if lists else _EMPTY_I
+                for other in lists[1:]:
+                    if not len(found):
+                        break
+                    found = np.intersect1d(found, other, assume_unique=True)
+                if len(found) and len(self._removed):
+                    found = found[~np.isin(found, self._removed)]
+                out.append(found)
+            return out
 
     def score(self, terms: Sequence[str], positions: Sequence[int], idf: Mapping[str, float],
               avgdl: float) -> np.ndarray:  # fmt: skip

@@ -795,6 +795,8 @@ def _index(
             keep = set().union(*now.values()) if now else set()
             stale = [cid for ids in before.values() for cid in ids if cid not in keep]
             removed = providers.index.remove(stale)
+        if counts["added"] or removed:
+            stages["warm"] = providers.index.warm()
     finally:
         if bar is not None:
             bar.close()

@@ -148,14 +148,14 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
                 k = params.k if len(queries) == 1 else None
                 per_query.append(_milvus_hybrid(milvus, providers, q, vec, where, params, k))
                 continue
-            dense_hits = providers.index.search_dense(q, params.pool, where, vector=vec)
-            sparse_hits = providers.index.search_sparse(q, params.pool, where)
+            dense_hits = providers.index.search_dense(q, params.pool, where, vector=vec, fill=False)
+            sparse_hits = providers.index.search_sparse(q, params.pool, where, fill=False)
             per_query.append(
                 fuse([dense_hits, sparse_hits], params.fusion, k=params.pool, weights=params.weights,
                      rrf_k=params.rrf_k, channel="hybrid")
             )  # fmt: skip
         hits = per_query[0][: params.k] if len(per_query) == 1 else fuse(per_query, "rrf", k=params.k, channel="hybrid")
-        return {"candidates": hits}
+        return {"candidates": providers.index.fill(hits)}  # texts read for the hits kept, not for both pools
 
     return waiting(run)  # a query embedded by an endpoint is awaited in async runs
 

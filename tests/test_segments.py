@@ -111,3 +111,21 @@ def test_the_catalog_reads_chunks_statistics_and_fields_by_key(tmp_path: Path) -
         assert catalog.add_chunks([("c4", "d3", "New.", {})], [1], [["new"]], db) == [3]  # positions are not reused
     other = Catalog(tmp_path / "catalog.sqlite")  # another process's view of the same file
     assert sorted(other.ids()) == ["c2", "c3", "c4"]
+
+
+@pytest.mark.unit
+def test_chunks_added_after_the_newest_ones_were_removed_are_searchable(tmp_path: Path) -> None:
+    """A sync that removes the newest file and an add after it: the new chunks must get fresh positions (a position
+    of a removed chunk is a tombstone in the postings) and be found by BM25."""
+    from modular_rag.config import ChromaConfig, ProvidersConfig
+    from modular_rag.providers import Providers
+    from modular_rag.state import Chunk
+
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
+    first = [Chunk(chunk_id=f"a{i}", text=f"Alpha note {i} about gears.", metadata={"doc_id": f"a{i}"})
+             for i in range(4)]  # fmt: skip
+    env.index.add(first)
+    env.index.remove(["a2", "a3"])  # the newest positions
+    env.index.add([Chunk(chunk_id="b0", text="The zeppelin hangar opened.", metadata={"doc_id": "b0"})])
+    assert [h["chunk_id"] for h in env.index.search_sparse("zeppelin hangar", 3)] == ["b0"]
+    assert sorted(env.index.catalog.positions(["a0", "a1", "b0"]).values()) == [0, 1, 4]
