@@ -49,12 +49,29 @@ def build(args: dict[str, Any]) -> dict[str, Any]:
 
     emb = HashEmbeddings()
     env = providers(args, emb)
+    before = args.get("before") or {"seconds": 0.0, "embed_seconds": 0.0, "runs": 0}
     start = time.perf_counter()
+    if args.get("progress_file"):  # a build of hours: record after each write what a resumed run adds to
+        file, add = Path(args["progress_file"]), env.index.add
+
+        def recorded(*a: Any, **kw: Any) -> Any:
+            out = add(*a, **kw)
+            done = {"seconds": before["seconds"] + time.perf_counter() - start, "runs": before["runs"] + 1,
+                    "embed_seconds": None if before["embed_seconds"] is None
+                    else before["embed_seconds"] + emb.seconds}  # fmt: skip
+            file.write_text(json.dumps(done))
+            return out
+
+        env.index.add = recorded
     summary = index_paths(args["paths"], env, progress=False, sync=args.get("sync", False), max_file_mb=10_000)
     wall = time.perf_counter() - start
-    return {"seconds": wall, "embed_seconds": emb.seconds, "embedded": emb.texts, "chunks": summary.chunks,
-            "added": summary.added, "removed": getattr(summary, "removed", 0), "count": env.index.count(),
-            "rss_mb": rss_mb(), "stages": getattr(summary, "stages", {})}  # fmt: skip
+    known = before["embed_seconds"] is not None  # None: an earlier run that did not record its embedding time
+    return {"seconds": before["seconds"] + wall, "embed_seconds": before["embed_seconds"] + emb.seconds if known
+            else None, "runs": before["runs"] + 1, "run": {"seconds": wall, "embed_seconds": emb.seconds,
+                                                             "added": summary.added},
+            "embedded": emb.texts, "chunks": summary.chunks, "added": summary.added,
+            "removed": getattr(summary, "removed", 0), "count": env.index.count(), "rss_mb": rss_mb(),
+            "stages": getattr(summary, "stages", {})}  # fmt: skip
 
 
 def worker(args: dict[str, Any]) -> dict[str, Any]:
