@@ -4,6 +4,7 @@ routing in the conditional pattern with its reasons in the trace."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,17 @@ CHEAP = {"pattern": "linear", "name": "cheap", "operators": {"retrieve": {"name"
 HOPPING = {"pattern": "linear", "name": "hopping", "operators": {
     "retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
     "rerank": {"name": "link_hop", "params": {"k": 10}}, "context": "none", "generate": "none"}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def own_eval_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The evaluation index the training tests build, in a folder of their own: the shared cache under
+    ``.modular_rag/eval`` is written by whichever chromadb built it first (chromadb 1.0 cannot open a 1.5 index:
+    a Rust panic), and a test must not rest on what another environment left there."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MODULAR_RAG_HOME", str(home))
+        yield home
 
 
 def _model(cost_weight: float) -> RouterModel:
@@ -44,6 +56,7 @@ def test_the_decision_weighs_expected_quality_against_cost(tmp_path: Path) -> No
 
 
 @pytest.mark.integration
+@pytest.mark.usefixtures("own_eval_home")
 def test_train_router_writes_a_model_and_a_routed_flow_that_runs(tmp_path: Path, demo_dir: Path) -> None:
     from modular_rag.eval.datasets import load_demo
     from modular_rag.eval.router import train_router
@@ -83,6 +96,7 @@ def _cased_like_a_benchmark(question: str, multi_hop: bool) -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.usefixtures("own_eval_home")
 def test_the_learned_router_does_not_read_letter_case(tmp_path: Path, demo_dir: Path) -> None:
     """A training mix whose casing follows the route (NQ-style lower-case single-hop questions, cased multi-hop ones)
     must not teach the router letter case: the same questions lower-cased or title-cased route the same way, so
