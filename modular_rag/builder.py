@@ -24,6 +24,7 @@ A pattern factory adds its nodes, then connects them, as LangGraph's own tutoria
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from modular_rag.config import FlowConfig, OperatorSpec, load_config
 from modular_rag.errors import ConfigError
 from modular_rag.graphs import BEGIN, REPLY, compile_graph, output_schema, state_graph, supersteps
 from modular_rag.providers import Providers
-from modular_rag.registry import Hop, Port
+from modular_rag.registry import Hop, Port, Search
 from modular_rag.resolve import ResolvedFlow, resolve
 from modular_rag.state import RAGState, trace_and_ledger
 from modular_rag.steps import (
@@ -46,15 +47,21 @@ from modular_rag.steps import (
     PORT_READS,
     GraphNode,
     PooledNode,
+    Runner,
+    SlotNode,
+    WaitingBody,
     _pooled,
+    _prefixed,
     _Step,
     evaluate_condition,
+    gathered,
     internal_node,
     make_node,
     node_metadata,
     resolve_operator,
     run_chain,
     summarise,
+    waiting,
 )
 
 if TYPE_CHECKING:
@@ -82,6 +89,10 @@ __all__ = [
     "evaluate_condition",
     "summarise",
     "PORT_READS",
+    "Runner",
+    "waiting",
+    "gathered",
+    "WaitingBody",
 ]
 
 
@@ -115,11 +126,12 @@ class BuildOptions(TypedDict, total=False):
 class BoundHop:
     """The :class:`~modular_rag.registry.Hop` of a hop slot (operator ``name``) bound to the flow's search by
     :meth:`FlowBuilder.hop`: each function takes the state alone; ``next_round`` is a traced step (``hop:<name>``),
-    ``follow`` is traced by the pattern's step that calls it."""
+    ``follow`` is traced by the pattern's step that runs it, a :func:`~modular_rag.steps.waiting` body
+    (``update = yield from hop.follow(state)``), so the searches a follow waits on are awaited in async runs."""
 
     name: str
     next_round: GraphNode
-    follow: Callable[[Mapping[str, Any]], dict[str, Any]] | None
+    follow: Callable[[Mapping[str, Any]], WaitingBody] | None
     think: Callable[[Mapping[str, Any]], str] | None
     finished: Callable[[str], bool] | None
 
@@ -184,19 +196,19 @@ class FlowBuilder(Generic[P]):
     def operator(
         self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None,
         fallback: Mapping[str, Any] | None = None,
-    ) -> Callable[[RAGState], dict[str, Any]] | None:  # fmt: skip
+    ) -> SlotNode | None:  # fmt: skip
         """The slot's node function (instrumented), or ``None`` when the slot is disabled."""
         steps = self.steps(slot, inject=inject, default=default, fallback=fallback)
         return make_node(steps) if steps else None
 
-    def hop(self, slot: str, search: Callable[..., dict[str, Any]], *, node: str,
+    def hop(self, slot: str, search: Search, *, node: str,
             default: str | OperatorSpec | None = None) -> BoundHop:  # fmt: skip
         """The hop strategy a slot of port ``hop`` holds, bound to the flow's search.
 
         Args:
             slot: The hop slot.
             search: The flow's search (a retrieve slot's node, or a :meth:`runner` of it): a state with ``queries``
-                in, its update out (a :data:`~modular_rag.registry.Search`).
+                in, its update out (a :class:`~modular_rag.registry.Search`).
             node: The node name the hop's trace events carry.
             default: Overrides the slot's registered default (see :meth:`steps`).
 
@@ -220,9 +232,8 @@ class FlowBuilder(Generic[P]):
         hop = built
         traced = _Step(node, f"hop:{step.name}", lambda state: hop.next_round(state, search), step.spec,
                        PORT_READS[Port.HOP])  # fmt: skip
-        follow = hop.follow
-        return BoundHop(step.name, make_node([traced]),
-                        None if follow is None else lambda state: follow(state, search), hop.think, hop.finished)
+        follow = None if hop.follow is None else _bound_follow(hop.follow, search)
+        return BoundHop(step.name, make_node([traced]), follow, hop.think, hop.finished)
 
     def add_slot(
         self, slot: str, node: Callable[..., Any] | None = None, *, inject: Mapping[str, Any] | None = None,
@@ -282,7 +293,8 @@ class FlowBuilder(Generic[P]):
         Args:
             name: The node name.
             fn: The step: takes the state, returns a partial update (with the trace and ledger entries of any
-                operators it ran, see :func:`trace_and_ledger`).
+                operators it ran, see :func:`trace_and_ledger`); a :func:`~modular_rag.steps.waiting` body or a
+                :class:`~modular_rag.steps.Runner` is awaited on the event loop in async runs.
             operator: The operator name its trace event and ledger entry carry.
 
         Returns:
@@ -294,7 +306,9 @@ class FlowBuilder(Generic[P]):
     def add_node(self, name: str, fn: Callable[..., Any], **kwargs: Any) -> str:
         """Add a node function (a fan-out target, a tree step) as it is: not traced as an operator.
 
-        Async runs give it the kit's thread pool (:class:`PooledNode`).
+        Async runs give it the kit's thread pool (:class:`PooledNode`); a :func:`~modular_rag.steps.waiting` body (one
+        that yields the :class:`~modular_rag.steps.Runner` runs it makes) is awaited on the event loop instead, so it
+        holds no thread while its operators wait on a model.
 
         Args:
             name: The node name.
@@ -342,9 +356,11 @@ class FlowBuilder(Generic[P]):
 
     def runner(
         self, slots: Sequence[str], *, label: str, defaults: Mapping[str, str | OperatorSpec] | None = None
-    ) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-        """A function running the given slots' operators in order on a sub-state (a branch, a tree node), returning
-        the merged update with trace and ledger entries named ``label`` (``{branch}`` is filled from the state).
+    ) -> Runner:
+        """The given slots' operators, run in order on a sub-state (a branch, a tree node) by a node of the pattern:
+        ``runner(state)`` returns the merged update with trace and ledger entries named ``label`` (``{branch}`` is
+        filled from the state); a :func:`~modular_rag.steps.waiting` node body yields ``runner.ask(state)`` (or
+        several in :func:`~modular_rag.steps.gathered`), so async runs await them on the loop, holding no thread.
 
         Raises:
             ConfigError: If none of the slots is active.
@@ -352,12 +368,7 @@ class FlowBuilder(Generic[P]):
         steps = [step for slot in slots for step in self.steps(slot, default=(defaults or {}).get(slot))]
         if not steps:
             raise ConfigError(f"operators.{slots[0]}", f"the pattern needs an operator in one of: {', '.join(slots)}")
-
-        def run(state: Mapping[str, Any]) -> dict[str, Any]:
-            update = run_chain(steps, state)
-            return {**update, **_prefixed(label.format(branch=state.get("branch", "")), update)}
-
-        return run
+        return Runner(steps, label)
 
     def subflow(self, name: str, config: FlowConfig | ResolvedFlow[Any]) -> Callable[..., dict[str, Any]]:
         """A node running a whole flow (another pattern's graph) on the query; it shares this flow's providers
@@ -437,6 +448,19 @@ class FlowBuilder(Generic[P]):
         return compiled.with_config(recursion_limit=limit + 4 + 2 * self.threaded, **self._run_labels(name))
 
 
+def _bound_follow(follow: Callable[[Mapping[str, Any], Search], Any],
+                  search: Search) -> Callable[[Mapping[str, Any]], WaitingBody]:  # fmt: skip
+    """A hop's ``follow`` bound to the flow's search, as a waiting body whether it yields its searches or not."""
+
+    def followed(state: Mapping[str, Any]) -> WaitingBody:
+        out = follow(state, search)
+        if inspect.isgenerator(out):  # a follow that yields the searches it waits on
+            out = yield from out
+        return out
+
+    return followed
+
+
 def moved_to_slot(keys: Sequence[str], slot: str, spec: str | Mapping[str, Any], port: Port) -> ValueError:
     """The error for pattern params that became a slot's operator (the kit was never released, so the old spelling
     is refused rather than translated): it names the keys, the config line that replaces them and the operators
@@ -487,12 +511,6 @@ class _GraphCall:
     async def acall(self, state: RAGState, config: RunnableConfig) -> dict[str, Any]:
         """The node's async run."""
         return self.keep(await self.graph.ainvoke(*self._args(state, config)))
-
-
-def _prefixed(name: str, update: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """A sub-run's trace and ledger entries as the flow records them: node names prefixed ``name/``."""
-    return {key: [{**item, "node": f"{name}/{item['node']}"} for item in update.get(key, [])]
-            for key in ("trace", "ledger")}  # fmt: skip
 
 
 def build_flow(config: FlowSource, **options: Unpack[BuildOptions]) -> CompiledStateGraph:

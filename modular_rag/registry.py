@@ -30,7 +30,7 @@ import importlib
 import inspect
 import threading
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import metadata
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from modular_rag.providers import Providers
+    from modular_rag.trace import Wait
 
 __all__ = [
     "MODULES",
@@ -153,8 +154,15 @@ class Operator(Protocol):
     def __call__(self, state: Mapping[str, Any], /) -> dict[str, Any]: ...
 
 
-Search = Callable[[Mapping[str, Any]], dict[str, Any]]
-"""The flow's search as a hop gets it: the retrieve slot run on a state's ``queries`` (its update, trace, ledger)."""
+class Search(Protocol):
+    """The flow's search as a hop gets it: the retrieve slot run on a state's ``queries`` (its update, trace,
+    ledger). Called, it searches in this thread; ``ask(state)`` is the same search as a
+    :class:`~modular_rag.trace.Wait`, for a hop's ``follow`` written as a waiting body to yield (alone, or several in
+    :func:`~modular_rag.steps.gathered`), so async runs await it on the loop."""
+
+    def __call__(self, state: Mapping[str, Any], /) -> dict[str, Any]: ...
+
+    def ask(self, state: Mapping[str, Any], /) -> Wait: ...
 
 
 @dataclass(frozen=True)
@@ -166,13 +174,16 @@ class Hop:
         next_round: ``(state round t left, search) -> {"queries", "candidates"}`` (and the searches' trace and
             ledger); ``{"queries": []}`` when there is nothing to search.
         follow: ``(state whose candidates are passages, search) -> {"branches": [per passage: the passage, then
-            what it leads to]}``; ``None`` when the strategy does not start from passages.
+            what it leads to]}``; ``None`` when the strategy does not start from passages. It may be a generator
+            function that yields the searches it waits on (``search.ask(...)``, several in
+            :func:`~modular_rag.steps.gathered`) and returns that update: sync runs make them in turn, async runs
+            await them together on the event loop.
         think: What a round produces when the hop writes it (IRCoT's next thought), not the generation.
         finished: With ``think``: whether what a round produced ends the loop (the thought gives the answer).
     """
 
     next_round: Callable[[Mapping[str, Any], Search], dict[str, Any]]
-    follow: Callable[[Mapping[str, Any], Search], dict[str, Any]] | None = None
+    follow: Callable[[Mapping[str, Any], Search], dict[str, Any] | Generator[Wait, Any, dict[str, Any]]] | None = None
     think: Callable[[Mapping[str, Any]], str] | None = None
     finished: Callable[[str], bool] | None = None
 

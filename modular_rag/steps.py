@@ -9,6 +9,9 @@ returns, besides the operator's own partial update, one :class:`~modular_rag.sta
 
 * :func:`make_node` / :func:`internal_node` turn steps (or a pattern's bookkeeping function) into node functions;
   :func:`run_chain` runs several steps in order on one state.
+* :class:`Runner` runs a chain of steps from inside a pattern's own node (a branch, a tree node); a node body that
+  runs several written as a :func:`waiting` generator yields ``runner.ask(state)``, or :func:`gathered` calls
+  together, so one body serves sync runs (in its thread) and async ones (awaited on the loop, concurrently).
 * :class:`PooledNode` / :func:`_pooled` give node functions the kit's own thread pool (:data:`NODE_THREADS`
   threads) for async runs.
 
@@ -61,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GraphNode",
+    "SlotNode",
     "make_node",
     "PooledNode",
     "NODE_THREADS",
@@ -73,8 +77,11 @@ __all__ = [
     "node_metadata",
     "waiting",
     "WaitingOperator",
+    "WaitingBody",
     "run_blocking",
     "async_form",
+    "gathered",
+    "Runner",
 ]
 
 PORT_READS: dict[Port, tuple[str, ...]] = {
@@ -341,9 +348,13 @@ def async_form(fn: Any) -> Callable[[Mapping[str, Any]], Awaitable[Any]] | None:
     return acall if acall is not None and inspect.iscoroutinefunction(acall) else None
 
 
-WaitingSteps = Callable[[Mapping[str, Any]], Generator[Wait, Any, dict[str, Any]]]
-"""An operator body written as a generator: it yields each :class:`~modular_rag.trace.Wait` (a model call) and is
-sent its result (or has its exception thrown in); it returns the update."""
+WaitingBody = Generator[Wait, Any, dict[str, Any]]
+"""What a waiting body returns when called: a generator that yields each :class:`~modular_rag.trace.Wait` (a model
+call, a :class:`Runner`'s run, :func:`gathered` calls) and is sent its result (or has its exception thrown in); it
+returns the update."""
+
+WaitingSteps = Callable[[Mapping[str, Any]], WaitingBody]
+"""An operator body written as a generator (see :data:`WaitingBody`)."""
 
 
 class WaitingOperator:
@@ -351,9 +362,14 @@ class WaitingOperator:
     it makes each call blocking (the sync path, as a plain operator would); ``acall`` awaits each call on the event
     loop and runs the code between them in the kit's thread pool, so no thread is held while the model answers.
 
+    As a node function of its own (a pattern's fan-out node, :meth:`~modular_rag.builder.FlowBuilder.add_node`) it
+    is awaited on the loop in async runs, as :class:`PooledNode` does for every ``is_async`` node.
+
     Args:
         steps: The generator function.
     """
+
+    is_async = True
 
     def __init__(self, steps: WaitingSteps) -> None:
         self.steps = steps
@@ -362,6 +378,11 @@ class WaitingOperator:
     def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """Run the body, making each call it yields in this thread."""
         return run_blocking(self.steps(state))
+
+    def ask(self, state: Mapping[str, Any]) -> Wait:
+        """The operator's run as a :class:`~modular_rag.trace.Wait` (a retrieve operator given to a hop as the flow's
+        search)."""
+        return Wait(functools.partial(self, state), functools.partial(self.acall, state))
 
     async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """Run the body, awaiting each call it yields; the code between runs in the kit's thread pool."""
@@ -409,6 +430,54 @@ def _advance(body: Generator[Wait, Any, Any], sent: Any,
     return False, wait
 
 
+def gathered(waits: Sequence[Wait], *, in_flight: int | None = None) -> Wait:
+    """Several calls as one :class:`~modular_rag.trace.Wait`, sent the list of their results in order: a fan-out
+    inside one step (one clarification per parent, one judgement per passage). An async run awaits them concurrently
+    on the loop, at most ``in_flight`` at once (``None``: all); a sync run makes them one after another in its thread,
+    or with ``in_flight`` > 1 in that many threads. Each call runs in a copy of the step's context (its meter,
+    deadline and LangChain run). The first failure is raised; an async run cancels the calls still running first.
+
+    Args:
+        waits: The calls.
+        in_flight: How many run at once (threads in a sync run, awaited calls in an async one); ``None``: every call
+            at once in an async run, one after another in a sync one, where each would hold a thread.
+
+    Raises:
+        ValueError: If ``in_flight`` is less than 1.
+    """
+    if in_flight is not None and in_flight < 1:
+        raise ValueError(f"in_flight must be >= 1 or None (got {in_flight})")
+    calls = list(waits)
+
+    def call() -> list[Any]:
+        if in_flight is None or in_flight == 1 or len(calls) <= 1:
+            return [wait.call() for wait in calls]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(in_flight, len(calls)),
+                                                   thread_name_prefix="modular-rag-gathered") as pool:  # fmt: skip
+            futures = [pool.submit(contextvars.copy_context().run, wait.call) for wait in calls]
+            return [future.result() for future in futures]
+
+    async def acall() -> list[Any]:
+        limit = asyncio.Semaphore(in_flight) if in_flight is not None else None
+
+        async def one(wait: Wait) -> Any:
+            if limit is None:
+                return await wait.acall()
+            async with limit:
+                return await wait.acall()
+
+        tasks = [asyncio.ensure_future(one(wait)) for wait in calls]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    return Wait(call, acall)
+
+
 def waiting(steps: WaitingSteps) -> WaitingOperator:
     """Make an operator of a generator that yields the model calls it waits on (``ChatClient.ask(...)``), each sent
     back its result: one body for sync runs (blocking calls) and async runs (awaited calls, no thread held)::
@@ -418,6 +487,9 @@ def waiting(steps: WaitingSteps) -> WaitingOperator:
             return {"answer": ...}
 
         return waiting(run)
+
+    A pattern's node that runs operators itself is written the same way, yielding a :class:`Runner`'s run
+    (``update = yield runner.ask(state)``) or several at once (``updates = yield gathered([...])``).
     """
     return WaitingOperator(steps)
 
@@ -654,6 +726,44 @@ async def arun_chain(steps: Sequence[_Step], state: Mapping[str, Any]) -> dict[s
     return chain.merged()
 
 
+class Runner:
+    """Operators that a pattern's own node runs on a sub-state (a branch, a tree node), in order, each seeing the
+    updates before it: ``runner(state)`` runs them in this thread (sync runs); ``await runner.acall(state)`` awaits
+    each async one on the loop (async runs; :func:`arun_chain`); a :func:`waiting` body yields ``runner.ask(state)``
+    and gets whichever its run calls for. Each operator keeps its step controls (``skip_when``, ``timeout_s``,
+    ``on_error``) and its LangChain run; the update carries their trace events and ledger entries, their node named
+    ``label`` (``{branch}`` filled from the state's ``branch``).
+
+    Args:
+        steps: The operators, in order.
+        label: The node name of their trace and ledger entries.
+    """
+
+    def __init__(self, steps: Sequence[_Step], label: str) -> None:
+        self.steps, self.label = list(steps), label
+
+    def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the operators in this thread."""
+        return self._labelled(state, run_chain(self.steps, state))
+
+    async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the operators, awaiting each async one on the loop; a sync one runs in the kit's thread pool."""
+        return self._labelled(state, await arun_chain(self.steps, state))
+
+    def ask(self, state: Mapping[str, Any]) -> Wait:
+        """The run as a :class:`~modular_rag.trace.Wait` for a :func:`waiting` body to yield."""
+        return Wait(functools.partial(self, state), functools.partial(self.acall, state))
+
+    def _labelled(self, state: Mapping[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+        return {**update, **_prefixed(self.label.format(branch=state.get("branch", "")), update)}
+
+
+def _prefixed(name: str, update: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A sub-run's trace and ledger entries as the flow records them: node names prefixed ``name/``."""
+    return {key: [{**item, "node": f"{name}/{item['node']}"} for item in update.get(key, [])]
+            for key in ("trace", "ledger")}  # fmt: skip
+
+
 class _Chain:
     """The merged update of operators run in order, and the state the next one sees."""
 
@@ -705,8 +815,9 @@ class PooledNode(Runnable[Any, Any]):
     executor, which has ``min(32, cores + 4)`` threads: on 2 cores, ``abatch(..., {"max_concurrency": 16})`` had at
     most 6 nodes waiting on the model at once. Here async runs use a pool of :data:`NODE_THREADS` threads, so
     ``max_concurrency`` is the bound. Sync runs call the function directly. A function with a ``config`` parameter
-    gets the node's ``RunnableConfig``. A node of async operators (:func:`make_node`; its ``acall``) is awaited on the
-    event loop instead: only its sync work takes a pool thread.
+    gets the node's ``RunnableConfig``. A node with ``is_async`` and an ``acall`` (a node of async operators from
+    :func:`make_node`, a pattern's :func:`waiting` fan-out node, a flow run as a node) is awaited on the event loop
+    instead: only its sync work takes a pool thread.
 
     Args:
         name: The node name.
@@ -747,11 +858,26 @@ class GraphNode(Protocol):
     def __call__(self, state: RAGState) -> dict[str, Any]: ...
 
 
-def make_node(steps: Sequence[_Step]) -> GraphNode:
+class SlotNode(Protocol):
+    """A slot's node function (:func:`make_node`): called in sync runs; ``acall`` awaited on the event loop in async
+    runs when ``is_async`` (one of its operators is async); ``ask(state)`` its run as a
+    :class:`~modular_rag.trace.Wait`. It is a :class:`GraphNode`, and a :class:`~modular_rag.registry.Search` when it
+    is the retrieve slot's node given to a hop."""
+
+    is_async: bool
+
+    def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def ask(self, state: Mapping[str, Any]) -> Wait: ...
+
+
+def make_node(steps: Sequence[_Step]) -> SlotNode:
     """A graph node that runs one operator, or a chain of same-port operators in order, with trace and ledger.
 
-    The node is called as a function (sync runs); when one of its operators is async it also has ``acall``, which
-    :class:`PooledNode` awaits on the event loop in async runs."""
+    The node is called as a function (sync runs); its ``acall`` is awaited on the event loop in async runs
+    (:class:`PooledNode`) when one of its operators is async."""
     return _StepsNode(steps)
 
 
@@ -764,16 +890,20 @@ class _StepsNode:
         self.is_async = any(step.afn is not None for step in self.steps)
         self.__name__ = "node" if len(self.steps) == 1 else "chain_node"
 
-    def __call__(self, state: RAGState) -> dict[str, Any]:
+    def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
         if len(self.steps) == 1:
             return _one(*self.steps[0].run(state))
         return run_chain(self.steps, state)
 
-    async def acall(self, state: RAGState) -> dict[str, Any]:
+    async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """The node's async run."""
         if len(self.steps) == 1:
             return _one(*await self.steps[0].arun(state))
         return await arun_chain(self.steps, state)
+
+    def ask(self, state: Mapping[str, Any]) -> Wait:
+        """The node's run as a :class:`~modular_rag.trace.Wait` (a slot's node given to a hop as the flow's search)."""
+        return Wait(functools.partial(self, state), functools.partial(self.acall, state))
 
 
 def _one(update: dict[str, Any], event: TraceEvent, entry: LedgerEntry) -> dict[str, Any]:

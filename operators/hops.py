@@ -26,7 +26,7 @@ A new strategy is one function registered here (or in any plugin) with ``port=Po
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -35,8 +35,9 @@ from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.providers import Providers
 from modular_rag.registry import Hop, NoParams, OperatorParams, Port, Search, operator
 from modular_rag.state import Branch, Hit, step_of, trace_and_ledger
+from modular_rag.steps import gathered
 from modular_rag.text import split_sentences
-from modular_rag.trace import note
+from modular_rag.trace import Wait, note
 from operators.generation import DATA_RULE, evidence_of, format_evidence, is_refusal, quoted_sentence, strip_citations
 from operators.multihop import HopParams, hop, linked_from, multihop_rank, named_by_question
 
@@ -197,11 +198,14 @@ def evidence(params: EvidenceHopParams, providers: Providers) -> Hop:
                        named=named)  # fmt: skip
         return {"queries": list(seeds), "candidates": ranked, **trace_and_ledger(*runs)}
 
-    def follow(state: Mapping[str, Any], search: Search) -> dict[str, Any]:
-        branches, runs = [], []
-        for i, seed in enumerate(state.get("candidates") or []):
-            run = search({**state, "queries": [f"{_question(state)} {_words(seed['text'], params.passage_words)}"]})
-            runs.append(run)
+    def follow(state: Mapping[str, Any], search: Search) -> Generator[Wait, Any, dict[str, Any]]:
+        seeds = list(state.get("candidates") or [])
+        # one search per seed: in turn in sync runs, awaited together in async ones
+        runs = yield gathered([search.ask({**state, "queries": [f"{_question(state)} "
+                                                                f"{_words(seed['text'], params.passage_words)}"]})
+                               for seed in seeds])  # fmt: skip
+        branches = []
+        for i, (seed, run) in enumerate(zip(seeds, runs, strict=True)):
             hits = [h for h in run.get("candidates") or [] if h["chunk_id"] != seed["chunk_id"]]
             branches.append(Branch(branch=i, query=_question(state), weight=1.0, candidates=[seed, *hits]))
         return {"branches": branches, **trace_and_ledger(*runs)}

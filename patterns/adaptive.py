@@ -23,7 +23,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, WaitingBody, trace_and_ledger, waiting
 from modular_rag.config import OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
@@ -93,17 +93,17 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
             Hit(chunk_id=e["chunk_id"], text=e["text"], score=e["score"], channel="evidence", metadata=e["metadata"])
             for e in pack])]  # fmt: skip
 
-    def start(state: Mapping[str, Any]) -> dict[str, Any]:
-        update = fetch(state) if params.initial_retrieval else {}
+    def start(state: Mapping[str, Any]) -> WaitingBody:
+        update = (yield fetch.ask(state)) if params.initial_retrieval else {}
         return {**update, "step": 0, "answer": Answer(text="", citations=[], refused=False),
                 "branches": seen(update, 0, state["query"])}  # fmt: skip
 
-    def requery(state: Mapping[str, Any]) -> dict[str, Any]:
+    def requery(state: Mapping[str, Any]) -> WaitingBody:
         d = state.get("draft") or {}
         query = masked_query(state["query"], list(d.get("tokens") or []), list(d.get("logprobs") or []),
                              params.mask_below)  # fmt: skip
-        update = fetch({**state, "queries": [query]})
-        again = draft({**state, **{k: v for k, v in update.items() if k not in ("trace", "ledger")}})
+        update = yield fetch.ask({**state, "queries": [query]})
+        again = yield draft.ask({**state, **{k: v for k, v in update.items() if k not in ("trace", "ledger")}})
         return {**update, **trace_and_ledger(update, again), "draft": again["draft"], "queries": [query],
                 "branches": seen(update, step_of(state) + 1, query)}  # fmt: skip
 
@@ -126,12 +126,13 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
         done = bool(draft.get("done"))
         return "finish" if done or step_of(state) >= params.max_steps else "draft"
 
-    flow.add_step("start", start)
+    # async runs await the retrievals and drafts these steps run (each a Runner) on the loop, holding no thread
+    flow.add_step("start", waiting(start))
     flow.edge(START, "start")
     flow.add_step(DRAFT, draft)
     flow.edge("start", DRAFT)
     tail = flow.optional(JUDGE, after=DRAFT, default=defaults[JUDGE])
-    flow.add_step(REQUERY, requery)
+    flow.add_step(REQUERY, waiting(requery))
     flow.add_step(ACCEPT, accept)
     flow.add_slot(FINISH)
     flow.branch(tail, judged, {"retrieve": REQUERY, "accept": ACCEPT})

@@ -23,7 +23,15 @@ from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, moved_to_slot, trace_and_ledger
+from modular_rag.builder import (
+    BuildOptions,
+    FlowBuilder,
+    FlowSource,
+    WaitingBody,
+    moved_to_slot,
+    trace_and_ledger,
+    waiting,
+)
 from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
@@ -129,8 +137,8 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
                           "needs a hop that follows a passage (its Hop has follow), such as links or evidence")
     follow_one = hop.follow
 
-    def follow(state: Mapping[str, Any]) -> dict[str, Any]:
-        update = follow_one(state)
+    def follow(state: Mapping[str, Any]) -> WaitingBody:
+        update = yield from follow_one(state)
         branch = update["branches"][0]
         return {"branches": [{**branch, "branch": state["branch"]}], **trace_and_ledger(update)}
 
@@ -142,7 +150,7 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
                 for i, h in enumerate(hits)]  # fmt: skip
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.add_step(BRANCH, follow, operator=f"hop:{hop.name}")
+    flow.add_step(BRANCH, waiting(follow), operator=f"hop:{hop.name}")  # a search it waits on is awaited
     flow.branch(head[-1], fan_out, [BRANCH, FUSE])
     flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.edge(BRANCH, FUSE)
@@ -178,8 +186,8 @@ def build_branching(
     if params.mode == "queries":
         per_branch = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]")
 
-        def branch(state: Mapping[str, Any]) -> dict[str, Any]:
-            update = per_branch(state)
+        def branch(state: Mapping[str, Any]) -> WaitingBody:
+            update = yield per_branch.ask(state)
             hits = update.pop("candidates", [])
             item = Branch(branch=state["branch"], query=state["query"], weight=1.0, candidates=hits)
             return {"branches": [item], **trace_and_ledger(update)}
@@ -190,7 +198,7 @@ def build_branching(
                     for i, q in enumerate(queries)]  # fmt: skip
 
         head = flow.chain([EXPAND], end=None)
-        flow.add_node(BRANCH, branch)
+        flow.add_node(BRANCH, waiting(branch))  # async runs await each branch's search on the loop
         flow.branch(head[-1] if head else START, fan_out, [BRANCH])
         flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
         flow.edge(BRANCH, FUSE)
@@ -204,13 +212,14 @@ def build_branching(
     per_document = None if _answers_itself(flow.resolved, llm_continues(flow.env.config.llm)) else flow.runner(
         [GENERATE], label=BRANCH + "[{branch}]")
 
-    def generate_one(state: Mapping[str, Any]) -> dict[str, Any]:
+    def generate_one(state: Mapping[str, Any]) -> WaitingBody:
         hit = state["candidates"][0]
         item = Branch(branch=state["branch"], query=state["query"], weight=float(hit["score"]), candidates=[hit])
         if per_document is None:
             return {"branches": [item]}
-        update = per_document(state)
-        return {"branches": [{**item, "answer": update["answer"]}], **trace_and_ledger(update)}
+        update = yield per_document.ask(state)
+        answered = {"answer": update["answer"]} if "answer" in update else {}  # none when it failed (on_error: skip)
+        return {"branches": [{**item, **answered}], **trace_and_ledger(update)}
 
     def per_doc(state: RAGState) -> list[Send] | Literal["fuse"]:
         hits = list(state.get("candidates") or [])[: params.branches]
@@ -225,7 +234,7 @@ def build_branching(
         ]  # fmt: skip
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.add_node(BRANCH, generate_one)
+    flow.add_node(BRANCH, waiting(generate_one))  # async runs await each document's generation on the loop
     flow.branch(head[-1], per_doc, [BRANCH, FUSE])
     flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.edge(BRANCH, FUSE)

@@ -13,6 +13,7 @@ the answer is generated once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, WaitingBody, gathered, trace_and_ledger, waiting
 from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, register_pattern
@@ -110,7 +111,7 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
                           "hop that follows a passage (its Hop has follow), such as links or evidence")
     follow = hop.follow
 
-    def expand(state: Mapping[str, Any]) -> dict[str, Any]:
+    def expand(state: Mapping[str, Any]) -> WaitingBody:
         tree = list(state.get("tree") or [])
         if not tree:
             return {"frontier": [{"node_id": "n0", "parent": None, "depth": 0, "question": state["query"]}], "step": 0}
@@ -122,7 +123,8 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         for parent in _kept(state, depth):
             sources = list(parent.get("evidence") or [])[: params.branching]
             if room > 0:
-                runs.append(follow({"query": state["query"], "candidates": sources, "filter": state.get("filter")}))
+                runs.append((yield from follow({"query": state["query"], "candidates": sources,
+                                                "filter": state.get("filter")})))  # fmt: skip
             for branch in runs[-1]["branches"] if room > 0 else ():
                 source = branch["candidates"][0]["chunk_id"]
                 for hit in branch["candidates"][1:]:
@@ -142,14 +144,14 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         return [Send(NODE, {"query": state["query"], "branch": i, "frontier": [f], "filter": state.get("filter")})
                 for i, f in enumerate(frontier)]  # fmt: skip
 
-    def node(state: Mapping[str, Any]) -> dict[str, Any]:
+    def node(state: Mapping[str, Any]) -> WaitingBody:
         spec = state["frontier"][0]
         if "hit" in spec:  # a child: the chunk its parent's passage names
             item = TreeNode(node_id=spec["node_id"], parent=spec["parent"], depth=spec["depth"],
                             question=spec["question"], answer="", chunk_ids=[spec["hit"]["chunk_id"]],
                             evidence=[spec["hit"]], source=spec["source"])  # fmt: skip
             return {"tree": [item]}
-        update = root_search(state)
+        update = yield root_search.ask(state)
         hits = list(update.get("candidates") or [])
         item = TreeNode(node_id=spec["node_id"], parent=None, depth=0, question=spec["question"], answer="",
                         chunk_ids=[h["chunk_id"] for h in hits], evidence=hits[: params.branching])  # fmt: skip
@@ -160,8 +162,8 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 
-    flow.add_step(EXPAND, expand, operator=f"hop:{hop.name}")
-    flow.add_node(NODE, node)
+    flow.add_step(EXPAND, waiting(expand), operator=f"hop:{hop.name}")  # the searches a follow waits on: awaited
+    flow.add_node(NODE, waiting(node))
     flow.edge(START, EXPAND)
     flow.branch(EXPAND, fan_out, [NODE, FUSE])
     tail = flow.optional(PRUNE, after=NODE, default="none")
@@ -200,7 +202,7 @@ def build_recursive(
     clarify = flow.runner([CLARIFY], label=EXPAND)
     answer_node = flow.runner([RETRIEVE, RERANK, CONTEXT, GENERATE], label=NODE + "[{branch}]")
 
-    def expand(state: Mapping[str, Any]) -> dict[str, Any]:
+    def expand(state: Mapping[str, Any]) -> WaitingBody:
         tree = list(state.get("tree") or [])
         if not tree:  # level 0: the question itself
             root = {"node_id": "n0", "parent": None, "depth": 0, "question": state["query"]}
@@ -209,16 +211,20 @@ def build_recursive(
         room = params.max_nodes - len(tree)
         frontier: list[dict[str, Any]] = []
         runs: list[dict[str, Any]] = []
-        for parent in _kept(state, depth):
-            if room <= 0:
-                break
+        parents = _kept(state, depth)
+        while parents and room > 0:
+            # the parents clarified together (awaited at once in async runs): as many as the room left surely takes,
+            # each adding at most `branching` children, so none is asked that a one-by-one walk would not ask
+            size = math.ceil(room / params.branching)
+            wave, parents = parents[:size], parents[size:]
             # retrieval-augmented clarification: the children are written from the passages the parent retrieved
-            update = clarify({"query": parent["question"], "evidence": pack_of(parent)})
-            runs.append(update)
-            for question in update.get("queries", [])[: min(params.branching, room)]:
-                frontier.append({"node_id": f"n{len(tree) + len(frontier)}", "parent": parent["node_id"],
-                                 "depth": depth + 1, "question": question})  # fmt: skip
-                room -= 1
+            updates = yield gathered([clarify.ask({"query": p["question"], "evidence": pack_of(p)}) for p in wave])
+            for parent, update in zip(wave, updates, strict=True):
+                runs.append(update)
+                for question in update.get("queries", [])[: min(params.branching, room)]:
+                    frontier.append({"node_id": f"n{len(tree) + len(frontier)}", "parent": parent["node_id"],
+                                     "depth": depth + 1, "question": question})  # fmt: skip
+                    room -= 1
         return {"frontier": frontier, "step": depth + 1, **trace_and_ledger(*runs)}
 
     def fan_out(state: RAGState) -> list[Send] | Literal["fuse"]:
@@ -228,9 +234,9 @@ def build_recursive(
         return [Send(NODE, {"query": f["question"], "branch": i, "frontier": [f], "filter": state.get("filter")})
                 for i, f in enumerate(frontier)]  # fmt: skip
 
-    def node(state: Mapping[str, Any]) -> dict[str, Any]:
+    def node(state: Mapping[str, Any]) -> WaitingBody:
         spec = state["frontier"][0]
-        update = answer_node(state)
+        update = yield answer_node.ask(state)
         answer = update.get("answer") or {}
         pack = sorted(evidence_of(update), key=lambda e: e["ref"])  # what the node's answer cites, by [n]
         item = TreeNode(node_id=spec["node_id"], parent=spec["parent"], depth=spec["depth"], question=spec["question"],
@@ -246,8 +252,8 @@ def build_recursive(
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 
-    flow.add_node(EXPAND, expand)
-    flow.add_node(NODE, node)
+    flow.add_node(EXPAND, waiting(expand))  # async runs await a level's clarifications together, on the loop
+    flow.add_node(NODE, waiting(node))  # ... and each node's retrieval and answer
     flow.edge(START, EXPAND)
     flow.branch(EXPAND, fan_out, [NODE, FUSE])
     tail = flow.optional(PRUNE, after=NODE)
