@@ -474,10 +474,10 @@ class KnowledgeIndex:
             return
         terms: list[list[str]] = [[] for _ in range(end - start)]
         missing: list[StoredChunk] = []
+        held: list[int] = []
         if all(pos in analysed for pos in range(start, end)):
-            held = range(start, end)  # an add's chunks only: no catalog read
+            held = list(range(start, end))  # an add's chunks only: no catalog read
         else:
-            held = []
             for part in self.catalog.scan(start=start):
                 held.extend(c.pos for c in part)
                 missing.extend(c for c in part if c.pos not in analysed)
