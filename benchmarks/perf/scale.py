@@ -195,20 +195,22 @@ def run(args: argparse.Namespace, out: Report) -> None:
             server.wait(30)
     out()
     out("a new worker (cold process): time from opening the index to its first answer (default template), resident "
-        "memory it adds beyond the imports; on Chroma, Chroma's own share apart (opening the collection, loading "
-        "its HNSW index); build s: the whole build; ingestion: chunks/s of the whole build, the hash embedder's time "
+        "memory it adds beyond the imports; store s: on Chroma, Chroma's own share apart (opening the collection, "
+        "loading its HNSW index, before the kit), on Milvus the time the first answer waited on Milvus requests "
+        "(part of it); build s: the whole build; ingestion: chunks/s of the whole build, the hash embedder's time "
         "taken out")
-    out(table(["chunks", "store", "code", "first answer s", "kit MB", "Chroma s", "Chroma MB", "build s",
+    out(table(["chunks", "store", "code", "first answer s", "kit MB", "store s", "Chroma MB", "build s",
                "ingest chunks/s"],
               rows_start))  # fmt: skip
     out()
     out(f"{args.workers} worker processes at once, {args.questions} questions each after their first (ms)")
-    out(table(["chunks", "store", "code", "flow", "questions", "p50 ms", "p95 ms"], rows_lat))
+    out(table(["chunks", "store", "code", "flow", "questions", "p50 ms", "p95 ms", "Milvus p50 ms"], rows_lat))
     if rows_change:
         out()
         out("changes (seconds, the embedding excluded): add a file of 1,000 new documents; --sync with a 1,000-"
             "document file gone")
-        out(table(["chunks", "store", "code", "add 1,000 s", "sync -1,000 s", "removed"], rows_change))
+        out(table(["chunks", "store", "code", "add 1,000 s", "sync -1,000 s", "removed", "of which warming s"],
+                  rows_change))  # fmt: skip
 
 
 def _measure(
@@ -251,27 +253,34 @@ def _measure(
         out(f"  server warm-up (flush, load, a first dense and BM25 search): {warm:.1f} s")
     cold = _job(code, {**where, "job": "worker", "config": str(default), "questions": questions[:1]})
     rows_start.append([f"{n:,}", store, label, cold["first answer s"], cold["kit MB"],
-                       cold["chroma s"] if store == "chroma" else "-", cold["chroma MB"] if store == "chroma" else "-",
+                       cold["chroma s"] if store == "chroma" else f"Milvus {cold['milvus s']:.2f}",
+                       cold["chroma MB"] if store == "chroma" else "-",
                        info["seconds"], rate_of / kit_s])  # fmt: skip
-    out(f"  new worker: first answer {cold['first answer s']:.2f} s, kit {cold['kit MB']:,.0f} MB, "
+    waits = f" (waiting on Milvus {cold['milvus s']:.2f} s)" if store == "milvus" else ""
+    out(f"  new worker: first answer {cold['first answer s']:.2f} s{waits}, kit {cold['kit MB']:,.0f} MB, "
         f"process {cold['rss MB']:,.0f} MB")  # fmt: skip
     need, free = cold["rss MB"] * args.workers, _available_mb()
     if need > 0.8 * free:  # several copies of a corpus-sized worker would push the machine into swap or the OOM killer
         out(f"  {args.workers} workers not run: {args.workers} x {cold['rss MB']:,.0f} MB > 80% of the "
             f"{free:,.0f} MB available")  # fmt: skip
-        rows_lat.append([f"{n:,}", store, label, "both", 0, "did not fit", "did not fit"])
+        rows_lat.append([f"{n:,}", store, label, "both", 0, "did not fit", "did not fit", "-"])
     else:
         for name, config in (("default", default), ("link_hop", link)):
             jobs = [{**where, "job": "worker", "config": str(config),
                      "questions": questions[w * args.questions: (w + 1) * args.questions + 1]}
                     for w in range(args.workers)]  # fmt: skip
-            lat = [ms for r in _parallel(code, jobs) for ms in r["latencies"]]
-            rows_lat.append([f"{n:,}", store, label, name, len(lat), _pct(lat, 50), _pct(lat, 95)])
-            out(f"  {args.workers} workers, {name}: p50 {_pct(lat, 50):.1f} ms, p95 {_pct(lat, 95):.1f} ms")
+            runs = _parallel(code, jobs)
+            lat = [ms for r in runs for ms in r["latencies"]]
+            wait = [ms for r in runs for ms in r.get("milvus ms", [])] if store == "milvus" else []
+            rows_lat.append([f"{n:,}", store, label, name, len(lat), _pct(lat, 50), _pct(lat, 95),
+                             _pct(wait, 50) if wait else "-"])  # fmt: skip
+            out(f"  {args.workers} workers, {name}: p50 {_pct(lat, 50):.1f} ms, p95 {_pct(lat, 95):.1f} ms"
+                + (f" (waiting on Milvus: p50 {_pct(wait, 50):.1f} ms)" if wait else ""))  # fmt: skip
     if args.changes:
         change = _changes(code, where, corpus)
         rows_change.append([f"{n:,}", store, label, *change])
-        out(f"  add 1,000: {change[0]:.1f} s; sync -1,000: {change[1]:.1f} s ({change[2]:,} removed)")
+        out(f"  add 1,000: {change[0]:.1f} s; sync -1,000: {change[1]:.1f} s ({change[2]:,} removed; "
+            f"warming {change[3]} s)")
 
 
 def _warm_milvus(uri: str, collection: str) -> float:
@@ -311,7 +320,9 @@ def _changes(code: Path, where: dict[str, Any], corpus: Corpus) -> list[Any]:
     finally:
         aside.rename(gone)
     _job(code, {**where, "job": "build", "paths": [str(corpus.folder)], "sync": True})  # back to the corpus alone
-    return [added["seconds"] - added["embed_seconds"], synced["seconds"] - synced["embed_seconds"], synced["removed"]]
+    warm = [r.get("stages", {}).get("warm", 0.0) for r in (added, synced)]
+    return [added["seconds"] - added["embed_seconds"], synced["seconds"] - synced["embed_seconds"], synced["removed"],
+            f"{warm[0]:.1f} / {warm[1]:.1f}"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
