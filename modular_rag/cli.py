@@ -275,18 +275,24 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _cmd_finetune(args: argparse.Namespace) -> int:
     from modular_rag.errors import ConfigError
-    from modular_rag.finetune import finetune
+    from modular_rag.finetune import finetune, last_checkpoint
 
     options = ("epochs", "batch_size", "hard_negatives", "negative_depth", "max_seq_length", "learning_rate", "seed")
     settings = {name: getattr(args, name) for name in options if getattr(args, name) is not None}
     try:
         report = finetune(
             args.dataset, args.out, split=args.split, base=args.base, settings=settings, overwrite=args.overwrite,
+            resume=args.resume, save_steps=args.save_steps, keep_checkpoints=args.keep_checkpoints,
             progress=not args.quiet, log=None if args.quiet else lambda line: print(line, file=sys.stderr),
         )  # fmt: skip
     except ConfigError as exc:
         if exc.path and not exc.path.startswith("--"):  # a settings field: name the option the user typed
             raise ConfigError(f"--{exc.path.replace('_', '-')}", exc.message) from None
+        raise
+    except KeyboardInterrupt:
+        if (checkpoint := last_checkpoint(args.out)) is not None:
+            print(f"the run stopped after {checkpoint.name}: the same command with --resume continues it",
+                  file=sys.stderr)  # fmt: skip
         raise
     print("\n".join(report.lines()))
     return 0
@@ -368,6 +374,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, help="AdamW learning rate (default 2e-5)")
     p.add_argument("--seed", type=int, help="seeds negatives, batch order and dropout (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run in --out from its last checkpoint (give the same options)")
+    p.add_argument("--save-steps", type=int,
+                   help="save a checkpoint in --out every N steps (default: every tenth of the run)")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep every checkpoint-N folder in --out (default: the last only, removed at the end)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_finetune)
 

@@ -6,23 +6,33 @@ sentence-transformers' ``MultipleNegativesRankingLoss`` (InfoNCE): for each quer
 above every other document in the batch (the other queries' positives and everyone's hard negatives).
 
 Batches never hold a document twice, nor a document that is relevant to another query of the batch, so no
-example is pushed away from a document judged relevant to it. Given the seed, the pairs, the negatives, the batch
-order and the weight initialisation are fixed: two runs on the same machine give the same model.
+example is pushed away from a document judged relevant to it. They are planned here, every epoch's before training
+starts, and sentence-transformers' ``SentenceTransformerTrainer`` runs them in that order (its batch sampler is the
+plan); the Trainer brings the rest: a GPU when there is one (with fp16), AdamW with linear warm-up and decay,
+gradient clipping, and checkpoints. Given the seed, the pairs, the negatives, the batch order and the dropout are
+fixed: two runs on the same machine give the same model, and so does a run killed and then resumed.
 
     modular-rag finetune --dataset path/to/scifact --split train --out .modular_rag/models/scifact
+    modular-rag finetune --dataset path/to/scifact --split train --out .modular_rag/models/scifact --resume
 
 The output folder is a sentence-transformers model that ``embeddings: {name: sentence_transformers, path: OUT}``
-loads; ``finetune.json`` beside the weights records the settings and what the run did.
+loads; ``finetune.json`` beside the weights records the settings and what the run did. While the run lasts, the
+folder also holds ``checkpoint-N`` folders (weights, optimiser, schedule and random states; by default one every
+tenth of the run, the last kept) and ``finetune-run.json`` (what the run started with, which ``--resume`` checks);
+both go when the model is saved, unless the checkpoints are asked to be kept.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import random
+import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -39,8 +49,16 @@ __all__ = [
     "document_text",
     "training_examples",
     "plan_batches",
+    "planned_batches",
+    "last_checkpoint",
     "finetune",
 ]
+
+RUN_FILE = "finetune-run.json"
+"""What a run started with (settings, base model, split, a digest of its plan), beside its checkpoints."""
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_TRAINER_STATE = "trainer_state.json"  # the Trainer writes it last into a checkpoint: its presence marks one complete
 
 
 class FinetuneSettings(BaseModel):
@@ -96,6 +114,9 @@ class FinetuneReport:
     skipped_qrels: int = 0
     bm25_filled: int = 0
     batches_per_epoch: list[int] = field(default_factory=list)
+    device: str = "cpu"
+    precision: str = "fp32"
+    resumed_from_step: int = 0
 
     def lines(self) -> list[str]:
         """A human-readable summary (what ``modular-rag finetune`` prints)."""
@@ -104,9 +125,12 @@ class FinetuneReport:
             f"pairs: {self.pairs} from {self.queries} {self.split} queries "
             f"({s['hard_negatives']} BM25 hard negatives each)",
             f"steps: {self.steps} ({s['epochs']} epochs, batch {s['batch_size']}, max {s['max_seq_length']} tokens)",
-            f"training: {self.seconds:.1f}s; mean loss per epoch: " + ", ".join(f"{x:.4f}" for x in self.losses),
+            f"training: {self.seconds:.1f}s on {self.device} ({self.precision}); mean loss per epoch: "
+            + ", ".join(f"{x:.4f}" for x in self.losses),
             f"saved: {self.out}",
         ]
+        if self.resumed_from_step:
+            out.append(f"note: resumed from the checkpoint at step {self.resumed_from_step}; the time is this run's")
         if self.skipped_qrels:
             out.append(f"note: {self.skipped_qrels} judgements name documents missing from the corpus (skipped)")
         if self.bm25_filled:
@@ -242,13 +266,193 @@ def plan_batches(
     return batches
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
+def planned_batches(
+    examples: Sequence[TrainingExample], relevant: Mapping[str, Mapping[str, int]], settings: FinetuneSettings
+) -> list[list[list[TrainingExample]]]:
+    """Every epoch's batches (:func:`plan_batches`), drawn in turn from one random source seeded with the settings'
+    seed: the batches a run trains on, in order.
+
+    Args:
+        examples: The examples (:func:`training_examples`).
+        relevant: Query id -> judged documents (scores > 0 are relevant).
+        settings: Epochs, batch size and seed.
+    """
+    rng = random.Random(settings.seed)
+    return [plan_batches(examples, relevant, settings.batch_size, rng) for _ in range(settings.epochs)]
+
+
+def last_checkpoint(out: str | Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` folder a run left in ``out``, or ``None``. A checkpoint the run was
+    killed while writing is passed over (the one before it is still there)."""
+    folder = Path(out)
+    if not folder.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()]
+    return next((p for _, p in sorted(found, reverse=True) if (p / _TRAINER_STATE).is_file()), None)
+
+
+def _check_out(out: Path, overwrite: bool, resume: bool) -> Path | None:
+    """Make ``out`` ready for the run; the checkpoint to resume from when ``resume``."""
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} is a file; give a folder for the model")
+    if resume:
+        if overwrite:
+            raise ConfigError("--resume", "continues the run in --out; it cannot be combined with --overwrite")
+        if (out / "finetune.json").exists():
+            raise ConfigError("--resume", f"{out} holds a finished model (finetune.json): there is nothing to resume")
+        checkpoint = last_checkpoint(out)
+        if checkpoint is None:
+            raise ConfigError("--resume", f"{out} holds no checkpoint of an interrupted run; start without --resume")
+        return checkpoint
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
-            raise ConfigError("--out", f"{out} exists and is not empty; choose a new folder or pass --overwrite")
+            interrupted = last_checkpoint(out)
+            hint = (f"it holds an interrupted run ({interrupted.name}): pass --resume to continue it or --overwrite"
+                    if interrupted is not None else "choose a new folder or pass --overwrite")  # fmt: skip
+            raise ConfigError("--out", f"{out} exists and is not empty; {hint}")
         shutil.rmtree(out)
+    return None
+
+
+def _run_record(base: Path, split: str, cfg: FinetuneSettings, plans: list[list[list[TrainingExample]]]) -> dict:
+    """What a run starts with; a resumed run must start with the same (the plan's digest covers the data)."""
+    plan = [[[e.query_id, e.query, e.positive_id, e.positive, *e.negative_ids, *e.negatives] for e in batch]
+            for epoch in plans for batch in epoch]  # fmt: skip
+    digest = hashlib.sha256(json.dumps(plan).encode()).hexdigest()
+    return {"base": str(base.resolve()), "split": split, "settings": cfg.model_dump(), "plan": digest}
+
+
+def _check_same_run(out: Path, record: dict) -> None:
+    file = out / RUN_FILE
+    if not file.is_file():
+        raise ConfigError("--resume", f"{out} has checkpoints but no {RUN_FILE}: what the run started with is unknown")
+    started = json.loads(file.read_text(encoding="utf-8"))
+    changed = [f"{k} {v} (now {record['settings'].get(k)})" for k, v in started.get("settings", {}).items()
+               if record["settings"].get(k) != v]  # fmt: skip
+    changed += [f"{k} {started.get(k)} (now {record[k]})" for k in ("base", "split") if started.get(k) != record[k]]
+    if not changed and started.get("plan") != record["plan"]:
+        changed.append("other training pairs (the dataset changed)")
+    if changed:
+        raise ConfigError("--resume", f"the run in {out} started with " + "; ".join(changed) +
+                          ": rerun with the options it started with, or start afresh with --overwrite")  # fmt: skip
+
+
+class _PlannedBatches:
+    """The Trainer's batch sampler: the planned batches as rows of the training set, every epoch's in one pass."""
+
+    def __init__(self, batches: list[list[int]], batch_size: int) -> None:
+        self.batches = batches
+        self.batch_size = batch_size  # accelerate reads it from a custom batch sampler
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (list(batch) for batch in self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the Trainer at each pass; the plan already holds every epoch."""
+
+
+def _arguments(
+    out: Path, cfg: FinetuneSettings, steps: int, *, save_steps: int | None, keep_checkpoints: bool, cuda: bool
+) -> Any:
+    """The Trainer's arguments: the settings' schedule, one pass over the plan, a log line and a loss every step."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    return SentenceTransformerTrainingArguments(
+        output_dir=str(out),
+        num_train_epochs=1,  # one pass over the plan, which holds every epoch's batches
+        per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=int(steps * cfg.warmup_ratio),
+        weight_decay=0.01,
+        max_grad_norm=1.0,
+        seed=cfg.seed,
+        fp16=cuda,
+        dataloader_pin_memory=cuda,
+        logging_steps=1,  # every step's loss: the per-epoch means and the divergence check read them
+        logging_nan_inf_filter=False,
+        save_strategy="steps",
+        save_steps=save_steps or max(1, math.ceil(steps / 10)),
+        save_total_limit=None if keep_checkpoints else 1,
+        report_to="none",
+        disable_tqdm=True,  # the progress bar is the watch callback's
+    )
+
+
+def _trainer(sampler: _PlannedBatches, watch: Any, **kwargs: Any) -> Any:
+    """A ``SentenceTransformerTrainer`` whose training data loader takes its batches from ``sampler``."""
+    from sentence_transformers import SentenceTransformerTrainer
+    from transformers import PrinterCallback
+
+    class PlannedTrainer(SentenceTransformerTrainer):
+        def get_batch_sampler(self, *args: Any, **kw: Any) -> Any:  # the one the data loader asks for its batches
+            return sampler
+
+    trainer = PlannedTrainer(callbacks=[watch], **kwargs)
+    trainer.remove_callback(PrinterCallback)  # what disable_tqdm puts in its place prints every log to stdout
+    return trainer
+
+
+def _watch(progress: bool) -> Any:
+    """A Trainer callback: a progress bar with the loss, and a clear error when the loss stops being finite."""
+    from transformers import TrainerCallback
+
+    class Watch(TrainerCallback):
+        bar: Any = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if progress:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="finetune", unit="step",
+                                leave=False)  # fmt: skip
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.bar is not None:
+                self.bar.update(1)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
+            loss = (logs or {}).get("loss")
+            if loss is None:
+                return
+            if not math.isfinite(loss):
+                raise ConfigError("--learning-rate", f"training diverged (loss {loss}); lower the learning rate")
+            if self.bar is not None:
+                self.bar.set_postfix(loss=f"{loss:.3f}")
+
+        def close(self) -> None:
+            if self.bar is not None:
+                self.bar.close()
+
+    return Watch()
+
+
+@contextlib.contextmanager
+def _no_library_bars() -> Iterator[None]:
+    """Hide transformers' own progress bars (loading weights, writing every checkpoint's shards) while training."""
+    from transformers.utils import logging as transformers_logging
+
+    shown = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
+
+
+def _epoch_losses(history: Sequence[Mapping[str, Any]], batches_per_epoch: Sequence[int]) -> list[float]:
+    """Mean loss of each planned epoch, from the Trainer's per-step log (kept across a resume in its checkpoints)."""
+    per_step = {int(entry["step"]): float(entry["loss"]) for entry in history if "loss" in entry}
+    means, first = [], 1
+    for count in batches_per_epoch:
+        values = [per_step[s] for s in range(first, first + count) if s in per_step]
+        means.append(sum(values) / max(1, len(values)))
+        first += count
+    return means
 
 
 def _load_model(base: Path) -> Any:
@@ -265,6 +469,9 @@ def finetune(
     base: str | Path | None = None,
     settings: FinetuneSettings | Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    resume: bool = False,
+    save_steps: int | None = None,
+    keep_checkpoints: bool = False,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> FinetuneReport:
@@ -272,11 +479,15 @@ def finetune(
 
     Args:
         dataset_dir: A BEIR folder (``corpus.jsonl`` and the split's queries and qrels).
-        out: Where the sentence-transformers folder is written.
+        out: Where the sentence-transformers folder is written (and the checkpoints while the run lasts).
         split: ``train`` reads ``train_queries.jsonl`` / ``train_qrels.tsv``; ``dev`` the plain files.
         base: The model to start from (default: the bundled all-MiniLM-L6-v2).
         settings: A :class:`FinetuneSettings` or a mapping of its fields.
         overwrite: Replace a non-empty ``out`` folder.
+        resume: Continue the interrupted run in ``out`` from its last checkpoint (same dataset, base and settings);
+            the model is the one an uninterrupted run makes.
+        save_steps: Save a checkpoint every this many steps (default: a tenth of the run's steps).
+        keep_checkpoints: Keep every checkpoint in ``out`` (default: the last only, removed once the model is saved).
         progress: Show a progress bar over the steps.
         log: Receives one line per stage.
 
@@ -284,10 +495,11 @@ def finetune(
         What the run did; also written to ``out/finetune.json``.
 
     Raises:
-        ConfigError: If a setting is out of range, or ``out`` is taken (the path names the option).
+        ConfigError: If a setting is out of range, ``out`` is taken, or ``resume`` finds no run to continue or one
+            started otherwise (the path names the option).
         DatasetError: If a dataset file is missing or malformed, or no judgement names a corpus document.
         ProviderError: If the base model cannot be loaded.
-        MissingDependencyError: If torch / sentence-transformers are not installed.
+        MissingDependencyError: If torch / sentence-transformers / accelerate / datasets are not installed.
     """
     from modular_rag.config import validate_params
     from modular_rag.providers import minilm_path
@@ -296,14 +508,18 @@ def finetune(
         cfg = settings
     else:
         cfg = cast(FinetuneSettings, validate_params(FinetuneSettings, settings or {}, ""))
+    if save_steps is not None and save_steps < 1:
+        raise ConfigError("--save-steps", f"must be >= 1 (got {save_steps})")
     base_path = Path(base) if base is not None else minilm_path()
     if not base_path.is_dir():
         raise ConfigError("--base", f"{base_path} is not a folder; give a local sentence-transformers model folder")
     out_path = Path(out)
-    _check_out(out_path, overwrite)
+    checkpoint = _check_out(out_path, overwrite, resume)
     dataset = load_beir(dataset_dir, split=split)
     say = log or (lambda _line: None)
     try:
+        import accelerate  # noqa: F401  (the Trainer's; imported here to name the extra when it is missing)
+        import datasets
         import torch
 
         try:  # sentence-transformers >= 5.2 moved the losses; older releases keep them here
@@ -312,71 +528,60 @@ def finetune(
             from sentence_transformers.losses import MultipleNegativesRankingLoss  # type: ignore[no-redef]
     except ImportError as exc:
         raise MissingDependencyError(
-            "fine-tuning needs torch and sentence-transformers: pip install torch==2.13.0 'modular-rag[local]'"
+            "fine-tuning needs torch, sentence-transformers, accelerate and datasets: pip install torch==2.13.0 "
+            "'modular-rag[finetune]'"
         ) from exc
 
     examples, skipped, filled = training_examples(dataset, cfg)
     say(f"{len(examples)} pairs from {len({e.query_id for e in examples})} {split} queries; mining done")
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    model = _load_model(base_path)
-    inference_length = model.max_seq_length  # restored before saving: the training length is a cost knob
-    model.max_seq_length = cfg.max_seq_length
-    loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
-    rng = random.Random(cfg.seed)
-    plans = [plan_batches(examples, dataset.qrels, cfg.batch_size, rng) for _ in range(cfg.epochs)]
-    total = sum(len(p) for p in plans)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.01)
-    warmup = int(total * cfg.warmup_ratio)
+    plans = planned_batches(examples, dataset.qrels, cfg)
+    record = _run_record(base_path, split, cfg, plans)
+    if checkpoint is not None:
+        _check_same_run(out_path, record)
+    else:
+        out_path.mkdir(parents=True, exist_ok=True)
+        (out_path / RUN_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+    row = {id(e): i for i, e in enumerate(examples)}
+    batches = [[row[id(e)] for e in batch] for epoch in plans for batch in epoch]
+    total = len(batches)
+    columns = {"query": [e.query for e in examples], "positive": [e.positive for e in examples]}
+    columns |= {f"negative_{j + 1}": [e.negatives[j] for e in examples] for j in range(cfg.hard_negatives)}
 
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, desc="finetune", unit="step", leave=False)
-    model.train()
-    losses: list[float] = []
-    start = time.perf_counter()
-    try:
-        for epoch_batches in plans:
-            epoch_loss = 0.0
-            for batch in epoch_batches:
-                columns = [[e.query for e in batch], [e.positive for e in batch]]
-                columns += [[e.negatives[j] for e in batch] for j in range(cfg.hard_negatives)]
-                features = [model.preprocess(col) for col in columns]
-                loss = loss_fn(features, torch.zeros(len(batch)))
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                scheduler.step()
-                value = float(loss.detach())
-                if not math.isfinite(value):
-                    raise ConfigError("--learning-rate", f"training diverged (loss {value}); lower the learning rate")
-                epoch_loss += value
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{value:.3f}")
-            losses.append(epoch_loss / max(1, len(epoch_batches)))
-    finally:
-        if bar is not None:
-            bar.close()
-    seconds = time.perf_counter() - start
-    model.eval()
-    model.max_seq_length = inference_length
-    out_path.mkdir(parents=True, exist_ok=True)
-    model.save(str(out_path))
+    with _no_library_bars():  # transformers' own bars: loading weights, writing each checkpoint
+        model = _load_model(base_path)
+        inference_length = model.max_seq_length  # restored before saving: the training length is a cost knob
+        model.max_seq_length = cfg.max_seq_length
+        cuda = torch.cuda.is_available()
+        args = _arguments(out_path, cfg, total, save_steps=save_steps, keep_checkpoints=keep_checkpoints, cuda=cuda)
+        watch = _watch(progress)
+        loss = MultipleNegativesRankingLoss(model, scale=cfg.scale)
+        trainer = _trainer(_PlannedBatches(batches, cfg.batch_size), watch, model=model, args=args, loss=loss,
+                           train_dataset=datasets.Dataset.from_dict(columns))  # fmt: skip
+        device, precision = str(trainer.args.device), "fp16" if cuda else "fp32"
+        if checkpoint is not None:
+            say(f"resuming from {checkpoint.name} (step {checkpoint.name.split('-')[1]} of {total})")
+        say(f"training on {device} ({precision}): {total} steps, a checkpoint every {args.save_steps} in {out_path}")
+        start = time.perf_counter()
+        try:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+        finally:
+            watch.close()
+        seconds = time.perf_counter() - start
+        model.eval()
+        model.max_seq_length = inference_length
+        model.save(str(out_path))
+    if not keep_checkpoints:
+        for folder in out_path.iterdir():
+            if _CHECKPOINT.match(folder.name) and folder.is_dir():
+                shutil.rmtree(folder)
+    (out_path / RUN_FILE).unlink(missing_ok=True)
+    per_epoch = [len(p) for p in plans]
     report = FinetuneReport(
         out=str(out_path), base=str(base_path), dataset=str(dataset.root), split=split, pairs=len(examples),
         queries=len({e.query_id for e in examples}), steps=total, seconds=round(seconds, 1),
-        losses=[round(x, 5) for x in losses], settings=cfg.model_dump(), skipped_qrels=skipped, bm25_filled=filled,
-        batches_per_epoch=[len(p) for p in plans],
+        losses=[round(x, 5) for x in _epoch_losses(trainer.state.log_history, per_epoch)], settings=cfg.model_dump(),
+        skipped_qrels=skipped, bm25_filled=filled, batches_per_epoch=per_epoch, device=device, precision=precision,
+        resumed_from_step=int(checkpoint.name.split("-")[1]) if checkpoint is not None else 0,
     )  # fmt: skip
     (out_path / "finetune.json").write_text(json.dumps(asdict(report), indent=2), encoding="utf-8")
     return report

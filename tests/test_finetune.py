@@ -1,19 +1,37 @@
-"""Fine-tuning the embedder: pairs and hard negatives from qrels and BM25, batches without false negatives, a saved
-folder that sentence-transformers and ``build_flow`` load, the same model twice from the same seed, and one-line
-CLI errors."""
+"""Fine-tuning the embedder: pairs and hard negatives from qrels and BM25, batches without false negatives that the
+Trainer hands to the loss as planned, a saved folder that sentence-transformers and ``build_flow`` load, the same
+model twice from the same seed, a run killed after a checkpoint that resumes to the model of an uninterrupted run,
+and one-line CLI errors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from modular_rag.cli import main
+from modular_rag.errors import ConfigError
 from modular_rag.eval.datasets import load_beir
-from modular_rag.finetune import FinetuneSettings, document_text, finetune, plan_batches, training_examples
+from modular_rag.finetune import (
+    RUN_FILE,
+    FinetuneSettings,
+    document_text,
+    finetune,
+    last_checkpoint,
+    plan_batches,
+    planned_batches,
+    training_examples,
+)
 
 DOCS = {
     "d1": ("Vitamin D", "Vitamin D deficiency is linked to weak bones and rickets in children."),
@@ -55,6 +73,75 @@ def write_beir(root: Path, split: str = "train") -> Path:
 
 
 FAST = {"epochs": 1, "batch_size": 4, "hard_negatives": 1, "negative_depth": 3, "max_seq_length": 32, "seed": 7}
+TWO_EPOCHS = {**FAST, "epochs": 2}  # 9 steps: the second epoch's batches follow the first's in one Trainer pass
+REPO = Path(__file__).resolve().parents[1]
+
+# Runs `modular-rag finetune ARGS` and SIGKILLs it right after the Trainer has written the checkpoint at step STEP:
+# nothing of the run gets to clean up, as when the machine or the user kills it.
+KILLED_AFTER_CHECKPOINT = """
+import os, signal, sys
+from transformers import Trainer
+save = Trainer._save_checkpoint
+def save_then_die(self, model, trial):
+    save(self, model, trial)
+    if self.state.global_step >= int(sys.argv[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+Trainer._save_checkpoint = save_then_die
+from modular_rag.cli import main
+sys.exit(main(["finetune", *sys.argv[2:]]))
+"""
+
+
+@contextlib.contextmanager
+def loss_inputs() -> Iterator[list[list[Any]]]:
+    """Record the token ids of every batch the loss receives (one tensor per column), then let the loss run."""
+    try:
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss as Loss
+    except ImportError:
+        from sentence_transformers.losses import MultipleNegativesRankingLoss as Loss  # type: ignore[no-redef]
+    seen: list[list[Any]] = []
+    forward = Loss.forward
+
+    def recording(self: Any, sentence_features: Any, labels: Any) -> Any:
+        seen.append([f["input_ids"].detach().cpu().clone() for f in sentence_features])
+        return forward(self, sentence_features, labels)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Loss, "forward", recording)
+        yield seen
+
+
+def _tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    from modular_rag.providers import minilm_path
+
+    return AutoTokenizer.from_pretrained(str(minilm_path()))
+
+
+def seen_texts(seen: list[list[Any]]) -> list[list[list[str]]]:
+    """Per step, per column, the texts the loss got (its token ids decoded)."""
+    tokenizer = _tokenizer()
+    return [[tokenizer.batch_decode(ids, skip_special_tokens=True) for ids in columns] for columns in seen]
+
+
+def planned_texts(root: Path, settings: dict[str, Any]) -> list[list[list[str]]]:
+    """Per step, per column (queries, positives, negatives), the texts the plan puts in that step's batch, as the
+    model reads them (tokenized at the training length and decoded)."""
+    dataset = load_beir(root, split="train")
+    cfg = FinetuneSettings(**settings)
+    examples, _, _ = training_examples(dataset, cfg)
+    tokenizer = _tokenizer()
+
+    def read(texts: list[str]) -> list[str]:
+        ids = tokenizer(texts, truncation=True, max_length=cfg.max_seq_length)["input_ids"]
+        return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    return [
+        [read([e.query for e in batch]), read([e.positive for e in batch]),
+         *[read([e.negatives[j] for e in batch]) for j in range(cfg.hard_negatives)]]
+        for epoch in planned_batches(examples, dataset.qrels, cfg) for batch in epoch
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------- unit
@@ -134,6 +221,45 @@ def test_cli_refuses_to_overwrite_a_model(tmp_path: Path, capsys: pytest.Capture
     assert "--out:" in capsys.readouterr().err and (out / "keep.txt").exists()
 
 
+@pytest.mark.unit
+def test_last_checkpoint_passes_over_one_killed_while_it_was_written(tmp_path: Path) -> None:
+    assert last_checkpoint(tmp_path / "nowhere") is None
+    for step in (2, 10):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-12").mkdir()  # the Trainer writes trainer_state.json last: this one is incomplete
+    (tmp_path / "checkpoint-9.bak").mkdir()
+    assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-10"  # by step number, not by name
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("prepare", "args", "message"),
+    [
+        (None, ["--resume"], "--resume: {out} holds no checkpoint of an interrupted run; start without --resume"),
+        (None, ["--resume", "--overwrite"], "--resume: continues the run in --out; it cannot be combined"),
+        ("checkpoint-3", [], "--out: {out} exists and is not empty; it holds an interrupted run (checkpoint-3): "
+                             "pass --resume to continue it or --overwrite"),
+        ("finetune.json", ["--resume"], "--resume: {out} holds a finished model (finetune.json)"),
+        (None, ["--save-steps", "0"], "--save-steps: must be >= 1 (got 0)"),
+    ],
+)
+def test_cli_resume_errors_exit_2_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prepare: str | None, args: list[str], message: str
+) -> None:
+    out = tmp_path / "model"
+    if prepare == "checkpoint-3":
+        (out / prepare).mkdir(parents=True)
+        (out / prepare / "trainer_state.json").write_text("{}")
+    elif prepare:
+        out.mkdir()
+        (out / prepare).write_text("{}")
+    root = write_beir(tmp_path / "tiny")
+    assert main(["finetune", "--dataset", str(root), "--out", str(out), "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message.format(out=out) in err, err
+
+
 # ------------------------------------------------------------------------------------------------------ integration
 
 
@@ -207,3 +333,57 @@ def test_cli_prints_pairs_steps_and_seconds(tmp_path: Path, capsys: pytest.Captu
     out = capsys.readouterr().out
     assert "pairs: 9 from 7 train queries" in out and "steps: " in out and "training: " in out
     assert (tmp_path / "m" / "modules.json").exists()
+
+
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[list[Any]]]:
+    """The tiny dataset, a model trained on it for two epochs without interruption (and without checkpoints), and
+    the token ids of every batch its loss received."""
+    root = write_beir(tmp_path_factory.mktemp("beir") / "tiny")
+    out = tmp_path_factory.mktemp("models") / "whole"
+    with loss_inputs() as seen:
+        report = finetune(root, out, settings=TWO_EPOCHS, save_steps=1000)
+    assert report.steps == len(seen) and len(report.batches_per_epoch) == 2
+    return root, out, seen
+
+
+@pytest.mark.integration
+def test_the_loss_gets_the_planned_batches_in_order(two_epochs: tuple[Path, Path, list[list[Any]]]) -> None:
+    # The Trainer samples its own batches unless told otherwise (random order, any mix): the plan's guarantee, no
+    # document twice in a batch and none relevant to another query of it, holds only if the loss gets the plan.
+    root, _, seen = two_epochs
+    planned = planned_texts(root, TWO_EPOCHS)
+    assert len(seen) == len(planned) and [len(s) for s in seen] == [3] * len(planned)  # query, positive, negative
+    assert seen_texts(seen) == planned
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_model(
+    two_epochs: tuple[Path, Path, list[list[Any]]], tmp_path: Path
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    root, whole, _ = two_epochs
+    out = tmp_path / "killed"
+    args = ["--dataset", str(root), "--out", str(out), "--quiet", "--save-steps", "2"]
+    args += [f"--{k.replace('_', '-')}={v}" for k, v in TWO_EPOCHS.items()]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_CHECKPOINT, "4", *args], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert last_checkpoint(out) == out / "checkpoint-4" and not (out / "finetune.json").exists()
+
+    with pytest.raises(ConfigError, match=r"--resume: the run in .* started with learning_rate 2e-05 \(now 0.0001\)"):
+        finetune(root, out, settings={**TWO_EPOCHS, "learning_rate": 1e-4}, resume=True)
+    with loss_inputs() as seen:
+        report = finetune(root, out, settings=TWO_EPOCHS, resume=True, save_steps=2)
+
+    assert report.resumed_from_step == 4 and len(seen) == report.steps - 4  # only the steps after the checkpoint
+    assert seen_texts(seen) == planned_texts(root, TWO_EPOCHS)[4:]
+    assert json.loads((whole / "finetune.json").read_text())["losses"] == report.losses  # every step's, both runs
+    texts = [text for text, _ in QUERIES.values()] + [title for title, _ in DOCS.values()]
+    a = SentenceTransformer(str(whole), device="cpu").encode(texts)
+    b = SentenceTransformer(str(out), device="cpu").encode(texts)
+    np.testing.assert_array_equal(a, b)
+    assert not list(out.glob("checkpoint-*")) and not (out / RUN_FILE).exists()  # pruned once the model is saved

@@ -191,14 +191,17 @@ class _Search:
         """Fine-tune the embedder on the fit split once (kept in OUT/model); candidates then embed with it."""
         if self.settings.finetune is None:
             return
-        from modular_rag.finetune import finetune
+        from modular_rag.finetune import finetune, last_checkpoint
 
         model = self.out / "model"
         if not (model / "finetune.json").exists():
-            self.say(f"fine-tuning the embedder on {len(self.data.fit.queries)} fit questions -> {model}")
+            interrupted = last_checkpoint(model)  # a fine-tune killed with the search continues from its checkpoint
+            self.say(f"fine-tuning the embedder on {len(self.data.fit.queries)} fit questions -> {model}" +
+                     (f" (continuing from {interrupted.name})" if interrupted is not None else ""))  # fmt: skip
             start = time.monotonic()
             report = finetune(self.data.folder, model, split="fit", settings=dict(self.settings.finetune),
-                              overwrite=True, progress=False, log=self.say)  # fmt: skip
+                              overwrite=interrupted is None, resume=interrupted is not None, progress=False,
+                              log=self.say)  # fmt: skip
             self.say(f"fine-tuned in {time.monotonic() - start:.0f}s ({report.steps} steps)")
             self._save_spent()
         self.base_providers = {"embeddings": {"name": "sentence_transformers", "path": str(model)}}
