@@ -25,7 +25,7 @@ VENV=${VENV:-${TMPDIR:-/tmp}/modular-rag-lowest}
 PYTHON_VERSION=${PYTHON_VERSION:-3.11}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0+cpu}
 MARKERS=${MARKERS:-unit}
-EXTRAS=local,eval,docs,dev
+EXTRAS=local,finetune,eval,docs,dev
 MILVUS_EXTRAS=local,milvus,dev
 MILVUS_TESTS=${MILVUS_TESTS-tests/ecosystem/test_milvus.py tests/ecosystem/test_postgres.py}
 
