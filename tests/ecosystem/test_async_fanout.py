@@ -7,7 +7,7 @@ ledger and LangChain runs; timeouts and ``on_error`` hold inside a branch."""
 from __future__ import annotations
 
 import asyncio
-import sys
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from modular_rag.builder import build_flow
+from modular_rag.chat import ChatClient
 from modular_rag.config import FlowConfig, OperatorSpec, load_config
 from modular_rag.providers import Providers
-from tests.ecosystem.test_async_flows import Runs, _stack
+from tests.ecosystem.test_async_flows import Runs
 from tests.helpers.stub_llm import StubLLM
 from tests.patterns.conftest import template
 
@@ -56,14 +57,6 @@ def _flows(demo_dir: Path, url: str) -> dict[str, FlowConfig]:
     }  # fmt: skip
 
 
-def blocked_in_model_calls() -> int:
-    """Threads blocked in a synchronous model call right now (``ChatClient.complete``): an awaited call is a suspended
-    coroutine, on no thread's stack."""
-    frames = sys._current_frames()
-    return sum(any(f.f_code.co_name == "complete" and f.f_code.co_filename.endswith("modular_rag/chat.py")
-                   for f in _stack(top)) for top in frames.values())  # fmt: skip
-
-
 def timeless(out: Mapping[str, Any]) -> dict[str, Any]:
     """A run's result without the clock: trace events without ``start`` and ``ms``, ledger entries without ``ms``."""
     return {**out, "trace": [{k: v for k, v in e.items() if k not in ("start", "ms")} for e in out.get("trace", [])],
@@ -71,21 +64,28 @@ def timeless(out: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _held_while(run: Callable[[], Any]) -> tuple[Any, int]:
-    """``run()``'s result, and the most threads that were blocked in a model call at once while it ran."""
-    most, done = [0], threading.Event()
+    """``run()``'s result, and the most threads that were inside a synchronous model call (``ChatClient.complete``)
+    at once while it ran: an awaited call is a suspended coroutine and holds none. Counted by wrapping the method, not
+    by walking other threads' frames, which races with the threads that own them (CPython 3.11 handed a str as a
+    frame's ``f_back`` once)."""
+    original, lock, now, most = ChatClient.complete, threading.Lock(), [0], [0]
 
-    def sample() -> None:
-        while not done.is_set():
-            most[0] = max(most[0], blocked_in_model_calls())
-            time.sleep(0.005)
+    @functools.wraps(original)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        try:
+            return original(*args, **kwargs)
+        finally:
+            with lock:
+                now[0] -= 1
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    ChatClient.complete = counted  # type: ignore[method-assign]
     try:
         return run(), most[0]
     finally:
-        done.set()
-        sampler.join(5)
+        ChatClient.complete = original  # type: ignore[method-assign]
 
 
 @pytest.mark.integration
@@ -102,7 +102,7 @@ def test_fan_out_nodes_await_the_model_under_abatch_holding_no_thread(demo_dir: 
         env.encoder.clear_cache()  # the async run embeds its queries as the sync run did
         stub.max_in_flight = 0
         results, held = _held_while(lambda: asyncio.run(flow.abatch(inputs, {"max_concurrency": n})))
-    assert held_sync >= 1  # the sampler sees a blocked call when there is one
+    assert held_sync >= 1  # the counter sees a blocked call when there is one
     assert stub.max_in_flight >= n  # the questions' calls were at the endpoint together ...
     assert held == 0  # ... and no thread waited for any of them
     assert timeless(results[0]) == timeless(sync)  # the same answer, trace and ledger as the sync run
