@@ -171,8 +171,8 @@ class MilvusStore:
             self._lite = self.server_version().startswith("milvus_lite")
         return self._lite
 
-    def flush(self) -> None:
-        """Seal the rows written so far into a segment.
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Seal the rows written so far into a segment, waiting up to ``timeout_s`` (default: the store's timeout).
 
         Milvus Lite searches sealed segments through cached indexes but rebuilds the BM25 index of unsealed rows on
         every search (about 2 s a query at 5,000 rows), so on Milvus Lite the store flushes by itself before it next
@@ -181,7 +181,8 @@ class MilvusStore:
         with self._lock:
             self._unflushed = False
             if self._exists():
-                self._call("flush", lambda c: c.flush(self.collection_name, timeout=self.timeout_s))
+                wait = self.timeout_s if timeout_s is None else timeout_s
+                self._call("flush", lambda c: c.flush(self.collection_name, timeout=wait))
 
     def _settle(self) -> None:
         """Flush this process's writes before a read, on Milvus Lite (see :meth:`flush`)."""
@@ -476,8 +477,7 @@ class MilvusStore:
         if not self._exists():
             return 0.0
         with self._lock:
-            self._unflushed = False
-            self._call("flush", lambda c: c.flush(self.collection_name, timeout=timeout_s))
+            self.flush(timeout_s)
             self._call("load_collection", lambda c: c.load_collection(self.collection_name, timeout=timeout_s))
             args = {**self._read_args(), "timeout": timeout_s}
             if self._dim:

@@ -61,6 +61,18 @@ def test_index_and_retrieve_through_a_chroma_server(tmp_path: Path, monkeypatch:
         hits = dense.invoke({"query": "speed sensor signal lost"})["candidates"]
         assert hits and hits[0]["channel"] == "dense" and "E07" in hits[0]["text"]
 
+        # BM25 ranks from the catalog's postings, which hold no texts: its hits read theirs from the server
+        sparse = build_flow(
+            {
+                "pattern": "linear",
+                "providers": {"vectorstore": vectorstore},
+                "operators": {"retrieve": {"name": "bm25", "params": {"k": 5}}, "generate": "none"},
+            }
+        )
+        hits = sparse.invoke({"query": "E07 speed sensor"})["candidates"]
+        assert hits and hits[0]["channel"] == "bm25" and all(h["text"] for h in hits) and "E07" in hits[0]["text"]
+        assert all(h["metadata"].get("source") for h in hits)
+
         # the data lives in the server: a plain Chroma client sees what the kit wrote
         import chromadb
         from chromadb.config import Settings

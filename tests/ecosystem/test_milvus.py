@@ -311,6 +311,36 @@ def test_sync_deletes_removed_and_replaced_files_in_milvus(milvus_uri: str, tmp_
         other.close()
 
 
+@pytest.mark.integration
+@needs_milvus
+def test_an_index_run_leaves_the_collection_warm_for_readers(milvus_uri: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # a server builds what a search needs on the first search after a write (Milvus Lite: its BM25 index, 12-15 s
+    # at 100k chunks); the indexer pays it, not a worker's first question
+    calls: list[str] = []
+    call = MilvusStore._call
+
+    def recorded(self: MilvusStore, what: str, fn: Any) -> Any:
+        calls.append(what)
+        return call(self, what, fn)
+
+    monkeypatch.setattr(MilvusStore, "_call", recorded)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("display-error-e07.md", "display-error-e12.md"):
+        shutil.copy(demo_corpus_path() / name, docs / name)
+    env = _providers({"name": "milvus", "uri": milvus_uri, "collection": "warmed",
+                      "catalog": str(tmp_path / "catalog")})  # fmt: skip
+    first = index_paths([docs], env, progress=False)
+    warm = ["flush", "load_collection", "search", "search"]  # sealed, loaded, a dense and a BM25 search
+    at = [i for i in range(len(calls)) if calls[i : i + 4] == warm]
+    assert at and "upsert" not in calls[at[-1] :], calls  # ... after the last write
+    assert first.stages["warm"] > 0
+    calls.clear()
+    again = index_paths([docs], env, progress=False)  # nothing changed: nothing to warm
+    assert "load_collection" not in calls and "warm" not in again.stages
+
+
 @pytest.mark.unit
 def test_milvus_config_round_trips_and_builds_no_client() -> None:
     cfg = ProvidersConfig.model_validate({"vectorstore": {"name": "milvus", "collection": "manuals",
