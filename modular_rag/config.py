@@ -189,9 +189,10 @@ class MilvusConfig(StrictModel):
     """Milvus: dense vectors and BM25 in one collection that several processes share, ranked in Milvus (dense, BM25
     and their fusion), on a Milvus server (``uri: http://host:19530``: a cluster, a standalone Milvus or
     ``milvus-lite server``) or in this process (``uri: path/index.db``, Milvus Lite, one process per file).
-    Needs the ``milvus`` extra. BM25 uses ``providers.sparse``'s k1, b, stop words and stemmer (Milvus Lite does
-    not stem); the local BM25 index that link hops and the evidence scorer read is built from the collection on
-    first use in each process."""
+    Needs the ``milvus`` extra. BM25 uses ``providers.sparse``'s k1, b, stop words and stemmer; it ranks in Milvus,
+    or over the kit's postings in the catalog folder where Milvus cannot analyse text as asked (``bm25``: Milvus
+    Lite does not stem). The catalog folder (term statistics, postings, link table, sentence vectors) is shared by
+    the processes that share the collection and read by key, memory-mapped: no process copies the collection."""
 
     name: Literal["milvus"] = "milvus"
     uri: str = Field("http://127.0.0.1:19530", min_length=1,
@@ -212,6 +213,11 @@ class MilvusConfig(StrictModel):
     analyzer: dict[str, Any] | None = Field(
         None, description="Milvus analyzer_params of the text field (default: standard tokenizer, lower case, ASCII "
         "folding, then providers.sparse's stop words and stemmer)"
+    )  # fmt: skip
+    bm25: Literal["auto", "milvus", "kit"] = Field(
+        "auto", description="where BM25 ranks: milvus (in Milvus; hybrid is one hybrid_search call), kit (the "
+        "kit's postings in the catalog folder: the embedded default's analysis and scores), auto (kit where the "
+        "server would drop part of the analysis asked for: Milvus Lite does not stem or fold accents; else milvus)"
     )  # fmt: skip
 
     @field_validator("uri")

@@ -190,8 +190,9 @@ class KnowledgeIndex:
 
     @property
     def bm25_in_store(self) -> bool:
-        """Whether the dense store ranks BM25 itself (Milvus)."""
-        return isinstance(self.dense, MilvusStore)
+        """Whether the dense store ranks BM25 itself (Milvus, unless its ``bm25`` setting leaves it to the kit's
+        postings: :attr:`~modular_rag.milvus.MilvusStore.ranks_bm25`)."""
+        return isinstance(self.dense, MilvusStore) and self.dense.ranks_bm25
 
     @property
     def texts_in_store(self) -> bool:

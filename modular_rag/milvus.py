@@ -94,6 +94,7 @@ class MilvusStore:
         k1, b: BM25 parameters of the sparse index (used when the collection is created).
         consistency: Milvus consistency level of every read; ``Strong`` sees every write acknowledged before it.
         timeout_s: Per-request timeout.
+        bm25: Where BM25 ranks (:attr:`ranks_bm25`): ``milvus``, ``kit`` (the caller's own postings) or ``auto``.
     """
 
     def __init__(
@@ -107,6 +108,7 @@ class MilvusStore:
         b: float = 0.75,
         consistency: Consistency = "Strong",
         timeout_s: float = 30.0,
+        bm25: Literal["auto", "milvus", "kit"] = "auto",
     ) -> None:
         if not _NAME.match(collection):
             raise ConfigError("providers.vectorstore.collection", f"{collection!r} is not a Milvus collection name: "
@@ -114,6 +116,9 @@ class MilvusStore:
         self.uri, self.collection_name, self.token = uri, collection, token
         self.analyzer = dict(analyzer) if analyzer is not None else milvus_analyzer()
         self.k1, self.b, self.consistency, self.timeout_s = k1, b, consistency, timeout_s
+        if bm25 not in ("auto", "milvus", "kit"):
+            raise ConfigError("providers.vectorstore.bm25", f"{bm25!r} is not one of auto, milvus, kit")
+        self.bm25 = bm25
         self._client: Any = None
         self._ready = False
         self._dim: int | None = None
@@ -170,6 +175,15 @@ class MilvusStore:
         if self._lite is None:
             self._lite = self.server_version().startswith("milvus_lite")
         return self._lite
+
+    @property
+    def ranks_bm25(self) -> bool:
+        """Whether BM25 queries rank in Milvus (``bm25: milvus``), not over the kit's postings (``kit``). ``auto``
+        ranks in Milvus unless it would drop part of the analysis asked for: Milvus Lite applies neither stemming
+        nor accent folding, so there the kit's postings (the same analysis as the embedded default) rank."""
+        if self.bm25 != "auto":
+            return self.bm25 == "milvus"
+        return not (self.lite and lite_analyzer(self.analyzer)[1])
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Seal the rows written so far into a segment, waiting up to ``timeout_s`` (default: the store's timeout).

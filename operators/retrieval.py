@@ -137,11 +137,15 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
         embedded = yield from _query_vectors(providers, queries[1:] if vector is not None else queries)
         if vector is not None:
             embedded = [np.asarray(vector, dtype=np.float32), *embedded]
-        milvus = store if isinstance(store, MilvusStore) and store.fuses(params.fusion, params.weights) else None
-        if isinstance(store, MilvusStore):
+        in_milvus = isinstance(store, MilvusStore) and providers.index.bm25_in_store
+        milvus = store if in_milvus and store.fuses(params.fusion, params.weights) else None
+        if in_milvus:
             note(f"hybrid: one Milvus hybrid_search per query (dense + BM25 and {params.fusion} fusion server-side)"
                  if milvus else f"hybrid: dense and BM25 searched in Milvus, {params.fusion} fusion with weights "
                  f"{params.weights} in the kit (Milvus has no such ranker)")  # fmt: skip
+        elif isinstance(store, MilvusStore):
+            note(f"hybrid: dense searched in Milvus, BM25 over the kit's postings (bm25: {store.bm25}), "
+                 f"{params.fusion} fusion in the kit")  # fmt: skip
         per_query = []
         for q, vec in zip(queries, embedded, strict=True):
             if milvus is not None:

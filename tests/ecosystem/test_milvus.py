@@ -119,7 +119,7 @@ def _providers(vectorstore: dict[str, Any]) -> Providers:
 @pytest.mark.integration
 @needs_milvus
 def test_what_one_process_adds_another_retrieves_by_bm25_and_dense(milvus_uri: str, tmp_path: Path) -> None:
-    vectorstore = json.dumps({"name": "milvus", "uri": milvus_uri, "collection": "shared",
+    vectorstore = json.dumps({"name": "milvus", "uri": milvus_uri, "collection": "shared", "bm25": "milvus",
                               "catalog": str(tmp_path / "catalog")})  # the folder both processes share
     reader = subprocess.Popen(
         [sys.executable, "-c", READER, vectorstore, QUESTION], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -205,7 +205,8 @@ def test_untranslatable_filters_are_refused_naming_the_part(where: dict[str, Any
 @needs_milvus
 def test_filters_select_what_matches_where_selects_on_every_channel(tmp_path: Path) -> None:
     # an embedded Milvus Lite file (uri: *.db): the same store in this process, no server
-    env = _providers({"name": "milvus", "uri": str(tmp_path / "lite" / "index.db"), "collection": "filters"})
+    env = _providers({"name": "milvus", "uri": str(tmp_path / "lite" / "index.db"), "collection": "filters",
+                      "bm25": "milvus"})  # fmt: skip
     store = env.index.dense
     assert isinstance(store, MilvusStore)
     ids, texts, metas = (list(x) for x in zip(*ROWS, strict=True))
@@ -264,7 +265,8 @@ def test_fusions_milvus_lacks_run_in_the_kit_over_two_milvus_searches(tmp_path: 
 
     fake = DeterministicFakeEmbedding(size=8)  # a LangChain Embeddings object as the embeddings provider
     cfg = ProvidersConfig.model_validate({"embeddings": fake, "vectorstore": {
-        "name": "milvus", "uri": str(tmp_path / "kit-fusion.db"), "collection": "kit_fusion"}})  # fmt: skip
+        "name": "milvus", "uri": str(tmp_path / "kit-fusion.db"), "collection": "kit_fusion",
+        "bm25": "milvus"}})  # fmt: skip
     env = Providers(cfg)
     ids, texts, metas = (list(x) for x in zip(*ROWS, strict=True))
     env.index.dense.add(ids, texts, metas, np.asarray(fake.embed_documents(texts), dtype=np.float32))
@@ -275,6 +277,39 @@ def test_fusions_milvus_lacks_run_in_the_kit_over_two_milvus_searches(tmp_path: 
     assert out["candidates"] and out["candidates"][0]["channel"] == "hybrid"
     assert "convex fusion with weights (1.0, 1.0) in the kit" in out["trace"][0]["summary"]
     assert out["ledger"][0]["retrievals"] == 2
+
+
+# ------------------------------------------------------------------------------------------------ parity
+
+
+@pytest.mark.integration
+@needs_milvus
+def test_on_milvus_lite_bm25_and_hybrid_rank_as_the_embedded_default(milvus_uri: str, tmp_path: Path) -> None:
+    # Milvus Lite neither stems nor folds accents: bm25 auto ranks over the kit's postings there, so a flow scores
+    # what it scores on the embedded default; bm25: milvus is Milvus's own (unstemmed) ranking
+    from modular_rag.builder import build_flow
+
+    chroma = _providers({"path": str(tmp_path / "chroma"), "collection": "parity"})
+    milvus = {"name": "milvus", "uri": milvus_uri, "collection": "parity", "catalog": str(tmp_path / "catalog")}
+    auto = _providers(milvus)
+    index_paths([demo_corpus_path()], chroma, progress=False)
+    index_paths([demo_corpus_path()], auto, progress=False)
+    in_milvus = _providers({**milvus, "bm25": "milvus"})  # the same collection, ranked by Milvus
+    queries = ["charging batteries", "speed sensors disconnected", "warranty claims", "E07"]
+    for q in queries:
+        want = [(h["chunk_id"], round(h["score"], 4), h["text"]) for h in chroma.index.search_sparse(q, 8)]
+        assert [(h["chunk_id"], round(h["score"], 4), h["text"]) for h in auto.index.search_sparse(q, 8)] == want
+    unstemmed = in_milvus.index.search_sparse("charging batteries", 8)
+    assert [h["chunk_id"] for h in unstemmed] != [h["chunk_id"] for h in chroma.index.search_sparse("charging "
+                                                                                                     "batteries", 8)]
+    hybrid = {"pattern": "linear", "operators": {"retrieve": {"name": "hybrid", "params": {"k": 5}},
+                                                 "generate": "none"}}  # fmt: skip
+    for q in queries:
+        want = build_flow(hybrid, providers=chroma).invoke({"query": q})
+        got = build_flow(hybrid, providers=auto).invoke({"query": q})
+        assert [h["chunk_id"] for h in got["candidates"]] == [h["chunk_id"] for h in want["candidates"]], q
+    assert "BM25 over the kit's postings (bm25: auto)" in got["trace"][0]["summary"]
+    assert not auto.index.bm25_in_store and in_milvus.index.bm25_in_store
 
 
 # ------------------------------------------------------------------------------------------------- sync / delete
