@@ -21,6 +21,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--concurrency", type=int, default=1, help="queries in flight (default 1)")
     p.add_argument("--chunker", help="chunker for the corpus (default: the config's indexing.chunker when it sets "
                                      "one, else document for BEIR rows, recursive for folders)")
+    p.add_argument("--milvus", metavar="URI", help="index the dataset into the Milvus at URI (http://host:19530, "
+                                                   "a milvus-lite server) and evaluate there, not in the cached Chroma")
     p.add_argument("--out", help="write results.json, results.csv and quality_cost.png here")
     p.add_argument("--quality", default="f1", help="y axis of the plot (f1, em, contains, supported, ndcg@10)")
     p.add_argument("--cost", default="llm_calls", help="x axis of the plot (llm_calls, ms, tokens)")
@@ -76,6 +78,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     dataset = _load_dataset(args.dataset, args.split, args.limit)
     configs = [load_config(path) for path in args.config]  # all validated before anything loads
+    if args.milvus:  # each config's vector store replaced by that Milvus (a collection per corpus and setting)
+        from modular_rag.config import MilvusConfig
+
+        store = MilvusConfig(uri=args.milvus)
+        configs = [c.model_copy(update={"providers": c.providers.model_copy(update={"vectorstore": store})})
+                   for c in configs]  # fmt: skip
     results = []
     for path, config in zip(args.config, configs, strict=True):
         # --chunker, else the config's indexing.chunker when it sets one, else the dataset's default

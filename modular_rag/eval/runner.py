@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modular_rag.config import ChromaConfig, FlowConfig, OperatorSpec, ProvidersConfig, load_config
+from modular_rag.config import ChromaConfig, FlowConfig, MilvusConfig, OperatorSpec, ProvidersConfig, load_config
 from modular_rag.eval.datasets import BeirDataset, Query
 from modular_rag.eval.metrics import retrieval_metrics
 from modular_rag.providers import Providers
@@ -58,7 +59,21 @@ def index_folder(
     """Where :func:`dataset_providers` keeps the index of this corpus, embedder and chunker (``complete.json`` in
     it once the index is built)."""
     label = dataset.corpus_file.resolve().parent.name if dataset.corpus_file.exists() else dataset.name
-    return (cache or eval_home()) / f"{label}-{_setting_key(dataset, providers, chunker)}"
+    folder = (cache or eval_home()) / f"{label}-{_setting_key(dataset, providers, chunker)}"
+    if isinstance(providers.vectorstore, MilvusConfig):  # the index is in that Milvus; the folder keeps its catalog
+        server = hashlib.sha1(providers.vectorstore.uri.encode()).hexdigest()[:8]
+        return folder.with_name(f"{folder.name}-milvus-{server}")
+    return folder
+
+
+def _eval_store(providers: ProvidersConfig, folder: Path) -> ChromaConfig | MilvusConfig:
+    """The store an evaluation indexes into: a Chroma folder of the cache, or, when the config names a Milvus, a
+    collection of that Milvus named after the cache folder, with its catalog in that folder."""
+    vs = providers.vectorstore
+    if isinstance(vs, MilvusConfig):
+        collection = "eval_" + re.sub(r"\W", "_", folder.name)
+        return vs.model_copy(update={"collection": collection, "catalog": str(folder / "catalog")})
+    return ChromaConfig(path=str(folder), collection="beir")
 
 
 def config_chunker(config: FlowConfig, default: str) -> OperatorSpec:
@@ -84,7 +99,9 @@ def dataset_providers(
 
     Args:
         dataset: The dataset.
-        providers: LLM / embeddings / sparse settings (the vector store is replaced by the cached index).
+        providers: LLM / embeddings / sparse settings. The vector store is replaced by the cached index: a Chroma
+            folder under ``cache``, or, when ``providers.vectorstore`` is a Milvus, a collection in that Milvus
+            named after the setting (``eval_<dataset>_<key>_milvus_<uri hash>``) with its catalog under ``cache``.
         chunker: How to chunk (default: ``document`` for BEIR rows, one chunk per row; ``recursive`` for folders).
         cache: Cache folder (default :func:`eval_home`).
         progress: Show a progress bar while indexing.
@@ -98,10 +115,15 @@ def dataset_providers(
     base = providers or ProvidersConfig()
     spec = chunker or OperatorSpec(name=dataset.default_chunker)
     folder = index_folder(dataset, base, spec, cache=cache)
-    cfg = base.model_copy(update={"vectorstore": ChromaConfig(path=str(folder), collection="beir")})
+    cfg = base.model_copy(update={"vectorstore": _eval_store(base, folder)})
     env = Providers(cfg)
     marker = folder / "complete.json"
     made = json.loads(marker.read_text()) if marker.exists() else None
+    if made is not None and isinstance(cfg.vectorstore, MilvusConfig) and env.index.count() != made["chunks"]:
+        if log:  # the server lost or changed the collection since: index again
+            log(f"{env.index.dense.describe()} holds {env.index.count()} chunks, not {made['chunks']}: indexing again")
+        env.index.clear()
+        made = None
     if made is None or (sentences and not made.get("sentences", True)):
         env.index.sentences.store = sentences
         start = time.perf_counter()

@@ -312,6 +312,47 @@ def test_on_milvus_lite_bm25_and_hybrid_rank_as_the_embedded_default(milvus_uri:
     assert not auto.index.bm25_in_store and in_milvus.index.bm25_in_store
 
 
+@pytest.mark.integration
+@needs_milvus
+def test_eval_on_milvus_indexes_the_dataset_there_and_scores_as_on_chroma(
+    milvus_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from modular_rag.cli import main
+
+    monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
+    config = tmp_path / "hybrid.yaml"
+    config.write_text(yaml.safe_dump({"pattern": "linear", "name": "hybrid", "operators": {
+        "retrieve": {"name": "hybrid", "params": {"k": 10}}, "context": "none", "generate": "none"}}))  # fmt: skip
+
+    said: list[str] = []
+
+    def table(*extra: str) -> str:
+        assert main(["eval", "--dataset", "demo", "--config", str(config), "--quiet", *extra]) == 0
+        out, err = capsys.readouterr()
+        said.append(err)
+        return out
+
+    def scores(out: str) -> dict[str, str]:  # the results row without the time per query
+        lines = out.splitlines()
+        header, row = next(x for x in lines if x.startswith("config")), next(x for x in lines if x.startswith("hybrid"))
+        return {h: c for h, c in zip(header.split(), row.split(), strict=True) if h != "ms/q"}
+
+    on_chroma, on_milvus = table(), table("--milvus", milvus_uri)
+    folders = sorted(p.name for p in (tmp_path / "home" / "eval").iterdir())
+    assert len(folders) == 2 and folders[1].startswith(folders[0] + "-milvus-")  # one index each, side by side
+    collection = "eval_" + folders[1].replace("-", "_")
+    other = MilvusStore(uri=milvus_uri, collection=collection)
+    try:
+        assert other.count() > 0  # the dataset is in the server
+    finally:
+        other.close()
+    assert scores(on_milvus) == scores(on_chroma) and scores(on_chroma)["nDCG@10"] != "–"
+    assert "indexed demo" in said[1]
+    assert scores(table("--milvus", milvus_uri)) == scores(on_milvus) and "indexed" not in said[2]  # reused
+
+
 # ------------------------------------------------------------------------------------------------- sync / delete
 
 
