@@ -51,10 +51,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def milvus_lite_server(folder: Path, timeout_s: float = 60.0) -> Iterator[str]:
-    """``milvus-lite server`` over ``folder`` on a free loopback port, in its own process group; yields its URI and
-    stops it (SIGTERM, then SIGKILL) by its PID."""
-    port = _free_port()
+def milvus_lite_server(folder: Path, timeout_s: float = 60.0, port: int | None = None) -> Iterator[str]:
+    """``milvus-lite server`` over ``folder`` on loopback (``port``, else a free one), in its own process group;
+    yields its URI and stops it (SIGTERM, then SIGKILL) by its PID."""
+    port = port or _free_port()
     binary = Path(sys.executable).parent / "milvus-lite"
     cmd = [str(binary), "server", "--data-dir", str(folder), "--host", "127.0.0.1", "--port", str(port)]
     with open(folder.parent / "milvus.log", "wb") as log:
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
                                                                       name=name)  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="milvus-bench-") as tmp, milvus_lite_server(Path(tmp) / "data") as uri:
-        milvus_env = Providers(ProvidersConfig(vectorstore=MilvusConfig(uri=uri, collection=COLLECTION)))
+        milvus_env = Providers(ProvidersConfig(vectorstore=MilvusConfig(uri=uri, collection=COLLECTION, bm25="milvus")))
         store = milvus_env.index.dense
         if not isinstance(store, MilvusStore):
             raise RuntimeError(f"expected a Milvus store, got {store.describe()}")

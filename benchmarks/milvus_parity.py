@@ -1,0 +1,99 @@
+"""Every shipped config on the embedded default and on Milvus, side by side in one run: the same config, dataset and
+dev split, indexed once into the cached Chroma and once into a Milvus Lite server (``modular-rag eval --milvus``'s
+path: the corpus embedded and indexed there, nothing copied), and the quality each scores.
+
+    .venv/bin/python benchmarks/milvus_parity.py [--root ../shared/datasets] [--configs configs/*.yaml] [--save]
+
+A config's dataset is named by its file (``scifact-*``, ``hotpotqa-*``). The Milvus Lite server runs on loopback
+over ``.modular_rag/milvus-parity`` on a fixed port (``--port``), so a second run reuses its collections (the eval
+cache is keyed by the server's address). ``providers.vectorstore.bm25`` is left at ``auto``: on Milvus Lite, which
+neither stems nor folds accents, BM25 ranks over the kit's postings in the collection's catalog; dense search,
+texts and metadata are Milvus's.
+
+``--save`` writes the output to ``benchmarks/results/milvus-parity.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from common import main as common_main  # noqa: E402
+from milvus import milvus_lite_server  # noqa: E402
+
+METRICS = ("nDCG@10", "R@5", "all@5", "EM", "F1", "contains")
+KEYS = {"nDCG@10": "ndcg@10", "R@5": "recall@5", "all@5": "all@5", "EM": "em", "F1": "f1", "contains": "contains"}
+
+
+def _scores(result: Any) -> dict[str, float | None]:
+    """The quality figures of a :class:`~modular_rag.eval.runner.FlowResult` (``None`` where it has none: answer
+    metrics of a retrieval-only flow)."""
+    summary = result.summary()
+    answered = any(r.answer for r in result.records)
+    return {m: (summary.get(KEYS[m]) if m in ("nDCG@10", "R@5", "all@5") or answered else None) for m in METRICS}
+
+
+def run(args: argparse.Namespace) -> int:
+    from modular_rag.config import MilvusConfig, load_config
+    from modular_rag.eval.datasets import load_beir
+    from modular_rag.eval.runner import config_chunker, dataset_providers, evaluate_flow
+    from modular_rag.tables import format_table
+
+    paths = [Path(p) for p in args.configs]
+    folder = ROOT / ".modular_rag" / "milvus-parity"
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    rows, worst = [], 0.0
+    with milvus_lite_server(folder / "data", port=args.port) as uri:
+        print(f"Milvus: milvus-lite server at {uri} (bm25: auto, so the kit's postings rank BM25 there)")
+        for path in paths:
+            config = load_config(path)
+            name = path.stem
+            dataset = load_beir(Path(args.root) / name.split("-", 1)[0], split="dev")
+            chunker = config_chunker(config, dataset.default_chunker)
+            got: dict[str, dict[str, float | None]] = {}
+            for store in ("chroma", "milvus"):
+                flow = config
+                if store == "milvus":
+                    vs = MilvusConfig(uri=uri)
+                    flow = config.model_copy(update={"providers": config.providers.model_copy(
+                        update={"vectorstore": vs})})  # fmt: skip
+                start = time.perf_counter()
+                env = dataset_providers(dataset, flow.providers, chunker=chunker, progress=False,
+                                        log=lambda line: print(f"  {line}", flush=True))  # fmt: skip
+                result = evaluate_flow(flow, dataset, env, name=name)
+                got[store] = _scores(result)
+                print(f"{name} on {store}: {len(dataset.queries)} queries, {time.perf_counter() - start:.0f}s "
+                      f"(with indexing), {result.summary()['ms']:.0f} ms/q", flush=True)  # fmt: skip
+            for metric in METRICS:
+                a, b = got["chroma"][metric], got["milvus"][metric]
+                if a is None or b is None:
+                    continue
+                worst = max(worst, abs(b - a))
+                rows.append([name, metric, f"{a:.4f}", f"{b:.4f}", f"{b - a:+.4f}"])
+    print()
+    print(format_table(["config", "metric", "embedded (Chroma)", "Milvus Lite", "Milvus - embedded"], rows))
+    print(f"\nlargest difference: {worst:.4f}")
+    return 0
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--configs", nargs="+", default=[str(p) for p in sorted((ROOT / "configs").glob("*.yaml"))],
+                        help="the configs to compare (default: every file in configs/)")  # fmt: skip
+    parser.add_argument("--port", type=int, default=19539, help="the Milvus Lite server's loopback port (19539)")
+
+
+def main() -> int:
+    return common_main("milvus_parity.py", __doc__ or "", run, _arguments, "milvus-parity.txt")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
