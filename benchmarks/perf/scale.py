@@ -277,10 +277,11 @@ def _measure(
             out(f"  {args.workers} workers, {name}: p50 {_pct(lat, 50):.1f} ms, p95 {_pct(lat, 95):.1f} ms"
                 + (f" (waiting on Milvus: p50 {_pct(wait, 50):.1f} ms)" if wait else ""))  # fmt: skip
     if args.changes:
-        change = _changes(code, where, corpus)
+        *change, add_stages, sync_stages = _changes(code, where, corpus)
         rows_change.append([f"{n:,}", store, label, *change])
         out(f"  add 1,000: {change[0]:.1f} s; sync -1,000: {change[1]:.1f} s ({change[2]:,} removed; "
             f"warming {change[3]} s)")
+        out(f"    add's stages (s): {_stages(add_stages)}; sync's: {_stages(sync_stages)}")
 
 
 def _warm_milvus(uri: str, collection: str) -> float:
@@ -322,7 +323,12 @@ def _changes(code: Path, where: dict[str, Any], corpus: Corpus) -> list[Any]:
     _job(code, {**where, "job": "build", "paths": [str(corpus.folder)], "sync": True})  # back to the corpus alone
     warm = [r.get("stages", {}).get("warm", 0.0) for r in (added, synced)]
     return [added["seconds"] - added["embed_seconds"], synced["seconds"] - synced["embed_seconds"], synced["removed"],
-            f"{warm[0]:.1f} / {warm[1]:.1f}"]
+            f"{warm[0]:.1f} / {warm[1]:.1f}", added.get("stages", {}), synced.get("stages", {})]
+
+
+def _stages(stages: dict[str, float]) -> str:
+    """An index run's stages (``IndexSummary.stages``, seconds) as one line."""
+    return ", ".join(f"{k} {v:.1f}" for k, v in stages.items()) or "none reported"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
