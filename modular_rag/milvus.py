@@ -240,7 +240,7 @@ class MilvusStore:
         analyzer = dict(self.analyzer)
         if self.lite:
             analyzer, dropped = lite_analyzer(analyzer)
-            if dropped:
+            if dropped and self.ranks_bm25:  # bm25: milvus asked for Milvus's own ranking; auto ranks in the kit
                 log.warning("Milvus Lite applies only the tokenizer, lower-casing and stop words; %s created "
                             "without %s (BM25 there matches unstemmed words)", self.describe(), ", ".join(dropped))
         schema = pymilvus.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
