@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 import zipfile
@@ -611,10 +612,14 @@ def index_paths(
 
 
 class _FileMarks:
-    """What each file was when a sync last indexed it (its size and a BLAKE2 digest of its bytes, with the chunker's
-    spec), kept in the catalog's settings: a later sync skips a file whose mark still matches, so it costs what
-    changed, not the corpus. Only a sync records marks (afterwards the index holds exactly the file's chunks); any
-    other run that reads a file forgets its mark, so the next sync reads it again."""
+    """What each file was when a sync last indexed it (the chunker's spec, its size, a BLAKE2 digest of its bytes,
+    its modification time and when the mark was taken), kept in the catalog's settings: a later sync skips a file
+    whose mark still matches, so it costs what changed, not the corpus. A file whose size and modification time are
+    those of its mark is not read at all (as git's index and rsync do), unless it was modified less than a second
+    before the mark was taken, when a rewrite within the same clock tick could hide; any other file is hashed and
+    compared by content (a touched but unchanged file is skipped, and its mark renewed). Only a sync records marks
+    (afterwards the index holds exactly the file's chunks); any other run that reads a file forgets its mark, so the
+    next sync reads it again."""
 
     def __init__(self, providers: Providers, chunker: OperatorSpec | Any | None) -> None:
         self.catalog = providers.index.catalog
@@ -622,22 +627,29 @@ class _FileMarks:
         self.chunker = spec.model_dump_json() if isinstance(spec, OperatorSpec) else None  # a splitter: never skip
         self.seen: dict[str, str] = {}
 
-    def _mark(self, path: Path) -> str:
+    def _mark(self, path: Path, stat: os.stat_result) -> str:
         digest = hashlib.blake2b(digest_size=16)
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
-        return f"{self.chunker}|{path.stat().st_size}|{digest.hexdigest()}"
+        return f"{self.chunker}|{stat.st_size}|{digest.hexdigest()}|{stat.st_mtime_ns}|{time.time_ns()}"
 
     def unchanged(self, rel: str, path: Path) -> bool:
         """Whether the file at ``path`` (indexed as ``rel``) is as the last sync left it."""
         if self.chunker is None:
             return False
+        held = self.catalog.setting(f"file:{rel}") or ""
         try:
-            self.seen[rel] = mark = self._mark(path)
+            stat = path.stat()
+            content, mtime, taken = (held.rsplit("|", 2) + ["", ""])[:3] if held.count("|") >= 4 else ("", "", "")
+            if (content.startswith(f"{self.chunker}|{stat.st_size}|") and mtime == str(stat.st_mtime_ns)
+                    and stat.st_mtime_ns < int(taken or 0) - 1_000_000_000):  # fmt: skip
+                self.seen[rel] = held  # size and modification time as marked: not read
+                return True
+            self.seen[rel] = mark = self._mark(path, stat)
         except OSError:
             return False
-        return self.catalog.setting(f"file:{rel}") == mark
+        return bool(content) and mark.rsplit("|", 2)[0] == content
 
     def record(self, reports: Sequence[FileReport], *, sync: bool) -> None:
         """After a run: a sync records the mark of every file it holds and clears those of files it removed; another

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -206,6 +207,43 @@ def test_a_sync_reads_only_the_files_that_changed_since_the_last(
     third = index_paths([docs], env, progress=False, sync=True)
     assert read == ["keep.md"] and third.synced["replaced"] == 1
     assert env.index.count() == 2  # the chunk the unsynced run added is gone
+
+
+@pytest.mark.integration
+def test_a_sync_does_not_open_files_whose_size_and_time_are_as_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+    import os
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _write(docs, "keep.md", "Saddle", "Set the saddle height so the knee is slightly bent at the bottom.")
+    _write(docs, "touch.md", "Chain", "Oil the chain every 300 km with a dry lubricant.")
+    old = 1_600_000_000_000_000_000  # both files last written long before the mark is taken
+    for f in docs.iterdir():
+        os.utime(f, ns=(old, old))
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="stat")))
+    index_paths([docs], env, progress=False, sync=True)
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def watched(file: Any, *a: Any, **k: Any) -> Any:
+        if str(file).startswith(str(docs)):
+            opened.append(Path(file).name)
+        return real_open(file, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", watched)
+    second = index_paths([docs], env, progress=False, sync=True)
+    assert opened == [] and second.synced["unchanged"] == 2  # a corpus of a million documents is not re-hashed
+    os.utime(docs / "touch.md", ns=(old + 10**9, old + 10**9))  # touched, not changed: hashed, still unchanged
+    third = index_paths([docs], env, progress=False, sync=True)
+    assert opened == ["touch.md"] and third.synced == {"added": 0, "replaced": 0, "unchanged": 2, "removed": 0}
+    opened.clear()
+    assert index_paths([docs], env, progress=False, sync=True).synced["unchanged"] == 2 and opened == []  # renewed
+    _write(docs, "touch.md", "Chain", "Oil the chain every 900 km with a dry lubricant.")  # same size, new time
+    os.utime(docs / "touch.md", ns=(old + 2 * 10**9, old + 2 * 10**9))
+    assert index_paths([docs], env, progress=False, sync=True).synced["replaced"] == 1
 
 
 @pytest.mark.integration
