@@ -264,8 +264,10 @@ class Catalog:
         return out
 
     def count(self) -> int:
-        """Chunks held."""
-        return int(self._read("SELECT COUNT(*) FROM chunks")[0][0])
+        """Chunks held: the statistic every add and removal keeps in its own transaction (counting the table instead
+        reads all of it: 0.7 s at 1M chunks, on every worker's first question); counted when there is none."""
+        got = self._read("SELECT value FROM stats WHERE key = 'chunks'")
+        return int(got[0][0]) if got else int(self._read("SELECT COUNT(*) FROM chunks")[0][0])
 
     def next_position(self, db: sqlite3.Connection | None = None) -> int:
         """The position the next added chunk gets. Positions are never reused: the highest ever given is kept in the
