@@ -71,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
                                         log=lambda line: print(f"  {line}", flush=True))  # fmt: skip
                 result = evaluate_flow(flow, dataset, env, name=name)
                 got[store] = _scores(result)
+                shown = ", ".join(f"{m} {v:.4f}" for m, v in got[store].items() if v is not None)
                 print(f"{name} on {store}: {len(dataset.queries)} queries, {time.perf_counter() - start:.0f}s "
-                      f"(with indexing), {result.summary()['ms']:.0f} ms/q", flush=True)  # fmt: skip
+                      f"(with indexing), {result.summary()['ms']:.0f} ms/q; {shown}", flush=True)  # fmt: skip
             for metric in METRICS:
                 a, b = got["chroma"][metric], got["milvus"][metric]
                 if a is None or b is None:

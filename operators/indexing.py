@@ -517,7 +517,8 @@ def document_chunker(params: DocumentParams, providers: Providers) -> Chunker:
 class IndexSummary:
     """What an indexing run did. ``files_read == files_indexed + files_skipped`` always holds; with ``sync``,
     ``files`` also lists the files whose chunks left the index (status ``removed``). ``stages`` splits
-    ``seconds``: ``load and chunk``, then the index's own stages (``embed``, ``dense write wait``, ``sparse``)."""
+    ``seconds``: ``load and chunk``, then the index's own stages (``embed``, ``dense write wait``, ``sparse``), and a
+    sync's ``remove`` (what left the index: catalog, postings, link rows and the store)."""
 
     files_read: int
     files_indexed: int
@@ -806,7 +807,9 @@ def _index(
             now.update(kept or {})
             keep = set().union(*now.values()) if now else set()
             stale = [cid for ids in before.values() for cid in ids if cid not in keep]
+            t0 = time.perf_counter()
             removed = providers.index.remove(stale)
+            stages["remove"] = time.perf_counter() - t0
         if counts["added"] or removed:
             stages["warm"] = providers.index.warm()
     finally:
