@@ -10,6 +10,9 @@ cache is keyed by the server's address). ``providers.vectorstore.bm25`` is left 
 neither stems nor folds accents, BM25 ranks over the kit's postings in the collection's catalog; dense search,
 texts and metadata are Milvus's.
 
+``--dense-recall`` measures only how close each store's dense search is to exact cosine over the same vectors, on
+the indexes a run scored (``results/milvus-parity-dense.txt`` with ``--save``).
+
 ``--save`` writes the output to ``benchmarks/results/milvus-parity.txt``.
 """
 
@@ -86,13 +89,62 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def dense_recall(args: argparse.Namespace) -> int:
+    """Each store's dense top-``k`` against exact cosine search over the same vectors (read from the cached Chroma
+    index), on every dev question of each dataset the configs use: how much of a difference between the stores is
+    their approximate nearest-neighbour search (Chroma's HNSW, Milvus Lite's index)."""
+    import numpy as np
+
+    from modular_rag.config import MilvusConfig, load_config
+    from modular_rag.eval.datasets import load_beir
+    from modular_rag.eval.runner import config_chunker, dataset_providers
+
+    k = 50
+    seen: set[tuple[str, str]] = set()
+    folder = ROOT / ".modular_rag" / "milvus-parity"
+    with milvus_lite_server(folder / "data", port=args.port) as uri:
+        for path in (Path(p) for p in args.configs):
+            config = load_config(path)
+            dataset = load_beir(Path(args.root) / path.stem.split("-", 1)[0], split="dev")
+            chunker = config_chunker(config, dataset.default_chunker)
+            key = (dataset.name, chunker.model_dump_json() + config.providers.embeddings.model_dump_json())
+            if key in seen:
+                continue
+            seen.add(key)
+            chroma = dataset_providers(dataset, config.providers, chunker=chunker, progress=False)
+            milvus_providers = config.providers.model_copy(update={"vectorstore": MilvusConfig(uri=uri)})
+            milvus = dataset_providers(dataset, milvus_providers, chunker=chunker, progress=False)
+            got = chroma.index.dense.collection.get(include=["embeddings"])  # type: ignore[union-attr]
+            ids, vectors = got["ids"], np.asarray(got["embeddings"], dtype=np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            recall_c, recall_m, same = [], [], []
+            for query in dataset.queries:
+                v = chroma.encoder.encode_query(query.text)
+                v = v / np.linalg.norm(v)
+                exact = {ids[i] for i in np.argsort(-(vectors @ v))[:k]}
+                c = [h["chunk_id"] for h in chroma.index.dense.query(v, k, None)]
+                m = [h["chunk_id"] for h in milvus.index.dense.query(v, k, None)]
+                recall_c.append(len(exact & set(c)) / k)
+                recall_m.append(len(exact & set(m)) / k)
+                same.append(c[:10] == m[:10])
+            print(f"{path.stem} ({dataset.name}, {len(dataset.queries)} questions, {len(ids)} chunks): dense top-{k} "
+                  f"against exact cosine: Chroma {np.mean(recall_c):.4f}, Milvus Lite {np.mean(recall_m):.4f}; the "
+                  f"same top 10 in both stores for {np.mean(same):.1%} of the questions", flush=True)  # fmt: skip
+    return 0
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configs", nargs="+", default=[str(p) for p in sorted((ROOT / "configs").glob("*.yaml"))],
                         help="the configs to compare (default: every file in configs/)")  # fmt: skip
     parser.add_argument("--port", type=int, default=19539, help="the Milvus Lite server's loopback port (19539)")
+    parser.add_argument("--dense-recall", action="store_true",
+                        help="only measure each store's dense search against exact cosine (the indexes the configs "
+                        "were scored on)")  # fmt: skip
 
 
 def main() -> int:
+    if "--dense-recall" in sys.argv:
+        return common_main("milvus_parity.py", __doc__ or "", dense_recall, _arguments, "milvus-parity-dense.txt")
     return common_main("milvus_parity.py", __doc__ or "", run, _arguments, "milvus-parity.txt")
 
 
