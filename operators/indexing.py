@@ -642,9 +642,9 @@ class _FileMarks:
         held = self.catalog.setting(f"file:{rel}") or ""
         try:
             stat = path.stat()
-            content, mtime, taken = (held.rsplit("|", 2) + ["", ""])[:3] if held.count("|") >= 4 else ("", "", "")
+            content, mtime, taken = held.rsplit("|", 2) if held.count("|") >= 4 else ("", "", "")
             if (content.startswith(f"{self.chunker}|{stat.st_size}|") and mtime == str(stat.st_mtime_ns)
-                    and stat.st_mtime_ns < int(taken or 0) - 1_000_000_000):  # fmt: skip
+                    and taken.isdigit() and stat.st_mtime_ns < int(taken) - 1_000_000_000):  # fmt: skip
                 self.seen[rel] = held  # size and modification time as marked: not read
                 return True
             self.seen[rel] = mark = self._mark(path, stat)

@@ -137,10 +137,9 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
         embedded = yield from _query_vectors(providers, queries[1:] if vector is not None else queries)
         if vector is not None:
             embedded = [np.asarray(vector, dtype=np.float32), *embedded]
-        ranks_in_milvus = isinstance(store, MilvusStore) and providers.index.bm25_in_store  # both channels there
-        fuses = isinstance(store, MilvusStore) and store.fuses(params.fusion, params.weights)
-        milvus = store if isinstance(store, MilvusStore) and ranks_in_milvus and fuses else None
-        if ranks_in_milvus:
+        both = store if isinstance(store, MilvusStore) and providers.index.bm25_in_store else None  # both rank there
+        milvus = both if both is not None and both.fuses(params.fusion, params.weights) else None
+        if both is not None:
             note(f"hybrid: one Milvus hybrid_search per query (dense + BM25 and {params.fusion} fusion server-side)"
                  if milvus else f"hybrid: dense and BM25 searched in Milvus, {params.fusion} fusion with weights "
                  f"{params.weights} in the kit (Milvus has no such ranker)")  # fmt: skip

@@ -119,9 +119,10 @@ def dataset_providers(
     env = Providers(cfg)
     marker = folder / "complete.json"
     made = json.loads(marker.read_text()) if marker.exists() else None
-    if made is not None and isinstance(cfg.vectorstore, MilvusConfig) and env.index.count() != made["chunks"]:
+    held = env.index.count() if made is not None and isinstance(cfg.vectorstore, MilvusConfig) else None
+    if held is not None and made is not None and held != made["chunks"]:
         if log:  # the server lost or changed the collection since: index again
-            log(f"{env.index.dense.describe()} holds {env.index.count()} chunks, not {made['chunks']}: indexing again")
+            log(f"{env.index.dense.describe()} holds {held} chunks, not {made['chunks']}: indexing again")
         env.index.clear()
         made = None
     if made is None or (sentences and not made.get("sentences", True)):

@@ -176,17 +176,23 @@ def test_sync_makes_the_index_follow_its_sources(tmp_path: Path) -> None:
     assert third.added == third.removed == 0 and third.stages.get("embed", 0.0) == 0.0
 
 
+def _two_notes(tmp_path: Path, second: str, collection: str) -> tuple[Path, Providers]:
+    """A folder of two notes (``keep.md`` and ``second``) and providers over an empty Chroma index of its own."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _write(docs, "keep.md", "Saddle", "Set the saddle height so the knee is slightly bent at the bottom.")
+    _write(docs, second, "Chain", "Oil the chain every 300 km with a dry lubricant.")
+    return docs, Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"),
+                                                                    collection=collection)))  # fmt: skip
+
+
 @pytest.mark.integration
 def test_a_sync_reads_only_the_files_that_changed_since_the_last(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import operators.indexing as indexing
 
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    _write(docs, "keep.md", "Saddle", "Set the saddle height so the knee is slightly bent at the bottom.")
-    _write(docs, "edit.md", "Chain", "Oil the chain every 300 km with a dry lubricant.")
-    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="marks")))
+    docs, env = _two_notes(tmp_path, "edit.md", "marks")
     index_paths([docs], env, progress=False, sync=True)
     read: list[str] = []
     stream = indexing.stream_file
@@ -216,14 +222,10 @@ def test_a_sync_does_not_open_files_whose_size_and_time_are_as_marked(
     import builtins
     import os
 
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    _write(docs, "keep.md", "Saddle", "Set the saddle height so the knee is slightly bent at the bottom.")
-    _write(docs, "touch.md", "Chain", "Oil the chain every 300 km with a dry lubricant.")
+    docs, env = _two_notes(tmp_path, "touch.md", "stat")
     old = 1_600_000_000_000_000_000  # both files last written long before the mark is taken
     for f in docs.iterdir():
         os.utime(f, ns=(old, old))
-    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="stat")))
     index_paths([docs], env, progress=False, sync=True)
     opened: list[str] = []
     real_open = builtins.open
