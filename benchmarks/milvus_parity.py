@@ -64,11 +64,7 @@ def run(args: argparse.Namespace) -> int:
             chunker = config_chunker(config, dataset.default_chunker)
             got: dict[str, dict[str, float | None]] = {}
             for store in ("chroma", "milvus"):
-                flow = config
-                if store == "milvus":
-                    vs = MilvusConfig(uri=uri)
-                    flow = config.model_copy(update={"providers": config.providers.model_copy(
-                        update={"vectorstore": vs})})  # fmt: skip
+                flow = config.with_vectorstore(MilvusConfig(uri=uri)) if store == "milvus" else config
                 start = time.perf_counter()
                 env = dataset_providers(dataset, flow.providers, chunker=chunker, progress=False,
                                         log=lambda line: print(f"  {line}", flush=True))  # fmt: skip
@@ -112,7 +108,7 @@ def dense_recall(args: argparse.Namespace) -> int:
                 continue
             seen.add(key)
             chroma = dataset_providers(dataset, config.providers, chunker=chunker, progress=False)
-            milvus_providers = config.providers.model_copy(update={"vectorstore": MilvusConfig(uri=uri)})
+            milvus_providers = config.with_vectorstore(MilvusConfig(uri=uri)).providers
             milvus = dataset_providers(dataset, milvus_providers, chunker=chunker, progress=False)
             got = chroma.index.dense.collection.get(include=["embeddings"])  # type: ignore[union-attr]
             ids, vectors = got["ids"], np.asarray(got["embeddings"], dtype=np.float32)

@@ -353,6 +353,10 @@ class FlowConfig(StrictModel):
             return []
         return list(value) if isinstance(value, list) else [value]
 
+    def with_vectorstore(self, store: ChromaConfig | MilvusConfig) -> FlowConfig:
+        """The same flow over another vector store (``eval --milvus``, an assistant's index); this one unchanged."""
+        return self.model_copy(update={"providers": self.providers.model_copy(update={"vectorstore": store})})
+
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data (``exclude_unset``-free, so a reload behaves the same).
 

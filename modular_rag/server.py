@@ -148,8 +148,7 @@ def _with_index(config: FlowConfig, index: str) -> FlowConfig:
                           "the server can choose; use vectorstore chroma or milvus")  # fmt: skip
     if isinstance(store, MilvusConfig) and "-" in index:
         raise ConfigError("context.index", f"{index!r}: a Milvus collection name has no '-'")
-    providers = config.providers.model_copy(update={"vectorstore": store.model_copy(update={"collection": index})})
-    return config.model_copy(update={"providers": providers})
+    return config.with_vectorstore(store.model_copy(update={"collection": index}))
 
 
 def _check_budget(name: str, config: FlowConfig, budget: Mapping[str, Any]) -> None:

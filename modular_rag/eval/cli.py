@@ -82,8 +82,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         from modular_rag.config import MilvusConfig
 
         store = MilvusConfig(uri=args.milvus)
-        configs = [c.model_copy(update={"providers": c.providers.model_copy(update={"vectorstore": store})})
-                   for c in configs]  # fmt: skip
+        configs = [c.with_vectorstore(store) for c in configs]
     results = []
     for path, config in zip(args.config, configs, strict=True):
         # --chunker, else the config's indexing.chunker when it sets one, else the dataset's default
