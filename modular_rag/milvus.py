@@ -51,6 +51,10 @@ _MAX_TEXT = 65_535  # bytes: Milvus's VARCHAR limit
 _MAX_LIMIT = 16_384  # Milvus's cap on a search's limit (topk)
 _BATCH_ROWS, _BATCH_BYTES = 1000, 16 * 1024 * 1024
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+# gRPC status codes a busy or restarting server answers with; every request of the store is idempotent (upserts and
+# deletes by primary key, reads), so it is sent again, after a pause, this many times before the error is raised
+_TRANSIENT = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
+_RETRIES, _BACKOFF_S = 2, 2.0
 
 
 def _pymilvus() -> Any:
@@ -204,12 +208,22 @@ class MilvusStore:
             self.flush()
 
     def _call(self, what: str, fn: Any) -> Any:
-        try:
-            return fn(self.client)
-        except (ConfigError, ProviderError, MissingDependencyError):
-            raise
-        except Exception as exc:  # pymilvus raises MilvusException and grpc errors; say where and what
-            raise ProviderError(f"{self.describe()}: {what} failed: {exc}") from exc
+        """``fn(client)``, sent again when the server answers with a transient gRPC status (a deadline passed while
+        it was busy, unavailable while it restarts), up to ``_RETRIES`` times; any other failure, or the last, is a
+        :class:`ProviderError` naming the store and the request."""
+        for attempt in range(_RETRIES + 1):
+            try:
+                return fn(self.client)
+            except (ConfigError, ProviderError, MissingDependencyError):
+                raise
+            except Exception as exc:  # pymilvus raises MilvusException and grpc errors; say where and what
+                status = _grpc_status(exc)
+                if status not in _TRANSIENT or attempt == _RETRIES:
+                    raise ProviderError(f"{self.describe()}: {what} failed: {exc}") from exc
+                log.warning("%s: %s answered %s; sending it again (%d of %d)", self.describe(), what, status,
+                            attempt + 1, _RETRIES)  # fmt: skip
+                time.sleep(_BACKOFF_S * (attempt + 1))
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def _exists(self) -> bool:
         """Whether the collection exists (checked with the server until it does, then remembered)."""
@@ -509,6 +523,20 @@ class MilvusStore:
             if self._client is not None:
                 self._client.close()
             self._client, self._ready = None, False
+
+
+def _grpc_status(exc: BaseException) -> str | None:
+    """The gRPC status name an error carries (``DEADLINE_EXCEEDED``), from the error or what it wraps."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        code = getattr(seen, "code", None)
+        if callable(code):
+            try:
+                return str(getattr(code(), "name", code()))
+            except Exception:  # a code() that needs arguments is not gRPC's
+                pass
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _hits(res: Any, channel: str, *, absolute: bool = False) -> list[Hit]:

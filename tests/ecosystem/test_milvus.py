@@ -457,3 +457,49 @@ def test_the_link_table_on_milvus_equals_a_build_over_every_chunk(tmp_path: Path
     stored = env.index.links.outlinks([c.id for c in held])
     assert {(held[i].id, held[j].id) for i, out in enumerate(built.outlinks) for j in out} == {
         (a, b) for a, out in stored.items() for b in out}
+
+
+class _Status(Exception):
+    """A gRPC error as pymilvus lets it through (``_InactiveRpcError``: a ``code()`` naming its status)."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(f"<_InactiveRpcError: status = StatusCode.{status}>")
+        self.status = status
+
+    def code(self) -> Any:
+        import grpc
+
+        return grpc.StatusCode[self.status]
+
+
+class _BusyClient:
+    """A Milvus client whose ``get`` fails with ``statuses`` in turn, then answers."""
+
+    def __init__(self, *statuses: str) -> None:
+        self.statuses, self.calls = list(statuses), 0
+
+    def get(self, collection: str, ids: list[str], **kwargs: Any) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.statuses:
+            raise _Status(self.statuses.pop(0))
+        return [{"id": i, "text": f"text of {i}", "meta": {}} for i in ids]
+
+
+@pytest.mark.unit
+def test_a_request_the_busy_server_let_time_out_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a 1M-chunk build died on one read past its deadline while the server was busy: every request of the store is
+    # idempotent, so a transient status is retried (twice); any other error is raised at once, naming the request
+    pytest.importorskip("grpc")
+    monkeypatch.setattr("modular_rag.milvus._BACKOFF_S", 0.0)
+    store = MilvusStore(uri="http://127.0.0.1:9", collection="busy")
+    store._ready, store._lite = True, False
+    store._client = busy = _BusyClient("DEADLINE_EXCEEDED", "UNAVAILABLE")
+    assert [h["text"] for h in store.get(["a", "b"])] == ["text of a", "text of b"] and busy.calls == 3
+    store._client = busy = _BusyClient("DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED")
+    with pytest.raises(ProviderError, match=r"milvus http://127.0.0.1:9/busy.*get failed.*DEADLINE_EXCEEDED"):
+        store.get(["a"])
+    assert busy.calls == 3
+    store._client = busy = _BusyClient("INVALID_ARGUMENT")
+    with pytest.raises(ProviderError, match="get failed"):
+        store.get(["a"])
+    assert busy.calls == 1
