@@ -528,8 +528,8 @@ def finetune(
             from sentence_transformers.losses import MultipleNegativesRankingLoss  # type: ignore[no-redef]
     except ImportError as exc:
         raise MissingDependencyError(
-            "fine-tuning needs torch, sentence-transformers, accelerate and datasets: pip install torch==2.13.0 "
-            "'modular-rag[finetune]'"
+            f"fine-tuning needs torch, sentence-transformers, accelerate and datasets ({exc}): pip install "
+            "torch==2.13.0 'modular-rag[finetune]'"
         ) from exc
 
     examples, skipped, filled = training_examples(dataset, cfg)

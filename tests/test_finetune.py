@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -262,6 +263,12 @@ def test_cli_resume_errors_exit_2_before_training(
 
 # ------------------------------------------------------------------------------------------------------ integration
 
+# the Trainer's packages (the finetune extra) installed; installed but failing on import is an error, not a skip
+needs_finetune = pytest.mark.skipif(
+    any(find_spec(name) is None for name in ("accelerate", "datasets")),
+    reason="the finetune extra is not installed: pip install -e '.[finetune]'",
+)
+
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
@@ -274,6 +281,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.mark.integration
+@needs_finetune
 def test_finetuned_folder_loads_with_sentence_transformers(tiny_model: tuple[Path, Path]) -> None:
     from sentence_transformers import SentenceTransformer
 
@@ -291,6 +299,7 @@ def test_finetuned_folder_loads_with_sentence_transformers(tiny_model: tuple[Pat
 
 
 @pytest.mark.integration
+@needs_finetune
 def test_build_flow_retrieves_with_the_finetuned_embedder(tiny_model: tuple[Path, Path], tmp_path: Path) -> None:
     from modular_rag.builder import build_flow
     from modular_rag.config import OperatorSpec, load_config
@@ -313,6 +322,7 @@ def test_build_flow_retrieves_with_the_finetuned_embedder(tiny_model: tuple[Path
 
 
 @pytest.mark.integration
+@needs_finetune
 def test_same_seed_gives_the_same_model(tiny_model: tuple[Path, Path], tmp_path: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
@@ -326,6 +336,7 @@ def test_same_seed_gives_the_same_model(tiny_model: tuple[Path, Path], tmp_path:
 
 
 @pytest.mark.integration
+@needs_finetune
 def test_cli_prints_pairs_steps_and_seconds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = write_beir(tmp_path / "tiny")
     args = [f"--{k.replace('_', '-')}={v}" for k, v in FAST.items()]
@@ -348,6 +359,7 @@ def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, li
 
 
 @pytest.mark.integration
+@needs_finetune
 def test_the_loss_gets_the_planned_batches_in_order(two_epochs: tuple[Path, Path, list[list[Any]]]) -> None:
     # The Trainer samples its own batches unless told otherwise (random order, any mix): the plan's guarantee, no
     # document twice in a batch and none relevant to another query of it, holds only if the loss gets the plan.
@@ -358,6 +370,7 @@ def test_the_loss_gets_the_planned_batches_in_order(two_epochs: tuple[Path, Path
 
 
 @pytest.mark.integration
+@needs_finetune
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_model(
     two_epochs: tuple[Path, Path, list[list[Any]]], tmp_path: Path
