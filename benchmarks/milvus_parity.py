@@ -12,7 +12,8 @@ texts and metadata are Milvus's.
 
 ``--dense-recall`` measures only how close each store's dense search is to exact cosine over the same vectors, on
 the indexes a run scored (``results/milvus-parity-dense.txt`` with ``--save``); ``--ef 64,128,256`` adds Milvus Lite's
-recall when its HNSW index is searched with those ef values.
+recall when its HNSW index is searched with those ef values; ``--ef N`` in a scoring run searches Milvus with
+``search_params: {ef: N}``.
 
 ``--save`` writes the output to ``benchmarks/results/milvus-parity.txt``.
 """
@@ -57,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
     (folder / "data").mkdir(parents=True, exist_ok=True)
     rows, worst = [], 0.0
     with milvus_lite_server(folder / "data", port=args.port) as uri:
-        print(f"Milvus: milvus-lite server at {uri} (bm25: auto, so the kit's postings rank BM25 there)")
+        search = {"ef": int(args.ef)} if args.ef else {}  # --ef N: Milvus's dense searches with that HNSW ef
+        print(f"Milvus: milvus-lite server at {uri} (bm25: auto, so the kit's postings rank BM25 there"
+              + (f"; dense searches with ef {args.ef})" if search else ")"))  # fmt: skip
         for path in paths:
             config = load_config(path)
             name = path.stem
@@ -65,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
             chunker = config_chunker(config, dataset.default_chunker)
             got: dict[str, dict[str, float | None]] = {}
             for store in ("chroma", "milvus"):
-                flow = config.with_vectorstore(MilvusConfig(uri=uri)) if store == "milvus" else config
+                milvus = MilvusConfig(uri=uri, search_params=search)
+                flow = config.with_vectorstore(milvus) if store == "milvus" else config
                 start = time.perf_counter()
                 env = dataset_providers(dataset, flow.providers, chunker=chunker, progress=False,
                                         log=lambda line: print(f"  {line}", flush=True))  # fmt: skip
@@ -148,8 +152,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dense-recall", action="store_true",
                         help="only measure each store's dense search against exact cosine (the indexes the configs "
                         "were scored on)")  # fmt: skip
-    parser.add_argument("--ef", default="", help="with --dense-recall: also Milvus Lite's recall when its HNSW is "
-                        "searched with these ef values (comma-separated; it searches with 64 by default)")  # fmt: skip
+    parser.add_argument("--ef", default="", help="Milvus's dense searches with this HNSW ef (vectorstore."
+                        "search_params; Milvus Lite's default is 64); with --dense-recall, Milvus Lite's recall at "
+                        "each of these ef values (comma-separated)")  # fmt: skip
 
 
 def main() -> int:

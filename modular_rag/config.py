@@ -219,6 +219,11 @@ class MilvusConfig(StrictModel):
         "kit's postings in the catalog folder: the embedded default's analysis and scores), auto (kit where the "
         "server would drop part of the analysis asked for: Milvus Lite does not stem or fold accents; else milvus)"
     )  # fmt: skip
+    search_params: dict[str, Any] = Field(
+        default_factory=dict, description="index parameters of every dense search, as Milvus takes them: {ef: 128} "
+        "for an HNSW index (Milvus Lite's AUTOINDEX is one, searched with ef 64 unless told), {level: 2} for AUTOINDEX "
+        "on Milvus; more exact, slower"
+    )  # fmt: skip
 
     @field_validator("uri")
     @classmethod

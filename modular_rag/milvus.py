@@ -99,6 +99,8 @@ class MilvusStore:
         consistency: Milvus consistency level of every read; ``Strong`` sees every write acknowledged before it.
         timeout_s: Per-request timeout.
         bm25: Where BM25 ranks (:attr:`ranks_bm25`): ``milvus``, ``kit`` (the caller's own postings) or ``auto``.
+        search_params: Index parameters of every dense search (``{"ef": 128}`` for HNSW, ``{"level": 2}`` for
+            AUTOINDEX on Milvus).
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class MilvusStore:
         consistency: Consistency = "Strong",
         timeout_s: float = 30.0,
         bm25: Literal["auto", "milvus", "kit"] = "auto",
+        search_params: Mapping[str, Any] | None = None,
     ) -> None:
         if not _NAME.match(collection):
             raise ConfigError("providers.vectorstore.collection", f"{collection!r} is not a Milvus collection name: "
@@ -123,6 +126,9 @@ class MilvusStore:
         if bm25 not in ("auto", "milvus", "kit"):
             raise ConfigError("providers.vectorstore.bm25", f"{bm25!r} is not one of auto, milvus, kit")
         self.bm25 = bm25
+        self._dense_params: dict[str, Any] = {"metric_type": "COSINE"}
+        if search_params:
+            self._dense_params["params"] = dict(search_params)
         self._client: Any = None
         self._ready = False
         self._dim: int | None = None
@@ -421,7 +427,7 @@ class MilvusStore:
         data = [self._query_vector(vector)]
         res = self._call("search", lambda c: c.search(
             self.collection_name, data=data, anns_field=_VECTOR, limit=min(k, _MAX_LIMIT), filter=expr,
-            output_fields=_OUTPUT, search_params={"metric_type": "COSINE"}, **self._read_args()))  # fmt: skip
+            output_fields=_OUTPUT, search_params=self._dense_params, **self._read_args()))  # fmt: skip
         return _hits(res, "dense")
 
     def search_sparse(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
@@ -476,7 +482,7 @@ class MilvusStore:
         pymilvus = _pymilvus()
         limit = min(pool, _MAX_LIMIT)
         dense = pymilvus.AnnSearchRequest(data=[self._query_vector(vector)], anns_field=_VECTOR,
-                                          param={"metric_type": "COSINE"}, limit=limit, expr=expr)  # fmt: skip
+                                          param=self._dense_params, limit=limit, expr=expr)  # fmt: skip
         if not query.strip():
             reqs = [dense]  # BM25 of an empty query finds nothing; Milvus wants a text, so leave the channel out
             weights = weights[:1]

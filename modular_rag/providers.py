@@ -288,7 +288,8 @@ def _milvus_store(vs: MilvusConfig, sp: SparseConfig) -> MilvusStore:
                                 "set it, or drop token_env for a server without authentication")  # fmt: skip
     analyzer = vs.analyzer if vs.analyzer is not None else milvus_analyzer(sp.stemmer, sp.stopwords)
     return MilvusStore(uri=vs.uri, collection=vs.collection, token=token, analyzer=analyzer, k1=sp.k1, b=sp.b,
-                       consistency=vs.consistency, timeout_s=vs.timeout_s, bm25=vs.bm25)  # fmt: skip
+                       consistency=vs.consistency, timeout_s=vs.timeout_s, bm25=vs.bm25,
+                       search_params=vs.search_params)  # fmt: skip
 
 
 def _index_folder(vs: ChromaConfig) -> Path | None:
