@@ -67,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
             dataset = load_beir(Path(args.root) / name.split("-", 1)[0], split="dev")
             chunker = config_chunker(config, dataset.default_chunker)
             got: dict[str, dict[str, float | None]] = {}
+            milvus = config.with_vectorstore(MilvusConfig(uri=uri, search_params=search))
             for store in ("chroma", "milvus"):
-                milvus = MilvusConfig(uri=uri, search_params=search)
-                flow = config.with_vectorstore(milvus) if store == "milvus" else config
+                flow = milvus if store == "milvus" else config
                 start = time.perf_counter()
                 env = dataset_providers(dataset, flow.providers, chunker=chunker, progress=False,
                                         log=lambda line: print(f"  {line}", flush=True))  # fmt: skip
@@ -118,11 +118,12 @@ def dense_recall(args: argparse.Namespace) -> int:
             got = chroma.index.dense.collection.get(include=["embeddings"])  # type: ignore[union-attr]
             ids, vectors = got["ids"], np.asarray(got["embeddings"], dtype=np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            recall_c, recall_m, same = [], [], []
+            recall_c, recall_m, same, asked = [], [], [], []
             for query in dataset.queries:
                 v = chroma.encoder.encode_query(query.text)
                 v = v / np.linalg.norm(v)
                 exact = {ids[i] for i in np.argsort(-(vectors @ v))[:k]}
+                asked.append((v, exact))
                 c = [h["chunk_id"] for h in chroma.index.dense.query(v, k, None)]
                 m = [h["chunk_id"] for h in milvus.index.dense.query(v, k, None)]
                 recall_c.append(len(exact & set(c)) / k)
@@ -131,17 +132,11 @@ def dense_recall(args: argparse.Namespace) -> int:
             print(f"{path.stem} ({dataset.name}, {len(dataset.queries)} questions, {len(ids)} chunks): dense top-{k} "
                   f"against exact cosine: Chroma {np.mean(recall_c):.4f}, Milvus Lite {np.mean(recall_m):.4f}; the "
                   f"same top 10 in both stores for {np.mean(same):.1%} of the questions", flush=True)  # fmt: skip
-            if args.ef:  # Milvus Lite's AUTOINDEX is faiss HNSW searched with ef 64 unless a search says otherwise
-                store, queries = milvus.index.dense, [chroma.encoder.encode_query(q.text) for q in dataset.queries]
-                for ef in (int(e) for e in args.ef.split(",")):
-                    recall = []
-                    for v in queries:
-                        exact = {ids[i] for i in np.argsort(-(vectors @ (v / np.linalg.norm(v))))[:k]}
-                        res = store.client.search(store.collection_name, data=[v.tolist()], anns_field="vector",
-                                                  limit=k, search_params={"metric_type": "COSINE",
-                                                                          "params": {"ef": ef}})  # fmt: skip
-                        recall.append(len(exact & {str(h["id"]) for h in res[0]}) / k)
-                    print(f"  Milvus Lite searched with ef {ef}: top-{k} recall {np.mean(recall):.4f}", flush=True)
+            for ef in (int(e) for e in args.ef.split(",") if e):  # Milvus Lite: faiss HNSW, ef 64 by default
+                searched = config.with_vectorstore(MilvusConfig(uri=uri, search_params={"ef": ef})).providers
+                store = dataset_providers(dataset, searched, chunker=chunker, progress=False).index.dense
+                recall = [len(exact & {h["chunk_id"] for h in store.query(v, k, None)}) / k for v, exact in asked]
+                print(f"  Milvus Lite searched with ef {ef}: top-{k} recall {np.mean(recall):.4f}", flush=True)
     return 0
 
 

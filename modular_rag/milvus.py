@@ -517,7 +517,7 @@ class MilvusStore:
             if self._dim:
                 probe = [1.0] + [0.0] * (self._dim - 1)
                 self._call("search", lambda c: c.search(self.collection_name, data=[probe], anns_field=_VECTOR,
-                                                        limit=1, search_params={"metric_type": "COSINE"}, **args))
+                                                        limit=1, search_params=self._dense_params, **args))
             if self.ranks_bm25:  # else the kit's postings rank BM25: building Milvus's index would only cost memory
                 self._call("search", lambda c: c.search(self.collection_name, data=["warm"], anns_field=_SPARSE,
                                                         limit=1, search_params={"metric_type": "BM25"}, **args))
@@ -538,9 +538,11 @@ def _grpc_status(exc: BaseException) -> str | None:
         code = getattr(seen, "code", None)
         if callable(code):
             try:
-                return str(getattr(code(), "name", code()))
+                status = code()
             except Exception:  # a code() that needs arguments is not gRPC's
                 pass
+            else:
+                return str(getattr(status, "name", status))
         seen = seen.__cause__ or seen.__context__
     return None
 
