@@ -128,7 +128,9 @@ class KnowledgeIndex:
             return
         held = self.catalog.count()
         stored = self.dense.count()
-        if stored == held or (held and not self.texts_in_store):
+        # fewer in the store: a write killed between the catalog's commit and the store's (the next index run writes
+        # what is missing); reading the whole store would find nothing the catalog lacks
+        if stored <= held or (held and not self.texts_in_store):
             return
         log.info("%s holds %d chunks, the index's catalog %d: reading the missing ones from the store",
                  self.dense.describe(), stored, held)  # fmt: skip
@@ -415,7 +417,9 @@ class KnowledgeIndex:
             analysed = self._catalog_add(fresh)
             stages["sentence vectors"] = self.sentences.seconds - embedded
             stages["catalog"] = time.perf_counter() - t0 - stages["sentence vectors"]
-            present = self.dense.existing([c["chunk_id"] for c in todo]) if self.dense.count() else set()
+            # only chunks the catalog held before can be in the store already (the catalog is written first): a run
+            # killed after its catalog write, a re-index; a new chunk is not looked up
+            present = self.dense.existing([c["chunk_id"] for c in todo if c["chunk_id"] in in_catalog])
             new = [c for c in todo if c["chunk_id"] not in present]
             if progress and present:
                 progress(len(todo) - len(new))

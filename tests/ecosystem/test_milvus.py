@@ -525,3 +525,26 @@ def test_search_params_reach_every_dense_search(milvus_uri: str, tmp_path: Path)
     both = store.search_hybrid(vector, "What does error E07 mean?", 3, pool=10)
     assert dense and both
     assert len(sent) == 2 and all(p["params"] == {"ef": 128} and p["metric_type"] == "COSINE" for p in sent), sent
+
+
+@pytest.mark.integration
+@needs_milvus
+def test_a_catalog_ahead_of_the_store_does_not_make_workers_read_the_collection(
+    milvus_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    # a write killed between the catalog's commit and Milvus's upsert leaves the catalog holding chunks Milvus lacks
+    # (the next index run writes them): a worker opening the index then read the whole collection to find chunks
+    # the catalog lacks (none), at 1M chunks minutes before its first answer. Only a store holding more is read.
+    config = {"name": "milvus", "uri": milvus_uri, "collection": "ahead", "catalog": str(tmp_path / "catalog")}
+    env = _providers(config)
+    index_paths([demo_corpus_path()], env, progress=False)
+    held = env.index.count()
+    env.index.dense.delete([next(iter(env.index.catalog.ids()))])  # the vector of a chunk the catalog holds, gone
+    env.index.dense.flush()
+    with monkeypatch.context() as m:
+        m.setattr(MilvusStore, "dump", lambda self: pytest.fail("the worker read the whole collection"))
+        worker = _providers(config)._build_index()  # a new process's index: nothing of it opened yet
+        assert worker.search_sparse("E07", 3) and worker.count() == held - 1
+    writer = _providers(config)  # the next index run writes the missing vector
+    index_paths([demo_corpus_path()], writer, progress=False)
+    assert writer.index.dense.count() == held
