@@ -263,12 +263,13 @@ _LOCK = threading.RLock()
 _PLUGINS_LOADED = False
 
 PLUGIN_GROUP = "modular_rag.plugins"
-_FALLBACK_PLUGINS = ("operators", "patterns")
+_BUILTIN_PLUGINS = ("operators", "patterns")
 
 
 def load_plugins() -> None:
     """Import every plugin of the ``modular_rag.plugins`` entry-point group once (the kit's own operators and
-    patterns, and any third-party package that declares the group)."""
+    patterns, and any third-party package that declares the group). A plugin package that lists its files in
+    ``PLUGIN_MODULES`` has each of them imported with it."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return
@@ -276,9 +277,24 @@ def load_plugins() -> None:
         if _PLUGINS_LOADED:
             return
         names = [ep.value for ep in metadata.entry_points(group=PLUGIN_GROUP)]
-        for module_name in names or _FALLBACK_PLUGINS:
-            importlib.import_module(module_name)
+        for module_name in dict.fromkeys([*_BUILTIN_PLUGINS, *names]):
+            module = importlib.import_module(module_name)
+            for part in getattr(module, "PLUGIN_MODULES", ()):
+                importlib.import_module(f"{module_name}.{part}")
         _PLUGINS_LOADED = True
+
+
+def _import_provider(package: str, name: str, present: Callable[[], bool]) -> None:
+    """Make ``name`` registered if anything provides it, importing as little as can: the files of the kit's
+    ``package`` (operators or patterns) that register that name (its ``PROVIDES``), else every plugin (a third-party
+    name, or an unknown one: the error then lists what there is)."""
+    if present() or _PLUGINS_LOADED:
+        return
+    provides = getattr(importlib.import_module(package), "PROVIDES", {})
+    for part in [part for part, names in provides.items() if name in names]:
+        importlib.import_module(f"{package}.{part}")
+    if not present():
+        load_plugins()
 
 
 def _params_model(factory: Callable[..., Any]) -> type[BaseModel]:
@@ -372,9 +388,10 @@ def operators_for(port: Port) -> list[str]:
 
 
 def find_operator(name: str) -> list[OperatorInfo]:
-    """Every registration of ``name``, whatever its port (empty if unknown)."""
+    """Every registration of ``name``, whatever its port (empty if unknown), in the ports' order."""
     load_plugins()
-    return [info for (_, n), info in _OPERATORS.items() if n == name]
+    order = list(Port)
+    return sorted((info for (_, n), info in _OPERATORS.items() if n == name), key=lambda i: order.index(i.port))
 
 
 def get_operator(port: Port, name: str) -> OperatorInfo:
@@ -384,7 +401,7 @@ def get_operator(port: Port, name: str) -> OperatorInfo:
         RegistryError: If no operator of that name fits the port. The message lists the valid names for the
             port and, when the name exists for another port, which port it fits.
     """
-    load_plugins()
+    _import_provider("operators", name, lambda: (port, name) in _OPERATORS)
     info = _OPERATORS.get((port, name))
     if info is not None:
         return info
@@ -504,7 +521,7 @@ def get_pattern(name: str) -> PatternInfo:
     Raises:
         RegistryError: If unknown; the message lists the registered patterns.
     """
-    load_plugins()
+    _import_provider("patterns", name, lambda: name in _PATTERNS)
     try:
         return _PATTERNS[name]
     except KeyError:

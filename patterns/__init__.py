@@ -1,21 +1,27 @@
 """The prebuilt flow patterns, one file and one factory each: ``build_<pattern>(config, **options)``.
 
-Importing this package registers every pattern (the registry finds it through the ``modular_rag.plugins``
-entry point).
+Each file registers its pattern when it is imported: the registry imports the one a config names
+(:data:`PROVIDES`), and every file when a listing needs them all (:data:`PLUGIN_MODULES`, through the
+``modular_rag.plugins`` entry point). ``from patterns import build_linear`` imports that file alone.
 """
 
-from patterns.adaptive import build_adaptive
-from patterns.branching import build_branching
-from patterns.conditional import build_conditional
-from patterns.iterative import build_iterative
-from patterns.linear import build_linear
-from patterns.recursive import build_recursive
+from __future__ import annotations
 
-__all__ = [
-    "build_adaptive",
-    "build_branching",
-    "build_conditional",
-    "build_iterative",
-    "build_linear",
-    "build_recursive",
-]
+import importlib
+from typing import Any
+
+PROVIDES: dict[str, tuple[str, ...]] = {name: (name,) for name in
+                                        ("adaptive", "branching", "conditional", "iterative", "linear", "recursive")}
+"""Each file -> the pattern it registers (checked against the registry by tests/test_registry.py)."""
+
+PLUGIN_MODULES: tuple[str, ...] = tuple(PROVIDES)
+"""The files the registry imports to list every pattern."""
+
+__all__ = ["PLUGIN_MODULES", "PROVIDES", *(f"build_{name}" for name in PROVIDES)]
+
+
+def __getattr__(name: str) -> Any:
+    """``build_<pattern>`` imports the pattern's file on first use."""
+    if name.startswith("build_") and name[len("build_"):] in PROVIDES:
+        return getattr(importlib.import_module(f"{__name__}.{name[len('build_'):]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
