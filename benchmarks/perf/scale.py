@@ -13,7 +13,8 @@ out of the throughput) into Chroma on disk and into a Milvus Lite server on loop
 - **latency with 4 workers**: 4 processes answer ``--questions`` questions each at the same time, after their first;
   p50/p95 of the default template and of ``link_hop`` (``configs/hotpotqa-multihop.yaml``'s flow);
 - **changes**: adding a file of 1,000 new documents (``index``), then ``--sync`` with a 1,000-document file gone:
-  seconds, the embedding excluded;
+  seconds, the embedding excluded, the store opening its collection (Chroma loading its HNSW index) timed before
+  each and reported apart, and on Milvus the part spent waiting on its requests;
 - **ingestion**: chunks per second of the whole build, the embedding excluded.
 
 Indexes are kept under ``.modular_rag/scale/`` and reused by the next run (``--rebuild`` to start again).
