@@ -87,11 +87,23 @@ def _combining() -> dict[int, None]:
     return {c: None for c in range(0x10000) if unicodedata.combining(chr(c))}
 
 
-def words_of(text: str) -> list[str]:
-    """The folded words of ``text``: lower case, accents stripped (``Ivo Andrić`` -> ``ivo``, ``andric``)."""
+def folded(text: str) -> str:
+    """``text`` in lower case with its accents stripped, the string :func:`words_of` cuts into words."""
     if not text.isascii():
         text = unicodedata.normalize("NFKD", text).translate(_combining())
-    return _WORD.findall(text.lower())
+    return text.lower()
+
+
+def words_of(text: str) -> list[str]:
+    """The folded words of ``text``: lower case, accents stripped (``Ivo Andrić`` -> ``ivo``, ``andric``)."""
+    return _WORD.findall(folded(text))
+
+
+def phrase_pattern(anchor: str) -> re.Pattern[str]:
+    """What finds an anchor (folded words joined by spaces) in a :func:`folded` text exactly where the text's
+    :func:`words_of` hold its words in a row: each word whole, only non-word characters between them. Testing a text
+    for a phrase this way does not cut it into words (an add tests tens of thousands of older chunks for new titles)."""
+    return re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in anchor.split()) + r"(?!\w)")
 
 
 def _alias(name: str) -> Alias:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from modular_rag.anchors import Alias, aliases_of, chunk_anchors, words_of
+from modular_rag.anchors import Alias, aliases_of, chunk_anchors, folded, phrase_pattern, words_of
 
 __all__ = ["LinkTable", "aliases_of", "chunk_anchors"]
 
@@ -262,9 +262,9 @@ class StoredLinks:
         if again:  # find gives chunks holding the words anywhere: rescan only those holding an anchor as a phrase
             held = catalog.at(sorted(again), db=db, metadata=False)
             read = texts_of(held) if texts_of is not None else [c.text for c in held]
-            folded = [f" {' '.join(words_of(text))} " for text in read]  # once per chunk, not per anchor
-            older = [(c.pos, text) for c, text, words in zip(held, read, folded, strict=True)
-                     if any(f" {a} " in words for a in again[c.pos])]  # fmt: skip
+            patterns = {a: phrase_pattern(a) for a in new_anchors}
+            older = [(c.pos, text) for c, text in zip(held, read, strict=True)
+                     if any(patterns[a].search(low) for low in [folded(text)] for a in again[c.pos])]  # fmt: skip
             catalog.delete_mentions([pos for pos, _ in older], db)
             self._scan(db, [pos for pos, _ in older], [text for _, text in older])
 

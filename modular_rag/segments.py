@@ -86,6 +86,19 @@ _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.uint16)
 
 
+def _intersect_sorted(small: np.ndarray, large: np.ndarray) -> np.ndarray:
+    """The values of sorted ``small`` that sorted ``large`` holds: one binary search per value of the shorter list
+    (``np.intersect1d`` sorts both lists joined: at 1M chunks an add's look-up of a thousand new titles spent 1.8 s
+    intersecting the postings of common words)."""
+    if not len(small) or not len(large):
+        return _EMPTY_I
+    at = np.searchsorted(large, small)
+    inside = at < len(large)
+    hit = np.zeros(len(small), dtype=bool)
+    hit[inside] = large[at[inside]] == small[inside]
+    return np.asarray(small[hit], dtype=np.int64)
+
+
 def write_segment(folder: Path, start: int, terms_per_chunk: Sequence[Sequence[str]]) -> Segment:
     """Write the postings of the chunks at positions ``start, start + 1, ...`` (their analysed terms, in order) as a
     segment folder, and return it mapped.
@@ -416,7 +429,7 @@ class SegmentedBM25:
                 for other in lists[1:]:
                     if not len(found):
                         break
-                    found = np.intersect1d(found, other, assume_unique=True)
+                    found = _intersect_sorted(found, other)
                 if len(found) and len(self._removed):
                     found = found[~np.isin(found, self._removed)]
                 out.append(found)

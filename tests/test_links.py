@@ -4,6 +4,7 @@ with the index across re-indexing."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,24 @@ def test_the_link_scan_costs_what_the_words_cost_not_the_longest_title(tmp_path:
     assert peak < 4_000_000, f"the scan of 20 chunks peaked at {peak / 1e6:.1f} MB"
     first = held[0].id
     assert any(first in out for out in env.index.links.outlinks([c.id for c in held]).values())
+
+
+@pytest.mark.unit
+def test_a_phrase_is_found_in_a_text_exactly_where_its_words_run_in_a_row() -> None:
+    # an add tests tens of thousands of older chunks for the titles it brings: by a pattern over the folded text,
+    # which must agree with the words the link table is scanned by (words_of) on every text
+    from modular_rag.anchors import folded, phrase_pattern, words_of
+
+    rng = random.Random(7)
+    pieces = ["Tidewater", "cycles", "ANDRIĆ", "andric", "e07", "E07", "x_1", "über", "uber", "Café", "cafe",
+              "İstanbul", "a", "the", "42", "tide", "water"]  # fmt: skip
+    glue = [" ", "  ", "-", ", ", "\n", "'", "_", "", ". "]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) + rng.choice(glue) for _ in range(rng.randint(1, 8)))
+        words = words_of(text)
+        start = rng.randrange(len(words)) if words else 0
+        anchor = " ".join(words[start : start + rng.randint(1, 3)]) or "tidewater"
+        if rng.random() < 0.3:
+            anchor = " ".join(words_of(" ".join(rng.sample(pieces, 2))))
+        assert bool(phrase_pattern(anchor).search(folded(text))) == (f" {anchor} " in f" {' '.join(words)} "), (
+            text, anchor)

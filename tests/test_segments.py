@@ -43,6 +43,10 @@ def _agrees(seg: SegmentedBM25, live: dict[int, list[str]], queries: list[list[s
         np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
         assert [positions[i] for i in want] == got.tolist()
         np.testing.assert_allclose(seg.score(q, got.tolist(), idf, avgdl), got_scores, rtol=1e-5)
+    # the chunks holding every term (an add's look-up of new anchors), one query at a time and many at once
+    holding = [[p for p in positions if set(q[:n]) <= set(live[p])] for q in queries for n in (1, 2, 3)]
+    assert [found.tolist() for found in seg.containing_many([q[:n] for q in queries for n in (1, 2, 3)])] == holding
+    assert seg.containing(queries[0][:2]).tolist() == holding[1]
 
 
 @pytest.mark.unit
