@@ -197,7 +197,8 @@ class _Kit:
 
     @classmethod
     def build(cls, folder: Path, corpus: Sequence[Sequence[str]], *, batch: int = 4096) -> _Kit:
-        """Segments of ``batch`` chunks (merged to 12 as they come), and the catalog's term counts and statistics."""
+        """Segments of ``batch`` chunks (merged as they come, by the segments' own rule), and the catalog's term counts
+        and statistics."""
         import numpy as np
 
         kit = cls(folder)
@@ -268,7 +269,7 @@ def run(args: argparse.Namespace, out: Report) -> None:
     for note in notes:
         out(note)
     out("kit: IDFs and average length read from the catalog (SQLite) at each query, top 10 over the memory-mapped "
-        "segments; build: segments written 4,096 chunks at a time and merged to 12 (compacted: then merged into one), "
+        "segments; build: segments written 4,096 chunks at a time and merged as they come (compacted: then into one), "
         "plus the catalog's term counts; index MiB: its .npy files on disk (mapped; the pages a query touches are "
         "read). bm25s: vocabulary, ids, CSC matrix of weights in memory (its numba rows read the numpy build's "
         "arrays); add 10 chunks: bm25s has no add, so its figure is its build over the whole corpus. RSS growth: "
