@@ -262,9 +262,12 @@ class StoredLinks:
         if again:  # find gives chunks holding the words anywhere: rescan only those holding an anchor as a phrase
             held = catalog.at(sorted(again), db=db, metadata=False)
             read = texts_of(held) if texts_of is not None else [c.text for c in held]
-            patterns = {a: phrase_pattern(a) for a in new_anchors}
-            older = [(c.pos, text) for c, text in zip(held, read, strict=True)
-                     if any(patterns[a].search(low) for low in [folded(text)] for a in again[c.pos])]  # fmt: skip
+            patterns = {a: phrase_pattern(a) for names in again.values() for a in names}
+            older: list[tuple[int, str]] = []
+            for c, text in zip(held, read, strict=True):
+                low = folded(text)  # once per chunk, not per anchor
+                if any(patterns[a].search(low) for a in again[c.pos]):
+                    older.append((c.pos, text))
             catalog.delete_mentions([pos for pos, _ in older], db)
             self._scan(db, [pos for pos, _ in older], [text for _, text in older])
 

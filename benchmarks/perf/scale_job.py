@@ -52,9 +52,9 @@ def build(args: dict[str, Any]) -> dict[str, Any]:
     before = args.get("before") or {"seconds": 0.0, "embed_seconds": 0.0, "runs": 0}
     opened = 0.0
     if args.get("open_first"):  # the store's own share apart: open the collection (Chroma loads its HNSW index)
-        t = time.perf_counter()
         import numpy as np
 
+        t = time.perf_counter()
         env.index.dense.query(np.asarray(emb.embed_query("open"), dtype=np.float32), 1)
         opened = time.perf_counter() - t
         emb.seconds, emb.texts = 0.0, 0
