@@ -16,9 +16,9 @@
 The evaluation commands are in :mod:`modular_rag.eval.cli` (``tune`` and ``testset`` in their own packages); the
 ways a run is shown (streamed updates, the answer, the catalogue) are here.
 
-Bad input exits with status 2 and one line on stderr naming what was wrong, a failure while running with 1; no
-traceback (``-v`` logs what the kit does). Imports are deferred
-to the command that needs them, so ``--help`` and ``catalogue`` start fast.
+Bad input exits with status 2 and one line on stderr naming what was wrong, a failure while running with 1 (also a
+run that answered although a step failed under ``on_error: skip``); no traceback (``-v`` logs what the kit does).
+Imports are deferred to the command that needs them, so ``--help`` and ``catalogue`` start fast.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["main", "print_result", "stream_run", "format_update", "catalogue_markdown"]
+__all__ = ["main", "print_result", "failed_steps", "stream_run", "format_update", "catalogue_markdown"]
 
 DEMO_QUESTION = "What does error code E07 mean on the e-bike display?"
 
@@ -72,7 +72,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     flow = build_flow(config, providers=env)
     result = flow.invoke({"query": args.question})
     print_result(result, as_json=args.json)
-    return 0
+    return _exit_status(result)
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
@@ -117,7 +117,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout  # node lines go to stderr when stdout carries JSON
     result = stream_run(flow, state, out=out) if args.stream else flow.invoke(state)
     print_result(result, as_json=args.json)
-    return 0
+    return _exit_status(result)
 
 
 def stream_run(flow: Any, state: Mapping[str, Any], *, out: Any = None) -> dict[str, Any]:
@@ -191,9 +191,26 @@ def print_result(result: Mapping[str, Any], *, as_json: bool = False, out: Any =
             f"{int(t['completion_tokens'])} tokens, {int(t['retrievals'])} retrievals",
             file=out,
         )
+    said: dict[str, list[str]] = {}  # one line per distinct error: a dead model fails every step that calls it
     for node, status, error, summary in statuses:
         if status != "ok":
-            print(f"  {node}: {status} {error or summary}", file=out)
+            said.setdefault(f"{status} {error or summary}", []).append(node)
+    for what, nodes in said.items():
+        print(f"  {', '.join(nodes)}: {what}", file=out)
+
+
+def failed_steps(result: Mapping[str, Any]) -> list[str]:
+    """The nodes whose operator raised and whose ``on_error: skip`` let the flow go on (their trace status
+    ``error``): a run with any answered from a fallback, so the command exits 1."""
+    return [e["node"] for e in result.get("trace") or [] if e.get("status") == "error"]
+
+
+def _exit_status(result: Mapping[str, Any]) -> int:
+    failed = failed_steps(result)
+    if failed:
+        print(f"error: {len(failed)} step{'s' if len(failed) != 1 else ''} failed and went on under on_error: skip "
+              f"({', '.join(failed)}); the answer above is the fallback's", file=sys.stderr)  # fmt: skip
+    return 1 if failed else 0
 
 
 def _cmd_catalogue(args: argparse.Namespace) -> int:
@@ -260,17 +277,18 @@ def _cmd_template(args: argparse.Namespace) -> int:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from modular_rag.config import load_config
     from modular_rag.doctor import checks
-    from modular_rag.errors import ModularRagError
+    from modular_rag.errors import MissingDependencyError, ModularRagError
 
     config = load_config(args.config) if args.config else None
-    missing = 0
+    failed = 0
     for check in checks(config):
         try:
-            print(f"ok       {check.name}: {check.run()}")
+            print(f"ok       {check.name}: {check.run()}", flush=True)
         except ModularRagError as exc:
-            missing += check.required
-            print(f"{'MISSING' if check.required else 'note':<8} {check.name}: {exc}")
-    return 1 if missing else 0
+            failed += check.required
+            label = "note" if not check.required else "MISSING" if isinstance(exc, MissingDependencyError) else "FAILED"
+            print(f"{label:<8} {check.name}: {exc}", flush=True)
+    return 1 if failed else 0
 
 
 def _cmd_finetune(args: argparse.Namespace) -> int:

