@@ -190,9 +190,10 @@ class MilvusConfig(StrictModel):
     and their fusion), on a Milvus server (``uri: http://host:19530``: a cluster, a standalone Milvus or
     ``milvus-lite server``) or in this process (``uri: path/index.db``, Milvus Lite, one process per file).
     Needs the ``milvus`` extra. BM25 uses ``providers.sparse``'s k1, b, stop words and stemmer; it ranks in Milvus,
-    or over the kit's postings in the catalog folder where Milvus cannot analyse text as asked (``bm25``: Milvus
-    Lite does not stem). The catalog folder (term statistics, postings, link table, sentence vectors) is shared by
-    the processes that share the collection and read by key, memory-mapped: no process copies the collection."""
+    or over the kit's postings in the catalog folder where Milvus has no BM25 or cannot analyse text as asked
+    (``bm25``: a Milvus before 2.5 has no BM25 function; Milvus Lite does not stem). The catalog folder (term
+    statistics, postings, link table, sentence vectors) is shared by the processes that share the collection and
+    read by key, memory-mapped: no process copies the collection."""
 
     name: Literal["milvus"] = "milvus"
     uri: str = Field("http://127.0.0.1:19530", min_length=1,
@@ -217,7 +218,8 @@ class MilvusConfig(StrictModel):
     bm25: Literal["auto", "milvus", "kit"] = Field(
         "auto", description="where BM25 ranks: milvus (in Milvus; hybrid is one hybrid_search call), kit (the "
         "kit's postings in the catalog folder: the embedded default's analysis and scores), auto (kit where the "
-        "server would drop part of the analysis asked for: Milvus Lite does not stem or fold accents; else milvus)"
+        "server has no BM25 (a Milvus before 2.5) or would drop part of the analysis asked for: Milvus Lite does "
+        "not stem or fold accents; else milvus)"
     )  # fmt: skip
     search_params: dict[str, Any] = Field(
         default_factory=dict, description="index parameters of every dense search, as Milvus takes them: {ef: 128} "

@@ -149,7 +149,13 @@ def _existing_store(config: FlowConfig) -> Callable[[], object]:
         from modular_rag.providers import Providers
 
         index = Providers(config.providers).index
-        return f"{index.dense.describe()} holds {index.count():,} chunks"
+        held = f"{index.dense.describe()} holds {index.count():,} chunks"
+        from modular_rag.milvus import MilvusStore
+
+        if isinstance(index.dense, MilvusStore):  # bm25: milvus on a server without BM25 fails here, naming bm25: kit
+            where = "in Milvus" if index.bm25_in_store else "over the kit's postings"
+            return f"{held}; server {index.dense.server_version()}, BM25 ranks {where}"
+        return held
 
     return check
 

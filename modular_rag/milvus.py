@@ -35,12 +35,15 @@ from modular_rag.errors import ConfigError, MissingDependencyError, ProviderErro
 from modular_rag.milvus_terms import META_FIELD, lite_analyzer, milvus_analyzer, where_to_expr
 from modular_rag.state import Hit
 
-__all__ = ["MilvusStore", "SERVER_FUSIONS"]
+__all__ = ["BM25_SINCE", "MilvusStore", "SERVER_FUSIONS"]
 
 log = logging.getLogger(__name__)
 
 SERVER_FUSIONS = ("rrf", "weighted")
 """The hybrid fusions Milvus runs itself: ``rrf`` (RRFRanker, equal weights) and ``weighted`` (WeightedRanker)."""
+
+BM25_SINCE = (2, 5)
+"""The first Milvus release with the BM25 function (and the analyzers and sparse vectors it needs)."""
 
 Consistency = Literal["Strong", "Bounded", "Session", "Eventually"]
 
@@ -134,6 +137,8 @@ class MilvusStore:
         self._dim: int | None = None
         self._applied: dict[str, Any] | None = None
         self._lite: bool | None = None
+        self._version: tuple[int, int] | None = None
+        self._sparse_field: bool | None = None  # whether the adopted collection has the BM25 field
         self._unflushed = False
         self._lock = threading.RLock()
 
@@ -142,7 +147,7 @@ class MilvusStore:
     def describe(self) -> str:
         """Where the store lives and how its BM25 analyses text, for messages (never the token)."""
         where = f"milvus {self.uri}/{self.collection_name}"
-        if self._applied is None:
+        if not self._applied:  # not yet read, or a collection without Milvus's BM25 (made on a Milvus before 2.5)
             return where
         filters = [f if isinstance(f, str) else str(f.get("type")) for f in self._applied.get("filter") or []]
         return f"{where} (BM25 analyzer: {self._applied.get('tokenizer', 'standard')} {'+'.join(filters)})"
@@ -171,29 +176,59 @@ class MilvusStore:
                 hint = ("a Milvus Lite file serves one process: is it open in another? Share an index through "
                         "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530` and uri: http://...")
             else:
-                hint = ("start a server (`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530`, or a "
-                        "Milvus) or fix providers.vectorstore.uri")
+                hint = ("start a server (`milvus-server --data DIR --proxy-port 19530`, the milvus-server extra; "
+                        "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530`; or a Milvus; one just "
+                        "started answers after some seconds) or fix providers.vectorstore.uri")
             raise ProviderError(f"cannot reach Milvus at {self.uri}: {exc}; {hint}") from exc
 
     def server_version(self) -> str:
-        """The server's version string (``milvus_lite-3.2.2`` for Milvus Lite)."""
+        """The server's version string (``milvus_lite-3.2.2`` for Milvus Lite, ``v2.3.5-lite`` for the PyPI
+        ``milvus`` package's standalone server, ``v2.5.4`` for a Milvus release)."""
         return str(self._call("get_server_version", lambda c: c.get_server_version(timeout=self.timeout_s)))
+
+    def _ask_version(self) -> None:
+        if self._lite is None:
+            text = self.server_version()
+            self._lite = text.startswith("milvus_lite")
+            self._version = None if self._lite else _release(text)
 
     @property
     def lite(self) -> bool:
         """Whether the server is Milvus Lite (asked once)."""
-        if self._lite is None:
-            self._lite = self.server_version().startswith("milvus_lite")
-        return self._lite
+        self._ask_version()
+        return bool(self._lite)
+
+    @property
+    def bm25_function(self) -> bool:
+        """Whether the server computes BM25 itself (Milvus's BM25 function and sparse vectors: Milvus 2.5 and later,
+        and Milvus Lite). A version string with no release number in it (a managed service's) counts as able."""
+        self._ask_version()
+        return bool(self._lite) or self._version is None or self._version >= BM25_SINCE
 
     @property
     def ranks_bm25(self) -> bool:
         """Whether BM25 queries rank in Milvus (``bm25: milvus``), not over the kit's postings (``kit``). ``auto``
-        ranks in Milvus unless it would drop part of the analysis asked for: Milvus Lite applies neither stemming
-        nor accent folding, so there the kit's postings (the same analysis as the embedded default) rank."""
+        ranks in Milvus unless the server cannot (a Milvus before 2.5 has no BM25 function, a collection created
+        there has no BM25 field) or would drop part of the analysis asked for (Milvus Lite applies neither stemming
+        nor accent folding); then the kit's postings (the same analysis as the embedded default) rank.
+
+        Raises:
+            ConfigError: If ``bm25: milvus`` is asked of a server or collection without Milvus's BM25.
+        """
+        able = self.bm25_function and self._sparse_field is not False
+        if self.bm25 == "milvus" and not able:
+            self._refuse_bm25()
         if self.bm25 != "auto":
             return self.bm25 == "milvus"
-        return not (self.lite and lite_analyzer(self.analyzer)[1])
+        return able and not (self.lite and lite_analyzer(self.analyzer)[1])
+
+    def _refuse_bm25(self) -> None:
+        why = (f"the server is Milvus {self.server_version()}, and Milvus computes BM25 only from 2.5"
+               if not self.bm25_function else "the collection was created without a BM25 field (on a Milvus before "
+               "2.5); index into a new collection to rank BM25 in Milvus")  # fmt: skip
+        raise ConfigError("providers.vectorstore.bm25", f"bm25: milvus cannot rank in {self.describe()}: {why}; use "
+                          "bm25: kit (or auto), which ranks BM25 over the kit's postings in the catalog folder while "
+                          "dense search stays in Milvus")  # fmt: skip
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Seal the rows written so far into a segment, waiting up to ``timeout_s`` (default: the store's timeout).
@@ -244,7 +279,7 @@ class MilvusStore:
         """Read an existing collection's vector size and analyzer, and make sure it is loaded for search."""
         info = self._call("describe_collection", lambda c: c.describe_collection(self.collection_name))
         fields = {f["name"]: f for f in info.get("fields", [])}
-        missing = [n for n in (_ID, _TEXT, _META, _VECTOR, _SPARSE) if n not in fields]
+        missing = [n for n in (_ID, _TEXT, _META, _VECTOR) if n not in fields]
         if missing:
             raise ProviderError(f"{self.describe()}: the collection exists but was not made by the kit (no "
                                 f"{', '.join(missing)} field); name another collection")  # fmt: skip
@@ -252,11 +287,15 @@ class MilvusStore:
         self._dim = int(params["dim"]) if "dim" in params else None
         analyzer = fields[_TEXT].get("params", {}).get("analyzer_params")
         self._applied = json.loads(analyzer) if isinstance(analyzer, str) else dict(analyzer or {})
+        self._sparse_field = _SPARSE in fields
         self._call("load_collection", lambda c: c.load_collection(self.collection_name))
         self._ready = True
 
     def _create(self, dim: int) -> None:
         pymilvus = _pymilvus()
+        if self.bm25 == "milvus" and not self.bm25_function:
+            self._refuse_bm25()
+        bm25 = self.bm25_function  # the field is made wherever Milvus can fill it, so bm25: milvus can rank later
         analyzer = dict(self.analyzer)
         if self.lite:
             analyzer, dropped = lite_analyzer(analyzer)
@@ -265,17 +304,21 @@ class MilvusStore:
                             "without %s (BM25 there matches unstemmed words)", self.describe(), ", ".join(dropped))
         schema = pymilvus.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field(_ID, pymilvus.DataType.VARCHAR, is_primary=True, max_length=_MAX_ID)
-        schema.add_field(_TEXT, pymilvus.DataType.VARCHAR, max_length=_MAX_TEXT, enable_analyzer=True,
-                         analyzer_params=analyzer)  # fmt: skip
-        schema.add_field(_META, pymilvus.DataType.JSON)
-        schema.add_field(_VECTOR, pymilvus.DataType.FLOAT_VECTOR, dim=dim)
-        schema.add_field(_SPARSE, pymilvus.DataType.SPARSE_FLOAT_VECTOR)
-        schema.add_function(pymilvus.Function(name="bm25", function_type=pymilvus.FunctionType.BM25,
-                                              input_field_names=[_TEXT], output_field_names=[_SPARSE]))  # fmt: skip
         index = pymilvus.MilvusClient.prepare_index_params()
         index.add_index(field_name=_VECTOR, index_type="AUTOINDEX", metric_type="COSINE")
-        index.add_index(field_name=_SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
-                        params={"bm25_k1": self.k1, "bm25_b": self.b})  # fmt: skip
+        if bm25:
+            schema.add_field(_TEXT, pymilvus.DataType.VARCHAR, max_length=_MAX_TEXT, enable_analyzer=True,
+                             analyzer_params=analyzer)  # fmt: skip
+        else:  # a Milvus before 2.5 has neither analyzers nor sparse vectors: the text is a plain field
+            schema.add_field(_TEXT, pymilvus.DataType.VARCHAR, max_length=_MAX_TEXT)
+        schema.add_field(_META, pymilvus.DataType.JSON)
+        schema.add_field(_VECTOR, pymilvus.DataType.FLOAT_VECTOR, dim=dim)
+        if bm25:
+            schema.add_field(_SPARSE, pymilvus.DataType.SPARSE_FLOAT_VECTOR)
+            schema.add_function(pymilvus.Function(name="bm25", function_type=pymilvus.FunctionType.BM25,
+                                                  input_field_names=[_TEXT], output_field_names=[_SPARSE]))
+            index.add_index(field_name=_SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
+                            params={"bm25_k1": self.k1, "bm25_b": self.b})  # fmt: skip
         try:
             self.client.create_collection(self.collection_name, schema=schema, consistency_level=self.consistency,
                                           timeout=self.timeout_s)  # fmt: skip
@@ -350,6 +393,7 @@ class MilvusStore:
             if self._exists():
                 self._call("drop_collection", lambda c: c.drop_collection(self.collection_name))
             self._ready, self._dim, self._applied, self._unflushed = False, None, None, False
+            self._sparse_field = None
 
     # ---------------------------------------------------------------------------------------------------- reading
 
@@ -449,7 +493,8 @@ class MilvusStore:
 
     def fuses(self, fusion: str, weights: Sequence[float] = (1.0, 1.0)) -> bool:
         """Whether :meth:`search_hybrid` runs this fusion in Milvus: ``weighted`` always, ``rrf`` with equal weights
-        (Milvus's RRFRanker has none); ``convex`` never."""
+        (Milvus's RRFRanker has none); ``convex`` never. Callers fuse in Milvus only where BM25 ranks there
+        (:attr:`ranks_bm25`)."""
         return fusion == "weighted" or (fusion == "rrf" and len(weights) == 2 and weights[0] == weights[1])
 
     def search_hybrid(
@@ -529,6 +574,12 @@ class MilvusStore:
             if self._client is not None:
                 self._client.close()
             self._client, self._ready = None, False
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    """The (major, minor) release a server's version string names (``v2.3.5-lite`` -> ``(2, 3)``), or None."""
+    found = re.search(r"(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def _grpc_status(exc: BaseException) -> str | None:

