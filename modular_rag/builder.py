@@ -370,9 +370,18 @@ class FlowBuilder(Generic[P]):
             raise ConfigError(f"operators.{slots[0]}", f"the pattern needs an operator in one of: {', '.join(slots)}")
         return Runner(steps, label)
 
-    def subflow(self, name: str, config: FlowConfig | ResolvedFlow[Any]) -> Callable[..., dict[str, Any]]:
+    def subflow(
+        self, name: str, config: FlowConfig | ResolvedFlow[Any], carry: Sequence[str] = ()
+    ) -> Callable[..., dict[str, Any]]:
         """A node running a whole flow (another pattern's graph) on the query; it shares this flow's providers
-        unless its config names its own. Its trace and ledger come back with node names prefixed ``name/``."""
+        unless its config names its own. Its trace and ledger come back with node names prefixed ``name/``.
+
+        Args:
+            name: The node's name.
+            config: The inner flow.
+            carry: State keys handed to the inner flow besides the question (``query``, ``filter``, ``messages``),
+                e.g. ``candidates`` a shared retrieval found before a router.
+        """
         own = (config.config if isinstance(config, ResolvedFlow) else config).model_fields_set
         env = self.env if "providers" not in own else None
         sub = build_flow(config, providers=env)
@@ -380,7 +389,7 @@ class FlowBuilder(Generic[P]):
         def keep(out: Mapping[str, Any]) -> dict[str, Any]:
             return {**{k: v for k, v in out.items() if k in _SUBFLOW_KEYS}, **_prefixed(name, out)}
 
-        return _GraphCall(sub, keep)
+        return _GraphCall(sub, keep, ("query", "filter", "messages", *carry))
 
     def branch(
         self, source: str, decide: Callable[..., Hashable | Sequence[Hashable]],
@@ -493,16 +502,20 @@ class _GraphCall:
     Args:
         graph: The compiled flow.
         keep: What of the flow's output becomes the node's update.
+        inputs: The state keys the inner flow is given.
     """
 
     is_async = True
 
-    def __init__(self, graph: CompiledStateGraph, keep: Callable[[Mapping[str, Any]], dict[str, Any]]) -> None:
-        self.graph, self.keep = graph, keep
+    def __init__(
+        self, graph: CompiledStateGraph, keep: Callable[[Mapping[str, Any]], dict[str, Any]],
+        inputs: Sequence[str] = ("query", "filter", "messages"),
+    ) -> None:  # fmt: skip
+        self.graph, self.keep, self.inputs = graph, keep, tuple(inputs)
         self.limit = graph.config.get("recursion_limit", 25)  # type: ignore[union-attr]
 
     def _args(self, state: Mapping[str, Any], config: RunnableConfig) -> tuple[dict[str, Any], RunnableConfig]:
-        inputs = {key: state[key] for key in ("query", "filter", "messages") if key in state}
+        inputs = {key: state[key] for key in self.inputs if key in state}
         return inputs, {**config, "recursion_limit": self.limit}
 
     def __call__(self, state: RAGState, config: RunnableConfig) -> dict[str, Any]:

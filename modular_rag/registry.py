@@ -77,7 +77,7 @@ __all__ = [
 MODULES: dict[str, tuple[str, ...]] = {
     "indexing": ("loading", "chunking"),
     "pre_retrieval": ("query_expansion", "query_transformation", "query_construction"),
-    "retrieval": ("sparse", "dense", "hybrid", "multi_hop"),
+    "retrieval": ("sparse", "dense", "hybrid", "multi_hop", "shared"),
     "post_retrieval": ("rerank", "selection", "compression", "context"),
     "generation": ("generator", "verification"),
     "orchestration": ("routing", "scheduling", "fusion"),

@@ -211,11 +211,13 @@ class LedgerEntry(TypedDict):
 class FlowInput(TypedDict, total=False):
     """What a caller sends a flow (the graph's input schema, which LangGraph Studio shows as its form): a question
     (``query``), optionally a metadata ``filter``, or chat style ``messages`` (on a thread the newest human message
-    is the question)."""
+    is the question); ``candidates`` already retrieved, for a flow whose ``retrieve`` is ``given`` (a conditional
+    flow hands its routes the retrieval it made before the router)."""
 
     query: str
     filter: dict[str, Any] | None
     messages: Annotated[list[AnyMessage], add_messages]
+    candidates: list[Hit]
 
 
 class FlowOutput(TypedDict, total=False):

@@ -23,7 +23,7 @@ PROVIDES: dict[str, tuple[str, ...]] = {
     "pre_retrieval": ("condense", "decompose", "filter_extract", "hyde", "multi_query", "rewrite", "step_back"),
     "questions": ("answer_in_passage", "bridge", "dedup", "fact_question", "inverse_cloze", "not_verbatim"),
     "questions_llm": ("closed_book", "llm"),
-    "retrieval": ("bm25", "dense", "hybrid", "link_hop"),
+    "retrieval": ("bm25", "dense", "given", "hybrid", "link_hop"),
     "routing": ("embedding", "hybrid", "keyword", "learned", "llm"),
 }  # fmt: skip
 """Each file -> the operator names it registers (checked against the registry by tests/test_registry.py)."""

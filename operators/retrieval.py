@@ -1,4 +1,5 @@
-"""Retrieval module: dense (Chroma / any vector store), sparse (BM25) and hybrid retrievers.
+"""Retrieval module: dense (Chroma / any vector store), sparse (BM25) and hybrid retrievers, and ``given`` (the
+candidates a shared retrieval already found).
 
 Each reads ``queries`` (or ``query``), an optional Chroma ``where`` filter from state (``filter``) and/or from
 its params, and writes ``candidates``. Several queries (multi-query, step-back) are retrieved one by one and
@@ -27,7 +28,7 @@ from modular_rag.trace import Wait, note, record
 from operators.fusion import fuse
 from operators.multihop import HopParams, hop
 
-__all__ = ["queries_of", "where_of", "DenseParams", "BM25Params", "HybridParams"]
+__all__ = ["queries_of", "where_of", "DenseParams", "BM25Params", "HybridParams", "GivenParams"]
 
 
 def where_of(state: Mapping[str, Any], static: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -222,6 +223,26 @@ def _register_retriever_adapter() -> None:
 
 
 _register_retriever_adapter()
+
+
+class GivenParams(OperatorParams):
+    k: int = Field(10, gt=0, le=1000, description="the first k of the candidates already retrieved")
+
+
+@operator("retrieval", "shared", "given", port=Port.RETRIEVE, cost=lambda params, ctx: retrievals(0))
+def given(params: GivenParams, providers: Providers) -> Operator:
+    """The candidates already in the state, cut to ``k``: a route of a conditional flow whose ``retrieve`` ran before
+    the router (the router decided from that evidence; the route does not search again), or candidates the caller
+    passes in. No retrieval."""
+
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        if "candidates" not in state:
+            raise ProviderError("retrieve: given reads the candidates already retrieved, and this run has none: give "
+                                "the conditional flow a retrieve operator (it runs before the router), or pass "
+                                "candidates in the input")  # fmt: skip
+        return {"candidates": list(state["candidates"])[: params.k]}
+
+    return run
 
 
 # ------------------------------------------------------------------------------------------------- multi-hop hops

@@ -5,7 +5,8 @@ conditional pattern's ``threshold``, or when nothing matches, it takes the confi
 so in the trace. Model output that names no valid route never silently picks one.
 
 Routers read only the user's query and the routes' own descriptions, keywords and examples, never retrieved text,
-so instructions planted inside documents cannot steer them.
+so instructions planted inside documents cannot steer them; a learned router trained on evidence also reads term
+overlaps and scores of the shared first retrieval (numbers, not instructions).
 
 * ``keyword`` - metadata routing (paper Eq. 19-20): ``score_j = |K_q ∩ K_j| / |K_j|``, argmax.
 * ``llm`` - semantic routing by LLM intent classification (Eq. 21): the route the model names; with token
@@ -16,6 +17,9 @@ so instructions planted inside documents cannot steer them.
 * ``learned`` - a classifier of what a question needs (one passage or several), and each route's measured quality
   for each kind, trained by ``modular-rag train-router``: Adaptive-RAG's idea with a softmax regression over the
   normalised question's embedding instead of a trained T5. Letter case and punctuation never reach its features.
+  Trained with ``--features evidence`` it also reads what the conditional flow's shared first retrieval found
+  (:mod:`modular_rag.evidence`): the one exception to the rule above, and only features of term overlap and scores,
+  never instructions.
 """
 
 from __future__ import annotations
@@ -267,7 +271,12 @@ def hybrid_router(params: HybridRouterParams, providers: Providers) -> Operator:
 # ------------------------------------------------------------------------------------------------ learned router
 
 ROUTER_FORMAT = "modular-rag-router"
-ROUTER_VERSION = 3
+ROUTER_VERSION = 4
+READS_VERSIONS = (3, 4)
+"""Versions :meth:`RouterModel.load` reads: 3 (question features only, before evidence features) and 4."""
+FEATURE_BLOCKS = ("question", "evidence")
+"""What a router's features may read: the question (its normalised embedding and lexical features) and the evidence
+(:func:`modular_rag.evidence.evidence_features` of the shared first retrieval)."""
 
 _QUESTION_WORDS = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "was", "were",
                    "do", "does", "did", "can", "in", "the")  # fmt: skip
@@ -327,12 +336,36 @@ class RouterModel:
     cost_weight: float = 0.0
     embeddings: str = ""
     trained: dict[str, Any] = field(default_factory=dict)
+    blocks: tuple[str, ...] = ("question",)
+    evidence_mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    evidence_scale: np.ndarray = field(default_factory=lambda: np.ones(0))
 
-    def features(self, vector: np.ndarray, query: str) -> np.ndarray:
-        """The feature row of a query: the embedding of its normalised form (``vector``) and its standardised
-        lexical features."""
-        lexical = (np.asarray(lexical_features(query)) - self.lexical_mean) / self.lexical_scale
-        return np.concatenate([np.asarray(vector, dtype=np.float64), lexical])
+    @property
+    def reads_evidence(self) -> bool:
+        """Whether the model decides from the shared first retrieval's candidates too."""
+        return "evidence" in self.blocks
+
+    def features(self, vector: np.ndarray | None, query: str, hits: Sequence[Any] | None = None) -> np.ndarray:
+        """The feature row of a query: with the question block, the embedding of its normalised form (``vector``)
+        and its standardised lexical features; with the evidence block, the standardised
+        :func:`~modular_rag.evidence.evidence_features` of ``hits``.
+
+        Raises:
+            ValueError: If a block the model reads is not given (no vector, or no hits).
+        """
+        parts = []
+        if "question" in self.blocks:
+            if vector is None:
+                raise ValueError("this router reads the question's embedding: pass its vector")
+            lexical = (np.asarray(lexical_features(query)) - self.lexical_mean) / self.lexical_scale
+            parts += [np.asarray(vector, dtype=np.float64), lexical]
+        if "evidence" in self.blocks:
+            if hits is None:
+                raise ValueError("this router reads the first retrieval's evidence: pass its candidates")
+            from modular_rag.evidence import evidence_features
+
+            parts.append((np.asarray(evidence_features(query, hits)) - self.evidence_mean) / self.evidence_scale)
+        return np.concatenate(parts)
 
     def class_probabilities(self, rows: np.ndarray) -> np.ndarray:
         """``P(class | question)`` for feature rows (``n x d`` -> ``n x c``)."""
@@ -348,10 +381,12 @@ class RouterModel:
         penalty = np.array([self.costs.get(r, 0.0) / top for r in self.routes])
         return np.argmax(expected - self.cost_weight * penalty, axis=1)
 
-    def route(self, encoder: Any, queries: Sequence[str]) -> list[str]:
+    def route(self, encoder: Any, queries: Sequence[str], hits: Sequence[Sequence[Any]] | None = None) -> list[str]:
         """The route chosen for each query (``encoder`` embeds their normalised forms, as the flow's embeddings
-        provider does)."""
-        rows = np.vstack([self.features(encoder.encode_query(normalize_question(q)), q) for q in queries])
+        provider does; ``hits``: each query's first-retrieval candidates, for a model that reads evidence)."""
+        found = hits if hits is not None else [None] * len(queries)
+        rows = np.vstack([self.features(encoder.encode_query(normalize_question(q)) if "question" in self.blocks
+                                        else None, q, h) for q, h in zip(queries, found, strict=True)])  # fmt: skip
         return [self.routes[i] for i in self.decide(self.probabilities(rows)).tolist()]
 
     def save(self, path: str | Path) -> Path:
@@ -364,16 +399,20 @@ class RouterModel:
                 "weights": self.weights.tolist(), "bias": self.bias.tolist(), "quality": self.quality.tolist(),
                 "lexical": LEXICAL_NAMES, "lexical_mean": self.lexical_mean.tolist(),
                 "lexical_scale": self.lexical_scale.tolist(), "costs": self.costs, "cost_weight": self.cost_weight,
-                "embeddings": self.embeddings, "trained": self.trained}  # fmt: skip
+                "embeddings": self.embeddings, "trained": self.trained, "features": list(self.blocks),
+                "evidence": evidence_names() if self.reads_evidence else [],
+                "evidence_mean": self.evidence_mean.tolist(),
+                "evidence_scale": self.evidence_scale.tolist()}  # fmt: skip
         file.write_text(json.dumps(data, indent=1), encoding="utf-8")
         return file
 
     @classmethod
     def load(cls, path: str | Path) -> RouterModel:
-        """Read a saved model (a ``router.json`` file or the folder holding it).
+        """Read a saved model (a ``router.json`` file or the folder holding it); a version 3 model (before evidence
+        features) reads the question only.
 
         Raises:
-            ConfigError: If the file is missing, not a router model, or of another version.
+            ConfigError: If the file is missing, not a router model, or of a version it cannot read.
         """
         from modular_rag.errors import ConfigError
 
@@ -384,17 +423,26 @@ class RouterModel:
         except (OSError, ValueError) as exc:
             raise ConfigError("operators.route.params.model", f"cannot read a router model at {file}: {exc}; "
                               "write one with modular-rag train-router") from None  # fmt: skip
-        if data.get("format") != ROUTER_FORMAT or data.get("version") != ROUTER_VERSION:
-            raise ConfigError("operators.route.params.model", f"{file} is not a {ROUTER_FORMAT} v{ROUTER_VERSION} "
-                              f"model (format {data.get('format')!r}, version {data.get('version')!r}); train it "
-                              "again with modular-rag train-router")  # fmt: skip
-        if data.get("lexical") != LEXICAL_NAMES:
-            raise ConfigError("operators.route.params.model", f"{file} was trained on other lexical features; "
-                              "train it again with this version")  # fmt: skip
+        if data.get("format") != ROUTER_FORMAT or data.get("version") not in READS_VERSIONS:
+            raise ConfigError("operators.route.params.model", f"{file} is not a {ROUTER_FORMAT} model of version "
+                              f"{' or '.join(map(str, READS_VERSIONS))} (format {data.get('format')!r}, version "
+                              f"{data.get('version')!r}); train it again with modular-rag train-router")  # fmt: skip
+        blocks = tuple(data.get("features", ["question"]))
+        if data.get("lexical") != LEXICAL_NAMES or ("evidence" in blocks and data.get("evidence") != evidence_names()):
+            raise ConfigError("operators.route.params.model", f"{file} was trained on other lexical or evidence "
+                              "features; train it again with this version")  # fmt: skip
         return cls(list(data["routes"]), list(data["classes"]), np.asarray(data["weights"]),
                    np.asarray(data["bias"]), np.asarray(data["quality"]), np.asarray(data["lexical_mean"]),
                    np.asarray(data["lexical_scale"]), dict(data["costs"]), float(data["cost_weight"]),
-                   str(data.get("embeddings", "")), dict(data.get("trained", {})))  # fmt: skip
+                   str(data.get("embeddings", "")), dict(data.get("trained", {})), blocks,
+                   np.asarray(data.get("evidence_mean", [])), np.asarray(data.get("evidence_scale", [])))  # fmt: skip
+
+
+def evidence_names() -> list[str]:
+    """The evidence features' names (:data:`modular_rag.evidence.EVIDENCE_NAMES`)."""
+    from modular_rag.evidence import EVIDENCE_NAMES
+
+    return list(EVIDENCE_NAMES)
 
 
 class LearnedRouterParams(RouterParams):
@@ -407,7 +455,9 @@ def learned_router(params: LearnedRouterParams, providers: Providers) -> Operato
     """Learned routing (Adaptive-RAG's idea, offline): a classifier of what the question needs (by default one
     passage or several) over the embedding of its normalised form (no letter case, no punctuation) and cheap lexical
     features, and each route's measured quality per kind of question, both from ``modular-rag train-router``;
-    picks the best expected quality for its cost. The trace gives every route's expected quality."""
+    picks the best expected quality for its cost. A model trained with ``--features evidence`` also reads what the
+    conditional flow's shared first retrieval found (:mod:`modular_rag.evidence`), so a route that hops pays only the
+    hop. The trace gives every route's expected quality."""
     from modular_rag.errors import ConfigError
 
     model = RouterModel.load(params.model)
@@ -418,8 +468,15 @@ def learned_router(params: LearnedRouterParams, providers: Providers) -> Operato
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
-        vector = providers.encoder.encode_query(normalize_question(query))
-        p = model.probabilities(model.features(vector, query)[None, :])
+        vector = providers.encoder.encode_query(normalize_question(query)) if "question" in model.blocks else None
+        if model.reads_evidence and "candidates" not in state:
+            raise ConfigError(
+                "operators.retrieve",
+                f"the router model {params.model} decides from the first retrieval's evidence, and nothing was "
+                "retrieved before it: set operators.retrieve of the conditional flow (the retrieval its routes share, "
+                "with retrieve: given)",
+            )
+        p = model.probabilities(model.features(vector, query, state.get("candidates"))[None, :])
         chosen = model.routes[int(model.decide(p)[0])]
         note("learned: expected quality " + ", ".join(f"{r} {v:.2f}" for r, v in zip(model.routes, p[0].tolist(),
                                                                                         strict=True)))  # fmt: skip

@@ -3,6 +3,10 @@
 Each route is a whole flow config (any pattern) compiled as a subgraph that shares the parent's providers unless
 it names its own; the router (keyword, llm, embedding or hybrid) writes ``route`` and ``route_confidence``, and
 below ``threshold`` (or when nothing matches) the configured ``fallback`` route runs.
+
+With a ``retrieve`` operator the flow retrieves once before the router: the router may decide from that evidence
+(the ``learned`` router trained with ``--features evidence``), and every route starts from its candidates (a route
+whose ``retrieve`` is ``given`` does not search again), so a question costs that retrieval plus its route's own.
 """
 
 from __future__ import annotations
@@ -22,11 +26,16 @@ from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.resolve import ResolvedFlow, resolve
 from modular_rag.state import RAGState
 
-__all__ = ["build_conditional", "ConditionalParams", "Route", "ROUTE"]
+__all__ = ["build_conditional", "ConditionalParams", "Route", "ROUTE", "RETRIEVE"]
 
-ROUTE = "route"
+ROUTE, RETRIEVE = "route", "retrieve"
 
-SLOTS = {ROUTE: SlotSpec(Port.ROUTE, default="keyword", optional=False, doc="router: keyword, llm, embedding, hybrid")}
+SLOTS = {
+    RETRIEVE: SlotSpec(Port.RETRIEVE, doc="a retrieval shared by every route, run before the router (none: each "
+                                          "route retrieves itself)"),
+    ROUTE: SlotSpec(Port.ROUTE, default="keyword", optional=False, doc="router: keyword, llm, embedding, hybrid, "
+                                                                       "learned"),
+}  # fmt: skip
 
 
 class Route(BaseModel):
@@ -88,13 +97,23 @@ def _routes(params: ConditionalParams) -> dict[str, ResolvedFlow[Any]]:
 
 
 def cost(flow: ResolvedFlow[ConditionalParams]) -> Cost:
-    """The router's cost plus the cheapest to the dearest route's."""
+    """The shared retrieval's and the router's cost plus the cheapest to the dearest route's."""
     params = flow.params
-    router = slot_cost(flow, ROUTE, context_for(flow))
+    ctx = context_for(flow)
+    router = slot_cost(flow, RETRIEVE, ctx) + slot_cost(flow, ROUTE, ctx)
     routes = [estimate(sub) for sub in _routes(params).values()]
     llm = Span(min(r.llm_calls.lo for r in routes), max(r.llm_calls.hi for r in routes))
     retr = Span(min(r.retrievals.lo for r in routes), max(r.retrievals.hi for r in routes))
     return router + Cost(llm, retr)
+
+
+def _refuse_given(routes: dict[str, ResolvedFlow[Any]]) -> None:
+    """Without a shared retrieval, a route whose retrieve is ``given`` would find no candidates: say so at build."""
+    for name, sub in routes.items():
+        if "retrieve" in sub.pattern.slots and any(step.name == "given" for step in sub.slot("retrieve")):
+            raise ConfigError(f"params.routes.{name}.flow.operators.retrieve", "retrieve: given takes the candidates "
+                              "of a retrieval shared before the router, and this flow has none: set operators.retrieve "
+                              "of the conditional flow (e.g. hybrid), or give the route its own retriever")  # fmt: skip
 
 
 @register_pattern("conditional", slots=SLOTS, params=ConditionalParams, check=_check, cost=cost)
@@ -102,7 +121,7 @@ def build_conditional(
     config: FlowSource,
     **options: Unpack[BuildOptions],
 ) -> CompiledStateGraph:
-    """Build the conditional flow: route -> one of the route sub-flows -> end.
+    """Build the conditional flow: (shared retrieve ->) route -> one of the route sub-flows -> end.
 
     Args:
         config: A flow config with ``pattern: conditional`` and ``params.routes``.
@@ -110,8 +129,8 @@ def build_conditional(
             :class:`~modular_rag.builder.BuildOptions`.
 
     Returns:
-        The compiled graph. Cost: the router's (0 LLM calls for keyword/embedding, 1 for llm) plus the chosen
-        route's.
+        The compiled graph. Cost: the shared retrieval's (if any) and the router's (0 LLM calls for
+        keyword/embedding/learned, 1 for llm) plus the chosen route's.
 
     Example:
         >>> flow = build_conditional({"pattern": "conditional", "providers": {"vectorstore": {"in_memory": True}},
@@ -128,9 +147,15 @@ def build_conditional(
         "fallback": params.fallback,
         "threshold": params.threshold,
     }, fallback={"route": params.fallback, "route_confidence": 0.0})  # fmt: skip
-    flow.edge(START, ROUTE)
+    shared = flow.add_slot(RETRIEVE)
+    if shared:
+        flow.edge(START, RETRIEVE)
+        flow.edge(RETRIEVE, ROUTE)
+    else:
+        flow.edge(START, ROUTE)
+        _refuse_given(_routes(params))
     for name, sub in _routes(params).items():
-        flow.add_node(name, flow.subflow(name, sub))
+        flow.add_node(name, flow.subflow(name, sub, carry=("candidates",) if shared else ()))
         flow.edge(name, END)
 
     def by_route(state: RAGState) -> str:  # a route name: the routes are the config's, not known statically

@@ -48,7 +48,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quality", default="all@5", help="what a route must achieve: all@5, recall@5, f1, contains")
     p.add_argument("--classes", choices=["auto", "passages", "outcome"], default="auto",
                    help="kinds of questions the router tells apart: passages (one relevant passage or several), "
-                        "outcome (the cheapest flow that did best), auto: passages when both kinds occur")
+                        "outcome (the cheapest flow that did best), auto: cross-validation chooses")
+    p.add_argument("--features", default="question",
+                   help="what the router reads, comma-separated: question (its embedding and wording), evidence (what "
+                        "the candidates' shared first retrieval found: the routed flow retrieves once, before the "
+                        "router); default question")  # fmt: skip
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds over the training questions (5)")
     p.add_argument("--max-cost-ratio", type=float, default=0.6,
                    help="spend at most this share of the costliest flow's cost on average; the best quality within it "
@@ -111,7 +115,9 @@ def _cmd_train_router(args: argparse.Namespace) -> int:
     for path in args.config:
         config = load_config(path)
         configs[config.name or Path(path).stem] = config
-    report = train_router(dataset, configs, args.out, quality=args.quality, classes=args.classes, folds=args.folds,
+    features = [f.strip() for f in args.features.split(",") if f.strip()]
+    report = train_router(dataset, configs, args.out, quality=args.quality, classes=args.classes,
+                          features=features, folds=args.folds,
                           seed=args.seed, max_cost_ratio=args.max_cost_ratio, max_quality_loss=args.max_quality_loss,
                           progress=not args.quiet,
                           log=print)  # fmt: skip

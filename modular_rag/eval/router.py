@@ -10,9 +10,14 @@ cheapest flow that reached the best quality on it, Adaptive-RAG's own labels. Th
 over the embedding of the normalised question (:func:`modular_rag.text.normalize_question`: no letter case, no
 punctuation) and case-free lexical features, so a mix whose sources differ by letter case cannot teach it case.
 
-The L2 penalty and the cost weight are chosen by k-fold cross-validation over the training questions (every
-question is scored by a model that did not see it), then the model is fitted again on all of them. Nothing here reads
-the split the flows are finally reported on (``modular-rag eval`` on dev does that).
+With ``features`` ``evidence`` the classifier also reads what the first retrieval found
+(:mod:`modular_rag.evidence`): the candidate flows must be linear flows making the same first retrieval (up to its
+``k``); the routed flow then retrieves once before the router, and each route starts from those candidates
+(``retrieve: given``), so a route that hops pays only the hop.
+
+The L2 penalty, the cost weight and (under ``auto``) the kinds of questions are chosen by k-fold cross-validation over
+the training questions (every question is scored by a model that did not see it), then the model is fitted again on
+all of them. Nothing here reads the split the flows are finally reported on (``modular-rag eval`` on dev does that).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from modular_rag.eval.datasets import BeirDataset
 from modular_rag.eval.runner import FlowResult, QueryRecord, dataset_providers, evaluate_flow
 
 __all__ = ["query_quality", "RouterTraining", "train_router", "fit_logistic", "fit_softmax", "routed_config",
-           "question_classes", "choose_operating_point"]
+           "question_classes", "choose_operating_point", "shared_retrieval", "first_evidence"]
 
 
 def query_quality(record: QueryRecord, relevant: Mapping[str, int], metric: str) -> float:
@@ -87,22 +92,60 @@ def fit_softmax(x: np.ndarray, y: np.ndarray, l2: float) -> tuple[np.ndarray, np
 ClassKind = Literal["auto", "passages", "outcome"]
 
 
-def question_classes(relevant: Sequence[int], labels: Sequence[str], kind: ClassKind = "auto") -> tuple[list[str], str]:
-    """Each training question's kind, and which definition was used.
+def question_classes(relevant: Sequence[int], labels: Sequence[str], kind: ClassKind = "auto") -> dict[str, list[str]]:
+    """Each training question's kind, under each definition to try.
 
     Args:
         relevant: How many relevant passages each question has (from the qrels).
         labels: Each question's cheapest route that reached the best quality.
-        kind: ``passages`` (one passage / two and more), ``outcome`` (the label), or ``auto``: passages when both
-            kinds occur among the questions, else outcome.
+        kind: ``passages`` (one passage / two and more), ``outcome`` (the label), or ``auto``: both, for
+            cross-validation to choose (outcome alone when every question has one relevant passage).
 
     Returns:
-        ``(class per question, the kind used)``.
+        Definition -> class per question.
     """
     passages = ["1 passage" if r <= 1 else "2+ passages" for r in relevant]
-    if kind == "passages" or (kind == "auto" and len(set(passages)) > 1):
-        return passages, "passages"
-    return list(labels), "outcome"
+    if kind == "passages":
+        return {"passages": passages}
+    if kind == "outcome" or len(set(passages)) < 2:
+        return {"outcome": list(labels)}
+    return {"passages": passages, "outcome": list(labels)}
+
+
+def shared_retrieval(configs: Mapping[str, FlowConfig]) -> tuple[OperatorSpec, dict[str, int]]:
+    """The first retrieval every candidate flow makes, for a router that decides from its evidence.
+
+    Returns:
+        The shared retrieval (with the largest ``k`` of the candidates') and each candidate's own ``k``.
+
+    Raises:
+        ConfigError: If a candidate is not a linear flow, rewrites the query first, or retrieves otherwise than the
+            others (another operator, or other params than ``k``).
+    """
+    specs: dict[str, OperatorSpec] = {}
+    for name, config in configs.items():
+        slots = config.operators
+        rewrite = slots.get("rewrite")
+        if config.pattern != "linear" or isinstance(slots.get("retrieve"), list) or (
+                rewrite is not None and (isinstance(rewrite, list) or rewrite.name != "none")):
+            raise ConfigError(f"--config {name}", "evidence features need candidate flows that retrieve first: linear "
+                              "flows with rewrite: none and one retrieve operator (so the router can decide after "
+                              "their shared first retrieval); use --features question for other flows")  # fmt: skip
+        spec = slots.get("retrieve")
+        specs[name] = spec if isinstance(spec, OperatorSpec) else OperatorSpec(name="hybrid")
+    ks = {name: int(spec.params.get("k", 10)) for name, spec in specs.items()}
+    bare = {name: (spec.name, {k: v for k, v in spec.params.items() if k != "k"}) for name, spec in specs.items()}
+    first = next(iter(bare.values()))
+    differ = [name for name, b in bare.items() if b != first]
+    if differ:
+        raise ConfigError(
+            "--config",
+            f"evidence features need one first retrieval shared by every candidate flow (up to its k): "
+            f"{', '.join(differ)} retrieve otherwise than {next(iter(bare))} ({first[0]} {first[1]}); align their "
+            "retrieve operators or use --features question",
+        )
+    shared = OperatorSpec(name=first[0], params={**first[1], "k": max(ks.values())})
+    return shared, ks
 
 
 @dataclass
@@ -119,7 +162,7 @@ class RouterTraining:
     accuracy: float
     model_file: Path
     config_file: Path
-    grid: list[dict[str, float]] = field(default_factory=list)
+    grid: list[dict[str, Any]] = field(default_factory=list)
     question_labels: dict[str, str] = field(default_factory=dict)
     classes: str = "passages"
     class_accuracy: float = 0.0
@@ -139,9 +182,9 @@ def _class_quality(targets: np.ndarray, onehot: np.ndarray) -> np.ndarray:
 
 
 def choose_operating_point(
-    grid: Sequence[Mapping[str, float]], costs: Mapping[str, float], best_single: float, *,
+    grid: Sequence[Mapping[str, Any]], costs: Mapping[str, float], best_single: float, *,
     max_cost_ratio: float | None, max_quality_loss: float | None,
-) -> Mapping[str, float]:  # fmt: skip
+) -> Mapping[str, Any]:  # fmt: skip
     """The operating point (a row of ``grid``: quality and cost of one l2 / cost weight) by the rule asked for: the
     cheapest within ``max_quality_loss`` of the best single flow, else the best quality whose cost is at most
     ``max_cost_ratio`` of the costliest flow's (the best overall when none fits)."""
@@ -157,19 +200,49 @@ def choose_operating_point(
     return max(grid, key=lambda g: (g["quality"], -g["cost"]))
 
 
-def routed_config(routes: Mapping[str, FlowConfig], model_file: Path, fallback: str, name: str) -> dict[str, Any]:
+def routed_config(
+    routes: Mapping[str, FlowConfig], model_file: Path, fallback: str, name: str,
+    shared: tuple[OperatorSpec, Mapping[str, int]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """A conditional flow config routing between the candidate flows with the learned router (self-contained: the
-    first route's providers are the flow's)."""
+    first route's providers are the flow's). With ``shared`` (:func:`shared_retrieval`), the flow retrieves once
+    before the router and each route takes the first ``k`` of those candidates (``retrieve: given``)."""
     first = next(iter(routes.values()))
+
+    def flow(route: str, config: FlowConfig) -> dict[str, Any]:
+        out = {k: v for k, v in config.to_dict().items() if k != "providers"}
+        if shared is not None:
+            out["operators"] = {**out.get("operators", {}), "retrieve": {"name": "given",
+                                                                         "params": {"k": shared[1][route]}}}
+        return out
+
+    operators: dict[str, Any] = {"route": {"name": "learned", "params": {"model": str(model_file)}}}
+    if shared is not None:
+        operators = {"retrieve": shared[0].model_dump(include={"name", "params"}), **operators}
     return {
         "pattern": "conditional",
         "name": name,
         "providers": first.to_dict()["providers"],
-        "operators": {"route": {"name": "learned", "params": {"model": str(model_file)}}},
+        "operators": operators,
         "params": {"fallback": fallback, "routes": {
-            r: {"description": cfg.name or r, "flow": {k: v for k, v in cfg.to_dict().items() if k != "providers"}}
-            for r, cfg in routes.items()}},
+            r: {"description": cfg.name or r, "flow": flow(r, cfg)} for r, cfg in routes.items()}},
     }  # fmt: skip
+
+
+def first_evidence(questions: Sequence[str], config: FlowConfig, retrieve: OperatorSpec, env: Any) -> list[list[Any]]:
+    """Each question's candidates from the shared first retrieval (what a routed flow's router sees), on ``env``
+    (``config`` gives the providers)."""
+    from modular_rag.builder import build_flow
+
+    probe = config.to_dict()
+    probe["operators"] = {"retrieve": retrieve.model_dump(include={"name", "params"}), "context": "none",
+                          "generate": "none"}  # fmt: skip
+    flow = build_flow(probe, providers=env)
+    return [list(flow.invoke({"query": q}).get("candidates") or []) for q in questions]
+
+
+Features = Sequence[str]
+"""Feature blocks of a router: some of ``question`` and ``evidence`` (checked by :func:`train_router`)."""
 
 
 def train_router(
@@ -179,6 +252,7 @@ def train_router(
     *,
     quality: str = "all@5",
     classes: ClassKind = "auto",
+    features: Features = ("question",),
     folds: int = 5,
     seed: int = 0,
     max_cost_ratio: float | None = 0.6,
@@ -194,6 +268,9 @@ def train_router(
         out: Folder for ``router.json`` and ``routed.yaml``.
         quality: What a route must achieve for a question (:func:`query_quality`).
         classes: The kinds of questions the classifier tells apart (:func:`question_classes`).
+        features: What the classifier reads: ``question`` (its normalised embedding and lexical features) and/or
+            ``evidence`` (:func:`~modular_rag.evidence.evidence_features` of the shared first retrieval: see
+            :func:`shared_retrieval`).
         folds: Cross-validation folds over the training questions, to choose the L2 penalty and the cost weight.
         seed: Seeds the folds.
         max_cost_ratio: The operating point is the best cross-validated quality whose mean cost is at most this
@@ -207,11 +284,13 @@ def train_router(
         The measurements and the files written.
 
     Raises:
-        ConfigError: With fewer than two candidate flows, fewer than two folds, or fewer questions than folds.
+        ConfigError: With fewer than two candidate flows, fewer than two folds, fewer questions than folds, no or
+            unknown features, or (with evidence) candidates that share no first retrieval.
     """
+    from modular_rag.evidence import evidence_features
     from modular_rag.tables import format_table
     from modular_rag.text import normalize_question
-    from operators.routing import RouterModel, lexical_features
+    from operators.routing import FEATURE_BLOCKS, RouterModel, lexical_features
 
     say = log or (lambda line: None)
     names = list(configs)
@@ -220,6 +299,11 @@ def train_router(
     if folds < 2 or len(dataset.queries) < folds:
         raise ConfigError("--folds", f"cross-validation needs at least 2 folds and a question per fold (got {folds} "
                                      f"folds, {len(dataset.queries)} questions)")  # fmt: skip
+    blocks = tuple(b for b in FEATURE_BLOCKS if b in features)
+    if not blocks or set(features) - set(FEATURE_BLOCKS):
+        raise ConfigError("--features", f"features must be some of {', '.join(FEATURE_BLOCKS)} (got "
+                                        f"{', '.join(features) or 'none'})")  # fmt: skip
+    shared = shared_retrieval(configs) if "evidence" in blocks else None
     results: dict[str, FlowResult] = {}
     env = None
     for name, config in configs.items():
@@ -239,17 +323,29 @@ def train_router(
         top = max(quality_of[n][q] for n in names)
         labels[q] = names.index(next(n for n in by_cost if quality_of[n][q] >= top))
     relevant = [sum(1 for s in dataset.qrels.get(q, {}).values() if s > 0) for q in qids]
-    kinds, kind = question_classes(relevant, [names[labels[q]] for q in qids], classes)
-    class_names = sorted(set(kinds))
-    onehot = np.asarray([[float(k == c) for c in class_names] for k in kinds])
-    say(f"question kinds ({kind}): " + ", ".join(f"{c} {int(onehot[:, i].sum())}" for i, c in enumerate(class_names)))
-    vectors = env.encoder.encode([normalize_question(q.text) for q in dataset.queries]).astype(np.float64)
+    kinds = question_classes(relevant, [names[labels[q]] for q in qids], classes)
     lexical = np.asarray([lexical_features(q.text) for q in dataset.queries])
     mean, scale = lexical.mean(axis=0), lexical.std(axis=0) + 1e-6
-    x = np.hstack([vectors, (lexical - mean) / scale])
+    parts = []
+    if "question" in blocks:
+        vectors = env.encoder.encode([normalize_question(q.text) for q in dataset.queries]).astype(np.float64)
+        parts += [vectors, (lexical - mean) / scale]
+    ev_mean, ev_scale = np.zeros(0), np.ones(0)
+    if shared is not None:
+        say(f"reading the shared first retrieval ({shared[0].name} {shared[0].params}) of every training question")
+        hits = first_evidence([q.text for q in dataset.queries], configs[names[0]], shared[0], env)
+        evidence = np.asarray([evidence_features(q.text, h) for q, h in zip(dataset.queries, hits, strict=True)])
+        ev_mean, ev_scale = evidence.mean(axis=0), evidence.std(axis=0) + 1e-6
+        parts.append((evidence - ev_mean) / ev_scale)
+    x = np.hstack(parts)
     y = np.asarray([labels[q] for q in qids])
     targets = np.asarray([[quality_of[n][q] for n in names] for q in qids])
     fold = _folds(qids, folds, seed)
+
+    def model_of(class_names: list[str], w: np.ndarray, b: np.ndarray, quality_per: np.ndarray,
+                 cost_weight: float = 0.0, **extra: Any) -> RouterModel:  # fmt: skip
+        return RouterModel(names, class_names, w, b, quality_per, mean, scale, costs, cost_weight, blocks=blocks,
+                           evidence_mean=ev_mean, evidence_scale=ev_scale, **extra)  # fmt: skip
 
     def measure(choice: np.ndarray) -> dict[str, float]:
         return {"quality": float(np.mean(targets[np.arange(len(choice)), choice])),
@@ -257,55 +353,64 @@ def train_router(
 
     singles = {n: {"quality": float(np.mean(targets[:, i])), "cost": costs[n]} for i, n in enumerate(names)}
     best_single = max(v["quality"] for v in singles.values())
-    grid: list[dict[str, float]] = []
-    held_out: dict[float, tuple[np.ndarray, np.ndarray]] = {}
-    for l2 in (1e-3, 1e-2, 1e-1):
-        expected = np.zeros_like(targets)
-        kind_p = np.zeros_like(onehot)
-        for f in range(folds):
-            fit, test = fold != f, fold == f
-            if not test.any():
-                continue
-            w, b = fit_softmax(x[fit], onehot[fit], l2)
-            model = RouterModel(names, class_names, w, b, _class_quality(targets[fit], onehot[fit]), mean, scale,
-                                costs)  # fmt: skip
-            kind_p[test] = model.class_probabilities(x[test])
-            expected[test] = model.probabilities(x[test])
-        held_out[l2] = (expected, kind_p)
-        model = RouterModel(names, class_names, np.zeros((len(class_names), x.shape[1])), np.zeros(len(class_names)),
-                            np.zeros((len(names), len(class_names))), mean, scale, costs)  # fmt: skip
-        for cost_weight in np.round(np.arange(0.0, 1.0005, 0.005), 3).tolist():
-            model.cost_weight = cost_weight
-            grid.append({"l2": l2, "cost_weight": cost_weight, **measure(model.decide(expected))})
+    grid: list[dict[str, Any]] = []
+    held_out: dict[tuple[str, float], tuple[np.ndarray, np.ndarray]] = {}
+    onehots = {}
+    for kind, per_question in kinds.items():
+        class_names = sorted(set(per_question))
+        onehot = onehots[kind] = np.asarray([[float(k == c) for c in class_names] for k in per_question])
+        say(f"question kinds ({kind}): " + ", ".join(f"{c} {int(onehot[:, i].sum())}"
+                                                     for i, c in enumerate(class_names)))  # fmt: skip
+        for l2 in (1e-3, 1e-2, 1e-1):
+            expected = np.zeros_like(targets)
+            kind_p = np.zeros_like(onehot)
+            for f in range(folds):
+                fit, test = fold != f, fold == f
+                if not test.any():
+                    continue
+                w, b = fit_softmax(x[fit], onehot[fit], l2)
+                model = model_of(class_names, w, b, _class_quality(targets[fit], onehot[fit]))
+                kind_p[test] = model.class_probabilities(x[test])
+                expected[test] = model.probabilities(x[test])
+            held_out[kind, l2] = (expected, kind_p)
+            model = model_of(class_names, np.zeros((len(class_names), x.shape[1])), np.zeros(len(class_names)),
+                             np.zeros((len(names), len(class_names))))  # fmt: skip
+            for cost_weight in np.round(np.arange(0.0, 1.0005, 0.005), 3).tolist():
+                model.cost_weight = cost_weight
+                grid.append({"classes": kind, "l2": l2, "cost_weight": cost_weight,
+                             **measure(model.decide(expected))})  # fmt: skip
     chosen = choose_operating_point(grid, costs, best_single, max_cost_ratio=max_cost_ratio,
                                     max_quality_loss=max_quality_loss)  # fmt: skip
-    say(f"chosen by {folds}-fold cross-validation: l2 {chosen['l2']}, cost weight {chosen['cost_weight']}: quality "
-        f"{chosen['quality']:.3f} at cost {chosen['cost']:.2f} (best single flow {best_single:.3f})")  # fmt: skip
-    expected, kind_p = held_out[chosen["l2"]]
-    check = RouterModel(names, class_names, np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), mean, scale, costs,
-                        chosen["cost_weight"])  # fmt: skip
+    kind = str(chosen["classes"])
+    say(f"chosen by {folds}-fold cross-validation: classes {kind}, l2 {chosen['l2']}, cost weight "
+        f"{chosen['cost_weight']}: quality {chosen['quality']:.3f} at cost {chosen['cost']:.2f} (best single flow "
+        f"{best_single:.3f})")  # fmt: skip
+    onehot = onehots[kind]
+    class_names = sorted(set(kinds[kind]))
+    expected, kind_p = held_out[kind, float(chosen["l2"])]
+    check = model_of(class_names, np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), float(chosen["cost_weight"]))
     accuracy = float(np.mean(check.decide(expected) == y))
     class_accuracy = float(np.mean(kind_p.argmax(axis=1) == onehot.argmax(axis=1)))
-    w, b = fit_softmax(x, onehot, chosen["l2"])  # the shipped model learns from every training question
-    model = RouterModel(names, class_names, w, b, _class_quality(targets, onehot), mean, scale, costs,
-                        chosen["cost_weight"], embeddings=configs[names[0]].providers.embeddings.model_dump_json(),
-                        trained={"dataset": dataset.name, "split": dataset.split, "questions": len(qids),
-                                 "quality": quality, "classes": kind,
-                                 "labels": {n: int(np.sum(y == i)) for i, n in enumerate(names)},
-                                 "cross_validation": {"folds": folds, "chosen": chosen, "singles": singles,
-                                                      "accuracy": accuracy, "class_accuracy": class_accuracy}})
+    w, b = fit_softmax(x, onehot, float(chosen["l2"]))  # the shipped model learns from every training question
+    model = model_of(class_names, w, b, _class_quality(targets, onehot), float(chosen["cost_weight"]),
+                     embeddings=configs[names[0]].providers.embeddings.model_dump_json(),
+                     trained={"dataset": dataset.name, "split": dataset.split, "questions": len(qids),
+                              "quality": quality, "classes": kind, "features": list(blocks),
+                              "labels": {n: int(np.sum(y == i)) for i, n in enumerate(names)},
+                              "cross_validation": {"folds": folds, "chosen": chosen, "singles": singles,
+                                                   "accuracy": accuracy, "class_accuracy": class_accuracy}})
     folder = Path(out)
     model_file = model.save(folder)
     import yaml
 
     config_file = folder / "routed.yaml"
-    routed = routed_config(configs, model_file.resolve(), fallback=by_cost[0], name="routed")
+    routed = routed_config(configs, model_file.resolve(), fallback=by_cost[0], name="routed", shared=shared)
     config_file.write_text(yaml.safe_dump(routed, sort_keys=False), encoding="utf-8")
     rows = [[n, f"{singles[n]['quality']:.3f}", f"{singles[n]['cost']:.2f}"] for n in names]
     rows.append(["routed", f"{chosen['quality']:.3f}", f"{chosen['cost']:.2f}"])
     say(format_table([f"{folds}-fold cross-validation", quality, "retrievals + LLM calls / q"], rows))
-    return RouterTraining(names, costs, {n: int(np.sum(y == i)) for i, n in enumerate(names)}, chosen["l2"],
-                          chosen["cost_weight"], {**singles, "routed": {"quality": chosen["quality"],
-                                                                         "cost": chosen["cost"]}},
+    return RouterTraining(names, costs, {n: int(np.sum(y == i)) for i, n in enumerate(names)}, float(chosen["l2"]),
+                          float(chosen["cost_weight"]), {**singles, "routed": {"quality": chosen["quality"],
+                                                                                "cost": chosen["cost"]}},
                           accuracy, model_file, config_file, grid, {q: names[labels[q]] for q in qids}, kind,
                           class_accuracy)  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,7 +52,7 @@ def test_the_decision_weighs_expected_quality_against_cost(tmp_path: Path) -> No
     assert file.name == "router.json" and RouterModel.load(tmp_path / "router").cost_weight == 0.5
     data = json.loads(file.read_text())
     file.write_text(json.dumps({**data, "version": 999}))
-    with pytest.raises(ConfigError, match="is not a modular-rag-router v3 model"):
+    with pytest.raises(ConfigError, match="is not a modular-rag-router model of version 3 or 4"):
         RouterModel.load(file)
 
 
@@ -123,3 +124,147 @@ def test_the_learned_router_does_not_read_letter_case(tmp_path: Path, demo_dir: 
     assert abs(accuracy([t.lower() for t in asked]) - as_asked) <= 0.02
     assert abs(accuracy([t.title() for t in asked]) - as_asked) <= 0.02
     assert model.route(encoder, asked) == model.route(encoder, [t.upper() for t in asked])
+
+
+def _shared(demo_dir: Path, route: dict[str, Any]) -> dict[str, Any]:
+    """A conditional flow retrieving once (hybrid) before the router; the routes take those candidates."""
+    linear = {"pattern": "linear", "operators": {"retrieve": {"name": "given", "params": {"k": 10}},
+                                                 "context": "none", "generate": "none"}}  # fmt: skip
+    hop = {"pattern": "linear", "operators": {"retrieve": {"name": "given", "params": {"k": 20}},
+                                              "rerank": {"name": "link_hop", "params": {"k": 10}},
+                                              "context": "none", "generate": "none"}}  # fmt: skip
+    return {"pattern": "conditional",
+            "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}},
+            "operators": {"retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}}, "route": route},
+            "params": {"fallback": "cheap", "routes": {"cheap": {"keywords": ["frame"], "flow": linear},
+                                                       "hopping": {"keywords": ["award"], "flow": hop}}}}  # fmt: skip
+
+
+@pytest.mark.integration
+def test_a_shared_first_retrieval_makes_a_routed_question_cost_two_or_four_retrievals(demo_dir: Path) -> None:
+    """The routes start from the retrieval made before the router: the single shot costs its 2 searches, the hop
+    only adds its 2 link-table lookups (4, not 6), and the estimate says the same."""
+    from modular_rag.costs import Span, estimate
+    from modular_rag.trace import totals
+
+    config = _shared(demo_dir, {"name": "keyword"})
+    flow = build_flow(config)
+    cheap = flow.invoke({"query": "What is the frame made of?"})
+    hopping = flow.invoke({"query": "Which bike won the design award?"})
+    assert (cheap["route"], hopping["route"]) == ("cheap", "hopping")
+    assert totals(cheap["ledger"])["retrievals"] == 2 and totals(hopping["ledger"])["retrievals"] == 4
+    assert cheap["candidates"] and len(cheap["candidates"]) <= 10
+    assert estimate(load_config(config)).retrievals == Span(2, 4)
+
+
+@pytest.mark.integration
+def test_a_route_taking_given_candidates_needs_a_shared_retrieval(demo_dir: Path) -> None:
+    config = _shared(demo_dir, {"name": "keyword"})
+    del config["operators"]["retrieve"]
+    with pytest.raises(ConfigError, match="retrieve: given takes the candidates of a retrieval shared before"):
+        build_flow(config)
+
+
+def _hit(i: int, text: str, title: str = "", score: float = 0.03) -> dict[str, Any]:
+    return {"chunk_id": f"c{i}", "text": text, "score": score, "channel": "hybrid",
+            "metadata": {"title": title, "doc_id": f"d{i}"} if title else {}}  # fmt: skip
+
+
+def _evidence_model() -> RouterModel:
+    """Routes by evidence alone: the more of the question the first passage covers, the cheaper route."""
+    from modular_rag.evidence import EVIDENCE_NAMES
+
+    d = len(EVIDENCE_NAMES)
+    w = np.zeros((2, d))
+    w[0, EVIDENCE_NAMES.index("covered by top-1")] = 4.0
+    return RouterModel(["cheap", "hopping"], ["cheap", "hopping"], w, np.array([0.0, 0.0]),
+                       np.array([[0.9, 0.3], [0.9, 0.9]]), np.zeros(len(LEXICAL_NAMES)), np.ones(len(LEXICAL_NAMES)),
+                       {"cheap": 2.0, "hopping": 4.0}, 0.3, blocks=("evidence",), evidence_mean=np.full(d, 0.5),
+                       evidence_scale=np.ones(d))  # fmt: skip
+
+
+@pytest.mark.unit
+def test_an_evidence_router_decides_from_what_the_first_retrieval_found(tmp_path: Path) -> None:
+    """The same question routes to the single shot when the first passage answers it and to the hop when it covers
+    only part of it; the model reads no question embedding (no encoder needed) and survives a save and load."""
+    model = RouterModel.load(_evidence_model().save(tmp_path / "r"))
+    question = "Which river flows through the capital of the country where the Fiat company was founded?"
+    answered = [_hit(0, "The Fiat company was founded in Turin; Italy's capital Rome lies on the river Tiber, the "
+                        "country's third longest river, which flows through the city.")]  # fmt: skip
+    partial = [_hit(0, "Fiat was founded in Turin in 1899."), _hit(1, "Rome is on the Tiber.")]
+    assert model.reads_evidence and model.blocks == ("evidence",)
+    assert model.route(None, [question, question], [answered, partial]) == ["cheap", "hopping"]
+    with pytest.raises(ValueError, match="pass its candidates"):
+        model.route(None, [question])
+
+
+@pytest.mark.unit
+def test_evidence_features_read_no_letter_case_and_work_without_titles() -> None:
+    """Features of plain files (no title, no doc id) and of cased or lower-cased questions are the same numbers."""
+    from modular_rag.evidence import EVIDENCE_NAMES, evidence_features
+
+    hits = [_hit(0, "The Eiffel Tower was completed in 1889."), _hit(1, "Gustave Eiffel's company built it.", "",
+                                                                   0.02)]  # fmt: skip
+    asked = evidence_features("When was the Eiffel Tower completed?", hits)
+    assert asked == evidence_features("when was the eiffel tower completed", hits)
+    assert asked == evidence_features("WHEN WAS THE EIFFEL TOWER COMPLETED?", hits)
+    named = dict(zip(EVIDENCE_NAMES, asked, strict=True))
+    assert named["covered by top-1"] == 1.0 and named["top-1 title named"] == 0.0
+    assert named["score 2/1"] == pytest.approx(0.02 / 0.03) and named["score 3/1"] == 0.0
+    titled = [_hit(0, "It was completed in 1889.", "Eiffel Tower"), _hit(1, "A bridge.", "Garabit viaduct")]
+    named = dict(zip(EVIDENCE_NAMES, evidence_features("When was the eiffel tower completed?", titled), strict=True))
+    assert named["top-1 title named"] == 1.0 and named["titles named in top-5"] == 0.5
+
+
+@pytest.mark.unit
+def test_a_router_saved_before_evidence_features_still_loads_and_routes(tmp_path: Path) -> None:
+    """A version 3 model (no features, no evidence fields) reads the question as before."""
+    file = _model(0.0).save(tmp_path / "r")
+    data = json.loads(file.read_text())
+    for key in ("features", "evidence", "evidence_mean", "evidence_scale"):
+        del data[key]
+    file.write_text(json.dumps({**data, "version": 3}))
+    old = RouterModel.load(file)
+    assert old.blocks == ("question",) and not old.reads_evidence
+    assert old.route(_FixedEncoder(), ["Who won?"]) == _model(0.0).route(_FixedEncoder(), ["Who won?"])
+
+
+class _FixedEncoder:
+    def encode_query(self, text: str) -> np.ndarray:
+        return np.zeros(384)
+
+
+@pytest.mark.integration
+def test_a_learned_evidence_router_routes_after_the_shared_retrieval(tmp_path: Path, demo_dir: Path) -> None:
+    """The conditional flow hands the router the shared retrieval's candidates; without a shared retrieval the
+    evidence model says what to set."""
+    file = _evidence_model().save(tmp_path / "r")
+    config = _shared(demo_dir, {"name": "learned", "params": {"model": str(file)}})
+    out = build_flow(config).invoke({"query": "Which bike won the 2022 Coastline Design Award?"})
+    assert out["route"] in {"cheap", "hopping"}
+    assert totals_of(out) == (2 if out["route"] == "cheap" else 4)
+    bare = _shared(demo_dir, {"name": "learned", "params": {"model": str(file)}})
+    del bare["operators"]["retrieve"]
+    bare["params"]["routes"]["cheap"]["flow"]["operators"]["retrieve"] = "hybrid"
+    bare["params"]["routes"]["hopping"]["flow"]["operators"]["retrieve"] = "hybrid"
+    from modular_rag.errors import OperatorError
+
+    with pytest.raises(OperatorError, match="decides from the first retrieval's evidence"):
+        build_flow(bare).invoke({"query": "Which bike won the 2022 Coastline Design Award?"})
+
+
+def totals_of(out: dict[str, Any]) -> float:
+    from modular_rag.trace import totals
+
+    return totals(out["ledger"])["retrievals"]
+
+
+@pytest.mark.unit
+def test_evidence_features_need_candidates_sharing_one_first_retrieval() -> None:
+    from modular_rag.eval.router import shared_retrieval
+
+    spec, ks = shared_retrieval({"a": load_config({**HOPPING, "operators": {**HOPPING["operators"], "retrieve": {
+        "name": "hybrid", "params": {"k": 10, "pool": 20}}}}), "b": load_config(HOPPING)})  # fmt: skip
+    assert (spec.name, spec.params, ks) == ("hybrid", {"pool": 20, "k": 20}, {"a": 10, "b": 20})
+    with pytest.raises(ConfigError, match="cheap retrieve otherwise than hopping"):
+        shared_retrieval({"hopping": load_config(HOPPING), "cheap": load_config(CHEAP)})
