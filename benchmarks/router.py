@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     routes = {name: load_config(ROOT / "configs" / f"{name}.yaml") for name in ROUTES}
     data: dict[str, tuple[Any, Any]] = {}
     routers: dict[str, Any] = {}
-    for mix, (single, multi, folder) in MIXES.items():
+    mixes = {m: MIXES[m] for m in args.mixes.split(",")}
+    for mix, (single, multi, folder) in mixes.items():
         parts = [load_beir(Path(args.root) / name) for name in (single, multi)]
         train, dev = mixed_dataset(parts, ROOT / ".modular_rag" / "datasets" / folder, train_fraction=0.5,
                                    seed=args.seed)  # fmt: skip
@@ -100,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"\n-- router reading the {features}, trained on {mix}")
             routers[key] = r = train_router(
                 train, routes, ROOT / ".modular_rag" / "routers" / f"{mix}-{features.replace(',', '+')}",
-                quality="all@5", features=features.split(","), seed=args.seed, max_cost_ratio=args.max_cost_ratio,
+                quality="all@5", features=features.split(","), classes=args.classes, seed=args.seed,
+                max_cost_ratio=args.max_cost_ratio,
                 log=print)  # fmt: skip
             print(f"router {key}: classes {r.classes}, cross-validated route accuracy {r.accuracy:.3f}, question-kind "
                   f"accuracy {r.class_accuracy:.3f}; cost weight {r.cost_weight}, l2 {r.l2}")  # fmt: skip
@@ -161,6 +163,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                         help="the routers' cost ceiling, a share of the multi-hop route's (0.7)")  # fmt: skip
     parser.add_argument("--features", default="question;evidence",
                         help="the routers' feature sets, ';' between routers, ',' within one (question;evidence)")
+    parser.add_argument("--classes", default="auto", choices=["auto", "passages", "outcome", "both"],
+                        help="the routers' kinds of questions (auto: cross-validation chooses)")
+    parser.add_argument("--mixes", default=",".join(MIXES), help=f"the mixes ({','.join(MIXES)})")
     parser.add_argument("--seed", type=int, default=0)
 
 

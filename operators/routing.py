@@ -274,8 +274,9 @@ ROUTER_FORMAT = "modular-rag-router"
 ROUTER_VERSION = 4
 READS_VERSIONS = (3, 4)
 """Versions :meth:`RouterModel.load` reads: 3 (question features only, before evidence features) and 4."""
-FEATURE_BLOCKS = ("question", "evidence")
-"""What a router's features may read: the question (its normalised embedding and lexical features) and the evidence
+FEATURE_BLOCKS = ("question", "wording", "evidence")
+"""What a router's features may read: the question (its normalised embedding and lexical features), its wording alone
+(the lexical features, no embedding; implied by ``question``) and the evidence
 (:func:`modular_rag.evidence.evidence_features` of the shared first retrieval)."""
 
 _QUESTION_WORDS = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "was", "were",
@@ -347,7 +348,8 @@ class RouterModel:
 
     def features(self, vector: np.ndarray | None, query: str, hits: Sequence[Any] | None = None) -> np.ndarray:
         """The feature row of a query: with the question block, the embedding of its normalised form (``vector``)
-        and its standardised lexical features; with the evidence block, the standardised
+        and its standardised lexical features (the wording block: those alone); with the evidence block, the
+        standardised
         :func:`~modular_rag.evidence.evidence_features` of ``hits``.
 
         Raises:
@@ -357,8 +359,9 @@ class RouterModel:
         if "question" in self.blocks:
             if vector is None:
                 raise ValueError("this router reads the question's embedding: pass its vector")
-            lexical = (np.asarray(lexical_features(query)) - self.lexical_mean) / self.lexical_scale
-            parts += [np.asarray(vector, dtype=np.float64), lexical]
+            parts.append(np.asarray(vector, dtype=np.float64))
+        if "question" in self.blocks or "wording" in self.blocks:
+            parts.append((np.asarray(lexical_features(query)) - self.lexical_mean) / self.lexical_scale)
         if "evidence" in self.blocks:
             if hits is None:
                 raise ValueError("this router reads the first retrieval's evidence: pass its candidates")

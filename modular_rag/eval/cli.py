@@ -46,11 +46,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True, help="folder for router.json and routed.yaml")
     p.add_argument("--split", default="train", help="the training split (never the one you report on)")
     p.add_argument("--quality", default="all@5", help="what a route must achieve: all@5, recall@5, f1, contains")
-    p.add_argument("--classes", choices=["auto", "passages", "outcome"], default="auto",
+    p.add_argument("--classes", choices=["auto", "passages", "outcome", "both"], default="auto",
                    help="kinds of questions the router tells apart: passages (one relevant passage or several), "
-                        "outcome (the cheapest flow that did best), auto: cross-validation chooses")
+                        "outcome (the cheapest flow that did best), both (the pair), auto: cross-validation chooses")
     p.add_argument("--features", default="question",
-                   help="what the router reads, comma-separated: question (its embedding and wording), evidence (what "
+                   help="what the router reads, comma-separated: question (its embedding and wording), wording (its "
+                        "length, digits, comparison words, first word: no embedding), evidence (what "
                         "the candidates' shared first retrieval found: the routed flow retrieves once, before the "
                         "router); default question")  # fmt: skip
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds over the training questions (5)")

@@ -89,7 +89,7 @@ def fit_softmax(x: np.ndarray, y: np.ndarray, l2: float) -> tuple[np.ndarray, np
     return theta[: c * d].reshape(c, d), theta[c * d :]
 
 
-ClassKind = Literal["auto", "passages", "outcome"]
+ClassKind = Literal["auto", "passages", "outcome", "both"]
 
 
 def question_classes(relevant: Sequence[int], labels: Sequence[str], kind: ClassKind = "auto") -> dict[str, list[str]]:
@@ -98,18 +98,22 @@ def question_classes(relevant: Sequence[int], labels: Sequence[str], kind: Class
     Args:
         relevant: How many relevant passages each question has (from the qrels).
         labels: Each question's cheapest route that reached the best quality.
-        kind: ``passages`` (one passage / two and more), ``outcome`` (the label), or ``auto``: both, for
-            cross-validation to choose (outcome alone when every question has one relevant passage).
+        kind: ``passages`` (one passage / two and more), ``outcome`` (the label), ``both`` (the pair: a question
+            of several passages that the single shot already answers is a kind of its own), or ``auto``: all three,
+            for cross-validation to choose (outcome alone when every question has one relevant passage).
 
     Returns:
         Definition -> class per question.
     """
     passages = ["1 passage" if r <= 1 else "2+ passages" for r in relevant]
+    both = [f"{p}, {label}" for p, label in zip(passages, labels, strict=True)]
     if kind == "passages":
         return {"passages": passages}
     if kind == "outcome" or len(set(passages)) < 2:
         return {"outcome": list(labels)}
-    return {"passages": passages, "outcome": list(labels)}
+    if kind == "both":
+        return {"both": both}
+    return {"passages": passages, "outcome": list(labels), "both": both}
 
 
 def shared_retrieval(configs: Mapping[str, FlowConfig]) -> tuple[OperatorSpec, dict[str, int]]:
@@ -234,9 +238,8 @@ def first_evidence(questions: Sequence[str], config: FlowConfig, retrieve: Opera
     (``config`` gives the providers)."""
     from modular_rag.builder import build_flow
 
-    probe = config.to_dict()
-    probe["operators"] = {"retrieve": retrieve.model_dump(include={"name", "params"}), "context": "none",
-                          "generate": "none"}  # fmt: skip
+    probe = {"pattern": "linear", "providers": config.to_dict()["providers"], "operators": {
+        "retrieve": retrieve.model_dump(include={"name", "params"}), "context": "none", "generate": "none"}}
     flow = build_flow(probe, providers=env)
     return [list(flow.invoke({"query": q}).get("candidates") or []) for q in questions]
 
@@ -268,7 +271,8 @@ def train_router(
         out: Folder for ``router.json`` and ``routed.yaml``.
         quality: What a route must achieve for a question (:func:`query_quality`).
         classes: The kinds of questions the classifier tells apart (:func:`question_classes`).
-        features: What the classifier reads: ``question`` (its normalised embedding and lexical features) and/or
+        features: What the classifier reads: ``question`` (its normalised embedding and lexical features) or
+            ``wording`` (the lexical features alone), and/or
             ``evidence`` (:func:`~modular_rag.evidence.evidence_features` of the shared first retrieval: see
             :func:`shared_retrieval`).
         folds: Cross-validation folds over the training questions, to choose the L2 penalty and the cost weight.
@@ -299,7 +303,7 @@ def train_router(
     if folds < 2 or len(dataset.queries) < folds:
         raise ConfigError("--folds", f"cross-validation needs at least 2 folds and a question per fold (got {folds} "
                                      f"folds, {len(dataset.queries)} questions)")  # fmt: skip
-    blocks = tuple(b for b in FEATURE_BLOCKS if b in features)
+    blocks = tuple(b for b in FEATURE_BLOCKS if b in features and not (b == "wording" and "question" in features))
     if not blocks or set(features) - set(FEATURE_BLOCKS):
         raise ConfigError("--features", f"features must be some of {', '.join(FEATURE_BLOCKS)} (got "
                                         f"{', '.join(features) or 'none'})")  # fmt: skip
@@ -329,7 +333,9 @@ def train_router(
     parts = []
     if "question" in blocks:
         vectors = env.encoder.encode([normalize_question(q.text) for q in dataset.queries]).astype(np.float64)
-        parts += [vectors, (lexical - mean) / scale]
+        parts.append(vectors)
+    if "question" in blocks or "wording" in blocks:
+        parts.append((lexical - mean) / scale)
     ev_mean, ev_scale = np.zeros(0), np.ones(0)
     if shared is not None:
         say(f"reading the shared first retrieval ({shared[0].name} {shared[0].params}) of every training question")

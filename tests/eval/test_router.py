@@ -268,3 +268,37 @@ def test_evidence_features_need_candidates_sharing_one_first_retrieval() -> None
     assert (spec.name, spec.params, ks) == ("hybrid", {"pool": 20, "k": 20}, {"a": 10, "b": 20})
     with pytest.raises(ConfigError, match="cheap retrieve otherwise than hopping"):
         shared_retrieval({"hopping": load_config(HOPPING), "cheap": load_config(CHEAP)})
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("own_eval_home")
+def test_train_router_on_evidence_writes_a_flow_that_retrieves_once_before_routing(tmp_path: Path,
+                                                                                  demo_dir: Path) -> None:
+    """train-router --features evidence: the routed flow makes the candidates' shared first retrieval (the largest k)
+    before the router, its routes take those candidates, and each question costs 2 or 4 retrievals as measured."""
+    from modular_rag.eval.datasets import load_demo
+    from modular_rag.eval.router import train_router
+    from modular_rag.trace import totals
+
+    retrieve = {"name": "hybrid", "params": {"k": 10, "pool": 20}}
+    single = {**HOPPING, "name": "single", "operators": {"retrieve": retrieve, "context": "none", "generate": "none"}}
+    report = train_router(load_demo(), {"single": load_config(single), "hopping": load_config(HOPPING)},
+                          tmp_path / "router", features=["evidence"], folds=3, max_cost_ratio=1.0)  # fmt: skip
+    assert report.costs == {"single": 2.0, "hopping": 4.0}
+    assert RouterModel.load(report.model_file).blocks == ("evidence",)
+    config = load_config(report.config_file)
+    assert config.operators["retrieve"].model_dump(include={"name", "params"}) == {
+        "name": "hybrid", "params": {"pool": 20, "k": 20}}
+    routes = config.params["routes"]
+    assert [routes[r]["flow"]["operators"]["retrieve"] for r in ("single", "hopping")] == [
+        {"name": "given", "params": {"k": 10}}, {"name": "given", "params": {"k": 20}}]
+    config.providers.vectorstore.path = str(demo_dir)
+    config.providers.vectorstore.collection = "demo"
+    flow = build_flow(config)
+    for question in ("What does error code E07 mean?", "What is the frame material of the bike that won the 2022 "
+                                                       "Coastline Design Award?"):  # fmt: skip
+        out = flow.invoke({"query": question})
+        assert totals(out["ledger"])["retrievals"] == {"single": 2, "hopping": 4}[out["route"]]
+    with pytest.raises(ConfigError, match="unknown|some of"):
+        train_router(load_demo(), {"single": load_config(single), "hopping": load_config(HOPPING)},
+                     tmp_path / "r2", features=["tone"], folds=3)  # fmt: skip
