@@ -336,7 +336,8 @@ def operator(
         name: The name configs use; unique within the port.
         port: The stage contract the operator fits.
         needs_llm: Whether building the operator needs the flow's chat model (shown in the catalogue).
-        tags: Finer contract hints a pattern may check (fusion operators: ``candidates`` or ``answer``).
+        tags: Finer contract hints a pattern may check (fusion operators: ``candidates`` or ``answer``; a
+            retrieval operator that searches nothing: ``no_search``).
         cost: ``cost(params, ctx) -> Cost``: the LLM calls and retrievals one run of the operator makes, given a
             :class:`~modular_rag.costs.CostContext` it may update (see :mod:`modular_rag.costs`).
         answers_itself: A fusion's ``(params, prefill) -> bool``: whether it writes the answer from the branches'

@@ -66,7 +66,8 @@ class IndexRetriever(BaseRetriever):
     def _operator(self, k: int) -> Any:
         """The retrieval operator built for ``k`` results (built once per ``k``)."""
         if k not in self._built:
-            names = registry.operators_for(registry.Port.RETRIEVE)
+            names = [n for n in registry.operators_for(registry.Port.RETRIEVE)  # what searches the index
+                     if "no_search" not in registry.get_operator(registry.Port.RETRIEVE, n).tags]  # fmt: skip
             if self.search_type not in names:
                 raise ConfigError("search_type", f"no retrieval operator named {self.search_type!r}; search types: "
                                   f"{', '.join(names)}")  # fmt: skip

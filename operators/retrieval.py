@@ -229,7 +229,8 @@ class GivenParams(OperatorParams):
     k: int = Field(10, gt=0, le=1000, description="the first k of the candidates already retrieved")
 
 
-@operator("retrieval", "shared", "given", port=Port.RETRIEVE, cost=lambda params, ctx: retrievals(0))
+@operator("retrieval", "shared", "given", port=Port.RETRIEVE, tags=("no_search",),
+          cost=lambda params, ctx: retrievals(0))
 def given(params: GivenParams, providers: Providers) -> Operator:
     """The candidates already in the state, cut to ``k``: a route of a conditional flow whose ``retrieve`` ran before
     the router (the router decided from that evidence; the route does not search again), or candidates the caller
