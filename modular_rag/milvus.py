@@ -32,7 +32,23 @@ from typing import Any, Literal
 import numpy as np
 
 from modular_rag.errors import ConfigError, MissingDependencyError, ProviderError
-from modular_rag.milvus_terms import META_FIELD, lite_analyzer, milvus_analyzer, where_to_expr
+from modular_rag.milvus_terms import lite_analyzer, milvus_analyzer, where_to_expr
+from modular_rag.milvus_wire import (
+    BATCH_ROWS,
+    ID,
+    META,
+    OUTPUT,
+    SPARSE,
+    TEXT,
+    VECTOR,
+    collection_schema,
+    grpc_status,
+    hits,
+    hybrid_request,
+    pymilvus_module,
+    release,
+    row_batches,
+)
 from modular_rag.state import Hit
 
 __all__ = ["BM25_SINCE", "MilvusStore", "SERVER_FUSIONS"]
@@ -47,39 +63,12 @@ BM25_SINCE = (2, 5)
 
 Consistency = Literal["Strong", "Bounded", "Session", "Eventually"]
 
-_ID, _TEXT, _META, _VECTOR, _SPARSE = "id", "text", META_FIELD, "vector", "sparse"
-_OUTPUT = [_TEXT, _META]
-_MAX_ID = 512
-_MAX_TEXT = 65_535  # bytes: Milvus's VARCHAR limit
 _MAX_LIMIT = 16_384  # Milvus's cap on a search's limit (topk)
-_BATCH_ROWS, _BATCH_BYTES = 1000, 16 * 1024 * 1024
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 # gRPC status codes a busy or restarting server answers with; every request of the store is idempotent (upserts and
 # deletes by primary key, reads), so it is sent again, after a pause, this many times before the error is raised
 _TRANSIENT = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
 _RETRIES, _BACKOFF_S = 2, 2.0
-
-
-def _pymilvus() -> Any:
-    try:
-        import pymilvus
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "vectorstore 'milvus' needs pymilvus (and milvus-lite for a local server): "
-            "pip install 'modular-rag[milvus]'"
-        ) from exc
-    return pymilvus
-
-
-class _NoMvccWarning(logging.Filter):
-    """Milvus Lite returns no MVCC timestamp to query iterators; pymilvus then warns on every dump that it uses the
-    client's clock instead, which is harmless for a full read. Only that one message is dropped."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "mvccTs" not in record.getMessage()
-
-
-logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_NoMvccWarning())
 
 
 # ------------------------------------------------------------------------------------------------------------- store
@@ -91,6 +80,16 @@ class MilvusStore:
     Opening is lazy: the client connects on first use, and the collection is created by the first write (its
     vector size is that of the first vectors written). Reads of a collection that does not exist yet find nothing.
 
+    Reads are ``Session``-consistent by default: a read waits for this process's own writes to the collection (its
+    next read sees what it added or deleted), and otherwise reads what the server has applied, without waiting.
+    Another process's writes are applied within a time tick (0.2-0.4 s on Milvus 2.3); an index run, ``--sync``
+    included, ends by reading its own writes (:meth:`warm`), so a worker that reads after the run returned sees them
+    (with one replica of the collection; with several, each applies writes on its own: use ``Strong``). ``Strong``
+    waits for every write acknowledged anywhere, so on a Milvus server every read waits for the next time tick
+    (0.2-0.4 s on the 2.3.5 standalone, whatever the collection's size). ``Bounded`` waits only when the server is
+    more than a few seconds behind (Milvus's ``gracefulTime``): it may miss the last writes of this process as of
+    any other. ``Eventually`` never waits.
+
     Args:
         uri: ``http(s)://host:port`` of a Milvus server (or ``milvus-lite server``), or a local ``*.db`` path for
             Milvus Lite inside this process (one process per file).
@@ -99,7 +98,7 @@ class MilvusStore:
         analyzer: Milvus ``analyzer_params`` of the text field (default
             :func:`~modular_rag.milvus_terms.milvus_analyzer`); used when the collection is created.
         k1, b: BM25 parameters of the sparse index (used when the collection is created).
-        consistency: Milvus consistency level of every read; ``Strong`` sees every write acknowledged before it.
+        consistency: Milvus consistency level of every read (see above).
         timeout_s: Per-request timeout.
         bm25: Where BM25 ranks (:attr:`ranks_bm25`): ``milvus``, ``kit`` (the caller's own postings) or ``auto``.
         search_params: Index parameters of every dense search (``{"ef": 128}`` for HNSW, ``{"level": 2}`` for
@@ -115,7 +114,7 @@ class MilvusStore:
         analyzer: Mapping[str, Any] | None = None,
         k1: float = 1.2,
         b: float = 0.75,
-        consistency: Consistency = "Strong",
+        consistency: Consistency = "Session",
         timeout_s: float = 30.0,
         bm25: Literal["auto", "milvus", "kit"] = "auto",
         search_params: Mapping[str, Any] | None = None,
@@ -162,7 +161,7 @@ class MilvusStore:
         return self._client
 
     def _connect(self) -> Any:
-        pymilvus = _pymilvus()
+        pymilvus = pymilvus_module()
         local = not re.match(r"^[a-z]+://", self.uri)
         if local:
             if not self.uri.endswith(".db"):
@@ -190,7 +189,7 @@ class MilvusStore:
         if self._lite is None:
             text = self.server_version()
             self._lite = text.startswith("milvus_lite")
-            self._version = None if self._lite else _release(text)
+            self._version = None if self._lite else release(text)
 
     @property
     def lite(self) -> bool:
@@ -258,7 +257,7 @@ class MilvusStore:
             except (ConfigError, ProviderError, MissingDependencyError):
                 raise
             except Exception as exc:  # pymilvus raises MilvusException and grpc errors; say where and what
-                status = _grpc_status(exc)
+                status = grpc_status(exc)
                 if status not in _TRANSIENT or attempt == _RETRIES:
                     raise ProviderError(f"{self.describe()}: {what} failed: {exc}") from exc
                 log.warning("%s: %s answered %s; sending it again (%d of %d)", self.describe(), what, status,
@@ -279,20 +278,20 @@ class MilvusStore:
         """Read an existing collection's vector size and analyzer, and make sure it is loaded for search."""
         info = self._call("describe_collection", lambda c: c.describe_collection(self.collection_name))
         fields = {f["name"]: f for f in info.get("fields", [])}
-        missing = [n for n in (_ID, _TEXT, _META, _VECTOR) if n not in fields]
+        missing = [n for n in (ID, TEXT, META, VECTOR) if n not in fields]
         if missing:
             raise ProviderError(f"{self.describe()}: the collection exists but was not made by the kit (no "
                                 f"{', '.join(missing)} field); name another collection")  # fmt: skip
-        params = fields[_VECTOR].get("params", {})
+        params = fields[VECTOR].get("params", {})
         self._dim = int(params["dim"]) if "dim" in params else None
-        analyzer = fields[_TEXT].get("params", {}).get("analyzer_params")
+        analyzer = fields[TEXT].get("params", {}).get("analyzer_params")
         self._applied = json.loads(analyzer) if isinstance(analyzer, str) else dict(analyzer or {})
-        self._sparse_field = _SPARSE in fields
+        self._sparse_field = SPARSE in fields
         self._call("load_collection", lambda c: c.load_collection(self.collection_name))
         self._ready = True
 
     def _create(self, dim: int) -> None:
-        pymilvus = _pymilvus()
+        pymilvus = pymilvus_module()
         if self.bm25 == "milvus" and not self.bm25_function:
             self._refuse_bm25()
         bm25 = self.bm25_function  # the field is made wherever Milvus can fill it, so bm25: milvus can rank later
@@ -302,23 +301,7 @@ class MilvusStore:
             if dropped and self.ranks_bm25:  # bm25: milvus asked for Milvus's own ranking; auto ranks in the kit
                 log.warning("Milvus Lite applies only the tokenizer, lower-casing and stop words; %s created "
                             "without %s (BM25 there matches unstemmed words)", self.describe(), ", ".join(dropped))
-        schema = pymilvus.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field(_ID, pymilvus.DataType.VARCHAR, is_primary=True, max_length=_MAX_ID)
-        index = pymilvus.MilvusClient.prepare_index_params()
-        index.add_index(field_name=_VECTOR, index_type="AUTOINDEX", metric_type="COSINE")
-        if bm25:
-            schema.add_field(_TEXT, pymilvus.DataType.VARCHAR, max_length=_MAX_TEXT, enable_analyzer=True,
-                             analyzer_params=analyzer)  # fmt: skip
-        else:  # a Milvus before 2.5 has neither analyzers nor sparse vectors: the text is a plain field
-            schema.add_field(_TEXT, pymilvus.DataType.VARCHAR, max_length=_MAX_TEXT)
-        schema.add_field(_META, pymilvus.DataType.JSON)
-        schema.add_field(_VECTOR, pymilvus.DataType.FLOAT_VECTOR, dim=dim)
-        if bm25:
-            schema.add_field(_SPARSE, pymilvus.DataType.SPARSE_FLOAT_VECTOR)
-            schema.add_function(pymilvus.Function(name="bm25", function_type=pymilvus.FunctionType.BM25,
-                                                  input_field_names=[_TEXT], output_field_names=[_SPARSE]))
-            index.add_index(field_name=_SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
-                            params={"bm25_k1": self.k1, "bm25_b": self.b})  # fmt: skip
+        schema, index = collection_schema(pymilvus, dim, analyzer, bm25=bm25, k1=self.k1, b=self.b)
         try:
             self.client.create_collection(self.collection_name, schema=schema, consistency_level=self.consistency,
                                           timeout=self.timeout_s)  # fmt: skip
@@ -358,20 +341,7 @@ class MilvusStore:
             raise ProviderError(f"{self.describe()}: add needs one vector per chunk (got {vectors.shape} for "
                                 f"{len(ids)} chunks)")  # fmt: skip
         self._ensure(int(vectors.shape[1]))
-        rows: list[dict[str, Any]] = []
-        size = 0
-        for cid, text, meta, vec in zip(ids, texts, metadatas, vectors, strict=True):
-            n = len(text.encode("utf-8"))
-            if n > _MAX_TEXT or len(cid.encode("utf-8")) > _MAX_ID:
-                raise ProviderError(f"chunk {cid[:80]!r} does not fit a Milvus row (text {n} bytes, at most "
-                                    f"{_MAX_TEXT}; id at most {_MAX_ID}): use a smaller chunk size")  # fmt: skip
-            rows.append({_ID: cid, _TEXT: text, _META: {k: v for k, v in meta.items() if v is not None},
-                         _VECTOR: vec.tolist()})  # fmt: skip
-            size += n + 4 * len(vec)
-            if len(rows) >= _BATCH_ROWS or size >= _BATCH_BYTES:
-                self._upsert(rows)
-                rows, size = [], 0
-        if rows:
+        for rows in row_batches(ids, texts, metadatas, vectors):
             self._upsert(rows)
 
     def _upsert(self, rows: list[dict[str, Any]]) -> None:
@@ -379,13 +349,18 @@ class MilvusStore:
         self._unflushed = self._unflushed or self.lite
 
     def delete(self, ids: Sequence[str]) -> None:
-        """Delete the chunks with these ids (ids not stored are ignored)."""
+        """Delete the chunks with these ids (ids not stored are ignored); returns once reads see the deletion. Milvus
+        2.3 answers a delete with no timestamp, which Session reads would wait for (pymilvus waits for the last write
+        it has a timestamp of), so one Strong read waits for the deletion instead."""
         if not ids or not self._exists():
             return
-        for i in range(0, len(ids), _BATCH_ROWS):
-            batch = list(ids[i : i + _BATCH_ROWS])
+        for i in range(0, len(ids), BATCH_ROWS):
+            batch = list(ids[i : i + BATCH_ROWS])
             self._call("delete", lambda c, b=batch: c.delete(self.collection_name, ids=b, timeout=self.timeout_s))
         self._unflushed = self._unflushed or self.lite
+        if self.consistency != "Strong":
+            args = {**self._read_args(), "consistency_level": "Strong"}
+            self._call("get", lambda c: c.get(self.collection_name, ids=[ids[0]], output_fields=[ID], **args))
 
     def delete_all(self) -> None:
         """Drop the collection; the next write creates it again."""
@@ -415,11 +390,11 @@ class MilvusStore:
         if not ids or not self._exists():
             return set()
         found: set[str] = set()
-        for i in range(0, len(ids), _BATCH_ROWS):
-            batch = list(ids[i : i + _BATCH_ROWS])
-            rows = self._call("get", lambda c, b=batch: c.get(self.collection_name, ids=b, output_fields=[_ID],
+        for i in range(0, len(ids), BATCH_ROWS):
+            batch = list(ids[i : i + BATCH_ROWS])
+            rows = self._call("get", lambda c, b=batch: c.get(self.collection_name, ids=b, output_fields=[ID],
                                                               **self._read_args()))  # fmt: skip
-            found.update(str(r[_ID]) for r in rows)
+            found.update(str(r[ID]) for r in rows)
         return found
 
     def dump(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
@@ -429,8 +404,8 @@ class MilvusStore:
         rows: list[dict[str, Any]] = []
 
         def read(c: Any) -> None:
-            it = c.query_iterator(self.collection_name, batch_size=_BATCH_ROWS, filter="",
-                                  output_fields=[_ID, _TEXT, _META], **self._read_args())  # fmt: skip
+            it = c.query_iterator(self.collection_name, batch_size=BATCH_ROWS, filter="",
+                                  output_fields=[ID, TEXT, META], **self._read_args())  # fmt: skip
             try:
                 while batch := it.next():
                     rows.extend(batch)
@@ -438,30 +413,30 @@ class MilvusStore:
                 it.close()
 
         self._call("dump", read)
-        rows.sort(key=lambda r: str(r[_ID]))
-        return ([str(r[_ID]) for r in rows], [str(r.get(_TEXT) or "") for r in rows],
-                [dict(r.get(_META) or {}) for r in rows])  # fmt: skip
+        rows.sort(key=lambda r: str(r[ID]))
+        return ([str(r[ID]) for r in rows], [str(r.get(TEXT) or "") for r in rows],
+                [dict(r.get(META) or {}) for r in rows])  # fmt: skip
 
     def get(self, ids: Sequence[str]) -> list[Hit]:
         """The stored chunks of these ids (text and metadata), read by key; ids not stored are left out."""
         if not ids or not self._exists():
             return []
         out: list[Hit] = []
-        for i in range(0, len(ids), _BATCH_ROWS):
-            batch = list(ids[i : i + _BATCH_ROWS])
+        for i in range(0, len(ids), BATCH_ROWS):
+            batch = list(ids[i : i + BATCH_ROWS])
             rows = self._call("get", lambda c, b=batch: c.get(self.collection_name, ids=b,
-                                                              output_fields=[_ID, *_OUTPUT], **self._read_args()))
-            out.extend(Hit(chunk_id=str(r[_ID]), text=str(r.get(_TEXT) or ""), score=0.0, channel="link",
-                           metadata=dict(r.get(_META) or {})) for r in rows)  # fmt: skip
+                                                              output_fields=[ID, *OUTPUT], **self._read_args()))
+            out.extend(Hit(chunk_id=str(r[ID]), text=str(r.get(TEXT) or ""), score=0.0, channel="link",
+                           metadata=dict(r.get(META) or {})) for r in rows)  # fmt: skip
         return out
 
     def get_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors of the given chunk ids (missing ids are left out)."""
         if not ids or not self._exists():
             return {}
-        rows = self._call("get", lambda c: c.get(self.collection_name, ids=list(ids), output_fields=[_VECTOR],
+        rows = self._call("get", lambda c: c.get(self.collection_name, ids=list(ids), output_fields=[VECTOR],
                                                  **self._read_args()))  # fmt: skip
-        return {str(r[_ID]): np.asarray(r[_VECTOR], dtype=np.float32) for r in rows}
+        return {str(r[ID]): np.asarray(r[VECTOR], dtype=np.float32) for r in rows}
 
     def query(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
         """The ``k`` nearest chunks by cosine similarity, optionally filtered (fewer when fewer match)."""
@@ -470,9 +445,9 @@ class MilvusStore:
             return []
         data = [self._query_vector(vector)]
         res = self._call("search", lambda c: c.search(
-            self.collection_name, data=data, anns_field=_VECTOR, limit=min(k, _MAX_LIMIT), filter=expr,
-            output_fields=_OUTPUT, search_params=self._dense_params, **self._read_args()))  # fmt: skip
-        return _hits(res, "dense")
+            self.collection_name, data=data, anns_field=VECTOR, limit=min(k, _MAX_LIMIT), filter=expr,
+            output_fields=OUTPUT, search_params=self._dense_params, **self._read_args()))  # fmt: skip
+        return hits(res, "dense")
 
     def search_sparse(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
         """The ``k`` best chunks for ``query`` by BM25, ranked in Milvus over the collection's analyzed text."""
@@ -480,9 +455,9 @@ class MilvusStore:
         if k <= 0 or not query.strip() or not self._exists():
             return []
         res = self._call("search", lambda c: c.search(
-            self.collection_name, data=[query], anns_field=_SPARSE, limit=min(k, _MAX_LIMIT), filter=expr,
-            output_fields=_OUTPUT, search_params={"metric_type": "BM25"}, **self._read_args()))  # fmt: skip
-        return _hits(res, "bm25", absolute=True)
+            self.collection_name, data=[query], anns_field=SPARSE, limit=min(k, _MAX_LIMIT), filter=expr,
+            output_fields=OUTPUT, search_params={"metric_type": "BM25"}, **self._read_args()))  # fmt: skip
+        return hits(res, "bm25", absolute=True)
 
     def _query_vector(self, vector: np.ndarray) -> list[float]:
         flat = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -524,23 +499,13 @@ class MilvusStore:
         expr = where_to_expr(where) if where else ""
         if k <= 0 or not self._exists():
             return []
-        pymilvus = _pymilvus()
-        limit = min(pool, _MAX_LIMIT)
-        dense = pymilvus.AnnSearchRequest(data=[self._query_vector(vector)], anns_field=_VECTOR,
-                                          param=self._dense_params, limit=limit, expr=expr)  # fmt: skip
-        if not query.strip():
-            reqs = [dense]  # BM25 of an empty query finds nothing; Milvus wants a text, so leave the channel out
-            weights = weights[:1]
-        else:
-            sparse = pymilvus.AnnSearchRequest(data=[query], anns_field=_SPARSE, param={"metric_type": "BM25"},
-                                               limit=limit, expr=expr)  # fmt: skip
-            reqs = [dense, sparse]
-        ranker = (pymilvus.RRFRanker(rrf_k) if fusion == "rrf"
-                  else pymilvus.WeightedRanker(*weights, norm_score=True))  # fmt: skip
+        reqs, ranker = hybrid_request(pymilvus_module(), self._query_vector(vector), query, expr=expr,
+                                      limit=min(pool, _MAX_LIMIT), dense_params=self._dense_params, fusion=fusion,
+                                      weights=weights, rrf_k=rrf_k)  # fmt: skip
         res = self._call("hybrid_search", lambda c: c.hybrid_search(
-            self.collection_name, reqs, ranker, limit=min(k, _MAX_LIMIT), output_fields=_OUTPUT,
+            self.collection_name, reqs, ranker, limit=min(k, _MAX_LIMIT), output_fields=OUTPUT,
             **self._read_args()))  # fmt: skip
-        return _hits(res, "hybrid")
+        return hits(res, "hybrid")
 
     def warm(self, timeout_s: float = 3600.0) -> float:
         """Make the collection ready for readers: flush, load, one dense search and, when Milvus ranks BM25
@@ -558,13 +523,15 @@ class MilvusStore:
         with self._lock:
             self.flush(timeout_s)
             self._call("load_collection", lambda c: c.load_collection(self.collection_name, timeout=timeout_s))
-            args = {**self._read_args(), "timeout": timeout_s}
+            # the searches wait for this process's writes, so that readers of any level see them once this returns
+            args = {**self._read_args(), "timeout": timeout_s,
+                    "consistency_level": "Strong" if self.consistency == "Strong" else "Session"}  # fmt: skip
             if self._dim:
                 probe = [1.0] + [0.0] * (self._dim - 1)
-                self._call("search", lambda c: c.search(self.collection_name, data=[probe], anns_field=_VECTOR,
+                self._call("search", lambda c: c.search(self.collection_name, data=[probe], anns_field=VECTOR,
                                                         limit=1, search_params=self._dense_params, **args))
             if self.ranks_bm25:  # else the kit's postings rank BM25: building Milvus's index would only cost memory
-                self._call("search", lambda c: c.search(self.collection_name, data=["warm"], anns_field=_SPARSE,
+                self._call("search", lambda c: c.search(self.collection_name, data=["warm"], anns_field=SPARSE,
                                                         limit=1, search_params={"metric_type": "BM25"}, **args))
         return time.perf_counter() - start
 
@@ -575,37 +542,3 @@ class MilvusStore:
                 self._client.close()
             self._client, self._ready = None, False
 
-
-def _release(version: str) -> tuple[int, int] | None:
-    """The (major, minor) release a server's version string names (``v2.3.5-lite`` -> ``(2, 3)``), or None."""
-    found = re.search(r"(\d+)\.(\d+)", version)
-    return (int(found.group(1)), int(found.group(2))) if found else None
-
-
-def _grpc_status(exc: BaseException) -> str | None:
-    """The gRPC status name an error carries (``DEADLINE_EXCEEDED``), from the error or what it wraps."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        code = getattr(seen, "code", None)
-        if callable(code):
-            try:
-                status = code()
-            except Exception:  # a code() that needs arguments is not gRPC's
-                pass
-            else:
-                return str(getattr(status, "name", status))
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def _hits(res: Any, channel: str, *, absolute: bool = False) -> list[Hit]:
-    """Milvus search results (one query) as hits. Milvus Lite reports BM25 scores negated (smaller is better in its
-    engine) where Milvus reports them positive; ``absolute`` gives both the same sign."""
-    out: list[Hit] = []
-    for h in res[0] if res else []:
-        entity = h.get("entity") or {}
-        score = float(h.get("distance", 0.0))
-        out.append(Hit(chunk_id=str(h.get("id")), text=str(entity.get(_TEXT) or ""),
-                       score=abs(score) if absolute else score, channel=channel,
-                       metadata=dict(entity.get(_META) or {})))  # fmt: skip
-    return out
