@@ -4,8 +4,10 @@ commit's in one run.
 A synthetic corpus (deterministic: pseudo-words drawn by a Zipf law, one chunk per document, each document titled
 with a two-word name and naming two other documents, so the link table has work) of ``--sizes`` chunks is indexed
 with the hash embedder (:mod:`benchmarks.perf.hashembed`: no model weights; its time is reported apart and taken
-out of the throughput) into Chroma on disk and into a Milvus Lite server on loopback, by the code of this checkout
-(``new``) and by ``--old`` (a commit, checked out as a worktree under ``.modular_rag/scale/``). Then, per store:
+out of the throughput) into Chroma on disk and into a Milvus server on loopback (``--milvus lite``, the
+pure-Python engine, or ``standalone``, Milvus 2.3.5's C++ server from the PyPI ``milvus`` package), by the code of
+this checkout (``new``) and by ``--old`` (a commit, checked out as a worktree under ``.modular_rag/scale/``).
+Then, per store:
 
 - a **new worker**: a fresh process imports the kit, opens the index and answers one question with the default
   template (``templates/linear.yaml``); its time to that answer and its resident memory beyond the imports, with
@@ -26,10 +28,12 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -130,22 +134,55 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _milvus_server() -> tuple[subprocess.Popen[bytes], str]:
-    """A ``milvus-lite server`` on loopback over ``.modular_rag/scale/milvus`` (kept between runs)."""
+def _milvus_server(kind: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A Milvus server on loopback over ``.modular_rag/scale/milvus`` (kept between runs): ``lite``, the
+    ``milvus-lite server`` (a pure-Python engine), or ``standalone``, the ``milvus-server`` of the PyPI ``milvus``
+    package (Milvus 2.3.5 standalone: the C++ engine, embedded etcd, local storage), ready when it answers."""
     port = _free_port()
-    data = WORK / "milvus"
+    data = WORK / ("milvus" if kind == "lite" else "milvus-standalone")
     data.mkdir(parents=True, exist_ok=True)
-    binary = Path(sys.executable).parent / "milvus-lite"
-    proc = subprocess.Popen([str(binary), "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    for _ in range(120):
+    bin_dir = Path(sys.executable).parent
+    cmd = ([str(bin_dir / "milvus-lite"), "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port", str(port)]
+           if kind == "lite" else [str(bin_dir / "milvus-server"), "--data", str(data), "--proxy-port", str(port)])
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    for _ in range(240):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, f"http://127.0.0.1:{port}"
+            if kind == "lite" or _answers(uri):
+                return proc, uri
         except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("milvus-lite server did not start within 60 s")
+            pass
+        time.sleep(0.5)
+    _stop(proc)
+    raise RuntimeError(f"the Milvus {kind} server did not start within 120 s: {' '.join(cmd)}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server with what it started: ``milvus-server`` runs the engine as a child that outlives its parent
+    (holding the embedded etcd's fixed ports 2379-2380, so no other standalone starts), so the whole process group
+    (the server leads its own session) gets SIGTERM, then SIGKILL after 30 s."""
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(30)
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+def _answers(uri: str) -> bool:
+    """Whether the Milvus at ``uri`` answers (the standalone's proxy listens before its coordinators are up)."""
+    import pymilvus
+
+    try:
+        client = pymilvus.MilvusClient(uri=uri, timeout=5)
+        client.get_server_version(timeout=5)
+        client.list_collections(timeout=5)
+        client.close()
+        return True
+    except Exception:  # noqa: BLE001 - not ready yet, whatever pymilvus raises
+        return False
 
 
 def _rss_of(pid: int) -> float:
@@ -156,6 +193,13 @@ def _rss_of(pid: int) -> float:
     except OSError:
         pass
     return float("nan")
+
+
+def _server_rss(pid: int) -> float:
+    """The resident memory of a server process and its children (``milvus-server`` runs the engine as a child)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    kids = [int(c) for c in children.read_text().split()] if children.exists() else []
+    return _rss_of(pid) + sum(_server_rss(k) for k in kids)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -170,7 +214,9 @@ def run(args: argparse.Namespace, out: Report) -> None:
         codes[f"old ({args.old[:7]})"] = worktree(args.old, WORK)
     if args.only:
         codes = {label: code for label, code in codes.items() if label.startswith(args.only)}
-    server, uri = _milvus_server() if "milvus" in stores else (None, "")
+    server, uri = _milvus_server(args.milvus) if "milvus" in stores else (None, "")
+    if server is not None and args.milvus == "standalone":  # --save: beside, not over, Milvus Lite's results
+        out.name = "scale-milvus-standalone"
     rows_start: list[list[Any]] = []
     rows_lat: list[list[Any]] = []
     rows_change: list[list[Any]] = []
@@ -189,11 +235,10 @@ def run(args: argparse.Namespace, out: Report) -> None:
                     except (RuntimeError, subprocess.TimeoutExpired) as exc:  # one code failing keeps the others
                         out(f"{n:,} {store} {label}: FAILED: {str(exc)[-1500:]}")
                     if server is not None:
-                        out(f"  milvus-lite server RSS now {_rss_of(server.pid):,.0f} MB")
+                        out(f"  Milvus {args.milvus} server RSS now {_server_rss(server.pid):,.0f} MB")
     finally:
         if server is not None:
-            server.terminate()
-            server.wait(30)
+            _stop(server)
     out()
     out("a new worker (cold process): time from opening the index to its first answer (default template), resident "
         "memory it adds beyond the imports; store s: on Chroma, Chroma's own share apart (opening the collection, "
@@ -225,7 +270,8 @@ def _measure(
     rows_start, rows_lat, rows_change = rows
     default = ROOT / "modular_rag" / "templates" / "linear.yaml"
     link = ROOT / "configs" / "hotpotqa-multihop.yaml"
-    key = f"{'new' if label == 'new' else args.old[:7]}-{store}-{n}"
+    flavour = "milvus-standalone" if store == "milvus" and args.milvus == "standalone" else store
+    key = f"{'new' if label == 'new' else args.old[:7]}-{flavour}-{n}"
     where = {"store": store, "collection": key.replace("-", "_"), "path": str(WORK / key), "uri": uri,
              "catalog": str(WORK / f"{key}.catalog")}  # fmt: skip
     built, progress = WORK / f"{key}.json", WORK / f"{key}.progress.json"
@@ -303,7 +349,8 @@ def _warm_milvus(uri: str, collection: str, *, new_code: bool) -> tuple[float, s
     fields = client.describe_collection(collection)["fields"]
     dim = next(int(f["params"]["dim"]) for f in fields if f["name"] == "vector")
     client.search(collection, data=[[1.0] + [0.0] * (dim - 1)], anns_field="vector", limit=1, timeout=3600)
-    sparse = not (new_code and str(client.get_server_version()).startswith("milvus_lite"))
+    has_sparse = any(f["name"] == "sparse" for f in fields)  # a collection made on a Milvus before 2.5 has none
+    sparse = has_sparse and not (new_code and str(client.get_server_version()).startswith("milvus_lite"))
     if sparse:
         client.search(collection, data=["warm"], anns_field="sparse", limit=1, timeout=3600)
     client.close()
@@ -346,6 +393,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The subcommand's options."""
     p.add_argument("--sizes", default="100000,1000000", help="corpus sizes in chunks (comma-separated)")
     p.add_argument("--stores", default="chroma,milvus", help="chroma, milvus or both")
+    p.add_argument("--milvus", choices=("lite", "standalone"), default="lite",
+                   help="which Milvus server: milvus-lite server, or the milvus package's Milvus 2.3.5 standalone")
     p.add_argument("--old", default="9dec1d9", help="the commit to compare with ('' for none)")
     p.add_argument("--new", default="", help="a commit to measure as new (default: this checkout's files)")
     p.add_argument("--workers", type=int, default=4)
