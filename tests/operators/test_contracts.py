@@ -34,6 +34,7 @@ CASES: dict[str, dict[str, Any]] = {
     "dense": {"k": 5},
     "bm25": {"k": 5},
     "hybrid": {"k": 5, "pool": 20},
+    "given": {"k": 3},
     "embedding": {"top_k": 4},
     "cross_encoder": {"model": "<cross_encoder>", "top_k": 4},
     "budget": {"max_tokens": 300},
