@@ -14,6 +14,7 @@ Names are imported lazily so ``import modular_rag`` stays cheap.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,9 @@ __all__ = [
     "catalogue",
     "as_tool",
     "template_path",
+    "pattern_names",
+    "PAPER_ORDER",
+    "in_paper_order",
     "demo_corpus_path",
     "index_paths",
     "index_documents",
@@ -76,6 +80,22 @@ _LAZY = {
 }
 
 _HERE = Path(__file__).resolve().parent
+
+
+PAPER_ORDER = ("linear", "conditional", "branching", "iterative", "recursive", "adaptive")
+"""The order the Modular RAG paper presents its flow patterns in; listings follow it, and a pattern it does not name
+comes after them, by name."""
+
+
+def in_paper_order(names: Iterable[str]) -> tuple[str, ...]:
+    """Pattern names sorted as :data:`PAPER_ORDER`, any other after them by name."""
+    return tuple(sorted(names, key=lambda n: (PAPER_ORDER.index(n) if n in PAPER_ORDER else len(PAPER_ORDER), n)))
+
+
+def pattern_names() -> tuple[str, ...]:
+    """Every prebuilt pattern, as its template (``templates/<pattern>.yaml``; a pattern is its file in ``patterns/``,
+    its template and its notebook), in :data:`PAPER_ORDER`. Imports no pattern."""
+    return in_paper_order(p.stem for p in (_HERE / "templates").glob("*.yaml"))
 
 
 def template_path(pattern: str) -> Path:

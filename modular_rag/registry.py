@@ -417,9 +417,11 @@ def get_operator(port: Port, name: str) -> OperatorInfo:
     raise RegistryError(f"unknown operator {name!r} for port {port.value}; valid names: {valid}")
 
 
-def catalogue() -> list[OperatorInfo]:
-    """Every registered operator, ordered by module, sub-module and name."""
-    load_plugins()
+def catalogue(*, load: bool = True) -> list[OperatorInfo]:
+    """Every registered operator, ordered by module, sub-module and name; with ``load=False`` only those of the files
+    imported so far (the plugins are not loaded)."""
+    if load:
+        load_plugins()
     module_order = {m: i for i, m in enumerate(MODULES)}
 
     def key(info: OperatorInfo) -> tuple[int, int, str]:

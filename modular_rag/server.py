@@ -20,7 +20,7 @@ in the server's working directory), by name (``acme``) or by path inside it (``c
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +28,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import TypedDict
 
-from modular_rag import template_path
+from modular_rag import pattern_names, template_path
 from modular_rag.builder import FlowSource, build_flow
 from modular_rag.config import ChromaConfig, FlowConfig, MilvusConfig, load_config
 from modular_rag.errors import ConfigError
 from modular_rag.state import FlowOutput
+
+PATTERNS = pattern_names()
+"""The patterns served, one graph each (their templates, in the paper's order)."""
 
 # no `from __future__ import annotations`: FlowContext's annotations must be real types for the JSON schema of a module
 # LangGraph Server loads from its file (not importable by name); ServerRuntime, only quoted, it resolves itself
@@ -49,15 +52,10 @@ __all__ = [
     "flow",
     "config_path",
     "served",
-    "linear",
-    "conditional",
-    "branching",
-    "iterative",
-    "recursive",
-    "adaptive",
+    "langgraph_graphs",
+    *PATTERNS,
 ]
 
-PATTERNS = ("linear", "conditional", "branching", "iterative", "recursive", "adaptive")
 
 
 class Budget(TypedDict, total=False):
@@ -229,32 +227,23 @@ def flow(config: RunnableConfig, runtime: "ServerRuntime") -> CompiledStateGraph
     return served_graph(config, runtime)
 
 
-def linear(config: RunnableConfig, runtime: "ServerRuntime") -> CompiledStateGraph:
-    """The linear pattern's graph (:func:`served_graph`): its default config, or the linear config, index and budget
-    an assistant's context names."""
-    return served_graph(config, runtime, "linear")
+def _pattern_graph(pattern: str) -> Callable[[RunnableConfig, "ServerRuntime"], CompiledStateGraph]:
+    """The LangGraph Server graph factory of one pattern (``langgraph.json`` names it): its default config, or the
+    config of that pattern, index and budget an assistant's context names (:func:`served_graph`)."""
+
+    def factory(config: RunnableConfig, runtime: "ServerRuntime") -> CompiledStateGraph:
+        return served_graph(config, runtime, pattern)
+
+    factory.__name__ = factory.__qualname__ = pattern
+    factory.__doc__ = f"The {pattern} pattern's graph (:func:`served_graph`)."
+    return factory
 
 
-def conditional(config: RunnableConfig, runtime: "ServerRuntime") -> CompiledStateGraph:
-    """The conditional pattern's graph (:func:`served_graph`)."""
-    return served_graph(config, runtime, "conditional")
+def langgraph_graphs() -> dict[str, str]:
+    """The ``graphs`` of the repository's ``langgraph.json``: one factory per pattern, then ``flow``
+    (``scripts/sync_readme.py`` writes them; a test checks the file is current)."""
+    return {name: f"./modular_rag/server.py:{name}" for name in (*PATTERNS, "flow")}
 
 
-def branching(config: RunnableConfig, runtime: "ServerRuntime") -> CompiledStateGraph:
-    """The branching pattern's graph (:func:`served_graph`)."""
-    return served_graph(config, runtime, "branching")
-
-
-def iterative(config: RunnableConfig, runtime: "ServerRuntime") -> CompiledStateGraph:
-    """The iterative pattern's graph (:func:`served_graph`)."""
-    return served_graph(config, runtime, "iterative")
-
-
-def recursive(config: RunnableConfig, runtime: "ServerRuntime") -> CompiledStateGraph:
-    """The recursive pattern's graph (:func:`served_graph`)."""
-    return served_graph(config, runtime, "recursive")
-
-
-def adaptive(config: RunnableConfig, runtime: "ServerRuntime") -> CompiledStateGraph:
-    """The adaptive pattern's graph (:func:`served_graph`)."""
-    return served_graph(config, runtime, "adaptive")
+for _pattern in PATTERNS:  # one factory per pattern file: linear, conditional, ... (langgraph.json is generated)
+    globals()[_pattern] = _pattern_graph(_pattern)

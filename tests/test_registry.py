@@ -60,10 +60,16 @@ def test_unknown_pattern_lists_patterns() -> None:
 def test_each_files_provides_list_is_what_it_registers() -> None:
     # a worker imports only the files its config names (through PROVIDES): a name missing from a list would make
     # every lookup of it import the whole catalogue, a stale entry an import for nothing
+    import importlib
+    import pkgutil
+
     import operators
     import patterns
 
     registry.load_plugins()
+    for pkg in (operators, patterns):  # every file, listed or not: a new file missing from PROVIDES must show
+        for module in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{pkg.__name__}.{module.name}")
     registered: dict[str, set[str]] = {}
     for info in registry.catalogue():
         registered.setdefault(info.factory.__module__, set()).add(info.name)
@@ -71,7 +77,16 @@ def test_each_files_provides_list_is_what_it_registers() -> None:
         registered.setdefault(registry.get_pattern(name).factory.__module__, set()).add(name)
     listed = {f"{pkg.__name__}.{part}": set(names) for pkg in (operators, patterns) for part, names in
               pkg.PROVIDES.items()}  # fmt: skip
-    assert listed == registered
+    assert listed == registered, "run: .venv/bin/python scripts/sync_readme.py"
+
+
+def test_every_pattern_file_has_its_template() -> None:
+    # the served graphs and the pattern runs list the templates; the registry, the files
+    import patterns
+    from modular_rag import pattern_names
+
+    assert pattern_names() == patterns.PATTERNS
+    assert set(registry.pattern_names()) == set(pattern_names())
 
 
 def test_a_flow_imports_the_files_its_config_names_and_no_others() -> None:

@@ -16,10 +16,10 @@ from modular_rag.config import load_config
 from modular_rag.costs import estimate
 from modular_rag.errors import ConfigError
 from modular_rag.resolve import resolve
+from patterns import PATTERNS
 
 pytestmark = pytest.mark.unit
 
-PATTERNS = ("linear", "iterative", "branching", "recursive", "adaptive", "conditional")
 
 
 def _params_models() -> set[type[BaseModel]]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PATTERN_RUNS",
+    "VARIANTS",
     "pattern_config",
     "pattern_candidates",
     "config_candidates",
@@ -28,28 +29,44 @@ __all__ = [
     "recommend",
 ]
 
-PATTERN_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
-    "linear": ("linear", {}),
-    "linear-checked": ("linear", {"operators": {"generate": {"name": "cited_answer", "params": {"mode": "checked"}}}}),
-    "linear-multihop": ("linear", {"operators": {"retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
-                                                 "rerank": {"name": "link_hop", "params": {"k": 10}}}}),
-    "conditional": ("conditional", {}),
-    "branching": ("branching", {}),
-    "branching-documents": ("branching", {"params": {"mode": "documents", "branches": 3},
-                                          "operators": {"expand": "none", "fuse": {"name": "replug"}}}),
-    "iterative": ("iterative", {}),
-    "iterative-ircot": ("iterative", {"operators": {"hop": "thought",
-                                                    "retrieve": {"name": "hybrid", "params": {"k": 4}},
-                                                    "context": {"name": "budget",
-                                                                "params": {"max_chunks": 12, "max_tokens": 1800}}}}),
-    "recursive": ("recursive", {}),
-    "adaptive": ("adaptive", {}),
-    "adaptive-self-rag": ("adaptive", {"params": {"mode": "self_rag", "max_steps": 2},
-                                       "operators": {"draft": "none", "judge": {"name": "llm_judge"}}}),
+VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
+    "linear": {
+        "linear-checked": {"operators": {"generate": {"name": "cited_answer", "params": {"mode": "checked"}}}},
+        "linear-multihop": {"operators": {"retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
+                                          "rerank": {"name": "link_hop", "params": {"k": 10}}}},
+    },
+    "branching": {
+        "branching-documents": {"params": {"mode": "documents", "branches": 3},
+                                "operators": {"expand": "none", "fuse": {"name": "replug"}}},
+    },
+    "iterative": {
+        "iterative-ircot": {"operators": {"hop": "thought", "retrieve": {"name": "hybrid", "params": {"k": 4}},
+                                          "context": {"name": "budget",
+                                                      "params": {"max_chunks": 12, "max_tokens": 1800}}}},
+    },
+    "adaptive": {
+        "adaptive-self-rag": {"params": {"mode": "self_rag", "max_steps": 2},
+                              "operators": {"draft": "none", "judge": {"name": "llm_judge"}}},
+    },
 }  # fmt: skip
-"""The pattern runs of ``bench patterns`` (and the default candidates of ``recommend``): each template; linear with
-the model answering (checked) and with the document-graph hop; the second mode of branching and adaptive; the
-iterative pattern as IRCoT (the next chain-of-thought sentence as the query, 4 passages a round, up to 12 kept)."""
+"""Pattern -> its named variant runs (a template's overrides): linear with the model answering (checked) and with
+the document-graph hop; the second mode of branching and adaptive; the iterative pattern as IRCoT (the next
+chain-of-thought sentence as the query, 4 passages a round, up to 12 kept)."""
+
+
+def _pattern_runs() -> dict[str, tuple[str, dict[str, Any]]]:
+    from modular_rag import pattern_names
+
+    runs: dict[str, tuple[str, dict[str, Any]]] = {}
+    for pattern in pattern_names():
+        runs[pattern] = (pattern, {})
+        runs.update((run, (pattern, overrides)) for run, overrides in VARIANTS.get(pattern, {}).items())
+    return runs
+
+
+PATTERN_RUNS: dict[str, tuple[str, dict[str, Any]]] = _pattern_runs()
+"""The pattern runs of ``bench patterns`` (and the default candidates of ``recommend``): every pattern's template
+(one per pattern template, in the paper's order), each followed by its :data:`VARIANTS`."""
 
 
 def pattern_config(run: str) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from typing_extensions import TypedDict
 from modular_rag import template_path
 from modular_rag.providers import Providers
 from modular_rag.state import FlowOutput
+from patterns import PATTERNS
 from tests.ecosystem.conftest import REPO, background, executable, free_port
 
-PATTERNS = ("linear", "conditional", "branching", "iterative", "recursive", "adaptive")
 QUESTION = "What does error code E07 mean on the e-bike display?"
 
 
@@ -44,6 +44,9 @@ def test_langgraph_json_exposes_every_pattern_as_a_graph_factory() -> None:
     config = json.loads((REPO / "langgraph.json").read_text())
     assert config["dependencies"][0] == "."
     assert sorted(config["graphs"]) == sorted([*PATTERNS, "flow"])  # flow: the factory of configs by name
+    from modular_rag.server import langgraph_graphs
+
+    assert config["graphs"] == langgraph_graphs(), "run: .venv/bin/python scripts/sync_readme.py"
     from modular_rag.builder import build_flow
 
     for name, spec in config["graphs"].items():
