@@ -76,11 +76,15 @@ def _baseline(name: str, dataset: Any) -> dict[str, float]:
     gold = {q.id: q.answers for q in dataset.queries}
     rows = [(strip_citations(a["answer"]), a["refused"], gold[q]) for q, a in recorded["answers"].items() if q in gold]
     n = max(len(rows), 1)
-    return {"queries": float(len(rows)), "em": sum(best_answer_scores(t, g)[0] for t, _, g in rows) / n,
-            "f1": sum(best_answer_scores(t, g)[1] for t, _, g in rows) / n,
-            "contains": sum(0.0 if r else contains_answer(t, g) for t, r, g in rows) / n,
-            "refused": sum(r for _, r, _ in rows) / n, "llm_calls": 1.0,
-            "ms": float(recorded["summary"]["ms"])}  # fmt: skip
+    return {
+        "queries": float(len(rows)),
+        "em": sum(best_answer_scores(t, g)[0] for t, _, g in rows) / n,
+        "f1": sum(best_answer_scores(t, g)[1] for t, _, g in rows) / n,
+        "contains": sum(0.0 if r else contains_answer(t, g) for t, r, g in rows) / n,
+        "refused": sum(r for _, r, _ in rows) / n,
+        "llm_calls": 1.0,
+        "ms": float(recorded["summary"]["ms"]),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,36 +96,78 @@ def run(args: argparse.Namespace) -> int:
 
     datasets = _datasets(Path(args.root))
     configs = _configs()
-    headers = ["set", "config", "questions", "contains", "contains+supported citation", "EM", "F1", "supported",
-               "refused", "LLM/q", "ms/q"]  # fmt: skip
+    headers = [
+        "set",
+        "config",
+        "questions",
+        "contains",
+        "contains+supported citation",
+        "EM",
+        "F1",
+        "supported",
+        "refused",
+        "LLM/q",
+        "ms/q",
+    ]
     rows: list[list[str]] = []
     refusals: list[list[str]] = []
     for set_name, dataset in datasets.items():
         base = _baseline(set_name, dataset)
-        rows.append([set_name, "previous default (recorded)", f"{base['queries']:.0f}", f"{base['contains']:.3f}", "-",
-                     f"{base['em']:.3f}", f"{base['f1']:.3f}", "-", f"{base['refused']:.3f}", "1.00",
-                     f"{base['ms']:.0f}"])  # fmt: skip
+        rows.append(
+            [
+                set_name,
+                "previous default (recorded)",
+                f"{base['queries']:.0f}",
+                f"{base['contains']:.3f}",
+                "-",
+                f"{base['em']:.3f}",
+                f"{base['f1']:.3f}",
+                "-",
+                f"{base['refused']:.3f}",
+                "1.00",
+                f"{base['ms']:.0f}",
+            ]
+        )
         results = []
         for cname, data in configs.items():
             if cname == "default+multihop" and set_name != "demo":
                 continue
             part = dataset.limited(args.llm_limit) if cname == "checked" else dataset
             config = load_config(data)
-            env = dataset_providers(part, config.providers, chunker=OperatorSpec(name=part.default_chunker),
-                                    progress=False)  # fmt: skip
+            env = dataset_providers(
+                part, config.providers, chunker=OperatorSpec(name=part.default_chunker), progress=False
+            )
             result = evaluate_flow(config, part, env, name=cname)
             results.append(result)
             s = result.summary()
-            rows.append([set_name, cname, f"{s['queries']:.0f}", f"{s['contains']:.3f}", f"{s['contains_backed']:.3f}",
-                         f"{s['em']:.3f}", f"{s['f1']:.3f}", f"{s['supported']:.3f}", f"{s['refused']:.3f}",
-                         f"{s['llm_calls']:.2f}", f"{s['ms']:.0f}"])  # fmt: skip
+            rows.append(
+                [
+                    set_name,
+                    cname,
+                    f"{s['queries']:.0f}",
+                    f"{s['contains']:.3f}",
+                    f"{s['contains_backed']:.3f}",
+                    f"{s['em']:.3f}",
+                    f"{s['f1']:.3f}",
+                    f"{s['supported']:.3f}",
+                    f"{s['refused']:.3f}",
+                    f"{s['llm_calls']:.2f}",
+                    f"{s['ms']:.0f}",
+                ]
+            )
             if set_name == "demo":
                 out = build_flow(config, providers=env).invoke({"query": OUT_OF_SCOPE})
-                refusals.append([cname, "refused" if out["answer"]["refused"] else "ANSWERED",
-                                 out["answer"].get("reason", out["answer"]["text"])[:100]])  # fmt: skip
+                refusals.append(
+                    [
+                        cname,
+                        "refused" if out["answer"]["refused"] else "ANSWERED",
+                        out["answer"].get("reason", out["answer"]["text"])[:100],
+                    ]
+                )
         if args.save:
-            write_report(results, ROOT / "benchmarks" / "runs" / "answers" / set_name, dataset=set_name,
-                         quality="contains")  # fmt: skip
+            write_report(
+                results, ROOT / "benchmarks" / "runs" / "answers" / set_name, dataset=set_name, quality="contains"
+            )
     print(format_table(headers, rows))
     print(f"\nout-of-scope question on the demo: {OUT_OF_SCOPE!r}")
     print(format_table(["config", "outcome", "why"], refusals))

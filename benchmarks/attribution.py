@@ -104,8 +104,15 @@ def _gold_answers(dataset: Any, split: dict[str, str], env: Any, spans: bool) ->
     spent, checks, missing = 0.0, 0, 0
     for query in dataset.queries:
         doc = corpus[next(iter(dataset.qrels[query.id]))]
-        evidence = [{"ref": 1, "chunk_id": doc["id"], "text": f"{doc['title']}\n{doc['text']}", "score": 1.0,
-                     "metadata": {"title": doc["title"], "doc_id": doc["id"]}}]  # fmt: skip
+        evidence = [
+            {
+                "ref": 1,
+                "chunk_id": doc["id"],
+                "text": f"{doc['title']}\n{doc['text']}",
+                "score": 1.0,
+                "metadata": {"title": doc["title"], "doc_id": doc["id"]},
+            }
+        ]
         if spans:  # SQuAD: the first annotated span, at its offset
             span = query.extra["answer_spans"][0]
             gold, start = str(span["text"]), int(span["answer_start"])
@@ -164,17 +171,24 @@ def run(args: argparse.Namespace) -> int:
         n = sum(v for (_, p), v in counts.items() if part == "all" or p == part)
         r = sum(v for (_, p), v in rejected.items() if part == "all" or p == part)
         rows.append(["all three", part, n, r, f"{r / n:.3f}"])
-    print(f"\nFalse rejections of correct answers on SQuAD dev ({len(dataset.queries)} questions; {missing} whose gold "
-          "span is not inside the passage's sentences as the kit splits them are left out of quote and short):")
+    print(
+        f"\nFalse rejections of correct answers on SQuAD dev ({len(dataset.queries)} questions; {missing} whose gold "
+        "span is not inside the passage's sentences as the kit splits them are left out of quote and short):"
+    )
     print(format_table(["answer", "split", "answers", "rejected", "share"], rows))
 
     nq = load_beir(Path(args.root) / "nq_open_oracle")
     nq_env = dataset_providers(nq, config.providers, chunker=OperatorSpec(name="document"), progress=False)
     counts, rejected, missing, _ = _gold_answers(nq, {}, nq_env, spans=False)
-    print(f"\nThe same on NQ-open dev, never read while writing the rules ({len(nq.queries)} questions; {missing} "
-          "whose gold answers are not in the gold passage's sentences are left out):")
-    print(format_table(["answer", "split", "answers", "rejected", "share"],
-                       _rows(counts, rejected, ("quote", "short"), ("all",))))  # fmt: skip
+    print(
+        f"\nThe same on NQ-open dev, never read while writing the rules ({len(nq.queries)} questions; {missing} "
+        "whose gold answers are not in the gold passage's sentences are left out):"
+    )
+    print(
+        format_table(
+            ["answer", "split", "answers", "rejected", "share"], _rows(counts, rejected, ("quote", "short"), ("all",))
+        )
+    )
     print(f"\nthe check's time: {1000 * seconds:.2f} ms per answer (SQuAD quote and short, no model call)")
     if args.judge:
         _judge_alone(env)
@@ -199,21 +213,38 @@ def _judge_alone(env: Any) -> None:
     start = time.perf_counter()
     with metered() as meter:
         for case in cases():
-            prompt = JUDGE_PROMPT.format(context=f"{format_evidence(evidence_for(case.passage))}\n{DATA_RULE}\n\n",
-                                         query=case.question, answer=f"Answer: {strip_citations(case.answer)}",
-                                         ask=SUPPORTED_QUESTION)  # fmt: skip
+            prompt = JUDGE_PROMPT.format(
+                context=f"{format_evidence(evidence_for(case.passage))}\n{DATA_RULE}\n\n",
+                query=case.question,
+                answer=f"Answer: {strip_citations(case.answer)}",
+                ask=SUPPORTED_QUESTION,
+            )
             reply, _ = ask_model_yes_no(env, prompt)
             said[case.correct][reply or "unclear"] += 1
-    rows = [["correct" if correct else "misreading", sum(c.values()), c["no"], c["yes"], c["unclear"],
-             f"{c['no'] / max(sum(c.values()), 1):.3f}"] for correct, c in sorted(said.items())]  # fmt: skip
-    print(f"\nThe judge alone ({env.config.llm.name} chat model, {meter.llm_calls} calls, "
-          f"{(time.perf_counter() - start) / max(meter.llm_calls, 1):.1f} s each), whole passage, without the rules:")
+    rows = [
+        [
+            "correct" if correct else "misreading",
+            sum(c.values()),
+            c["no"],
+            c["yes"],
+            c["unclear"],
+            f"{c['no'] / max(sum(c.values()), 1):.3f}",
+        ]
+        for correct, c in sorted(said.items())
+    ]
+    print(
+        f"\nThe judge alone ({env.config.llm.name} chat model, {meter.llm_calls} calls, "
+        f"{(time.perf_counter() - start) / max(meter.llm_calls, 1):.1f} s each), whole passage, without the rules:"
+    )
     print(format_table(["answers", "n", "no", "yes", "unclear", "rejected"], rows))
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--judge", action="store_true", help="also ask the template's chat model the judge's question "
-                                                             "about every answer of the misreadings set")  # fmt: skip
+    parser.add_argument(
+        "--judge",
+        action="store_true",
+        help="also ask the template's chat model the judge's question about every answer of the misreadings set",
+    )
 
 
 def main() -> int:

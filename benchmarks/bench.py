@@ -36,7 +36,7 @@ RETRIEVAL_PRESETS: dict[str, dict[str, Any]] = {
     "dense": {"operators": {"retrieve": {"name": "dense", "params": {"k": DEPTH}}}},
     "hybrid": {"operators": {"retrieve": {"name": "hybrid", "params": {"k": DEPTH, "pool": DEPTH, "fusion": "rrf"}}}},
     # tuned settings are configs written by `modular-rag tune`: configs/scifact-best*.yaml
-}  # fmt: skip
+}
 """Retrieval-only linear flows (context and generation off), by name: the operators, and BM25 settings in
 ``providers.sparse``. The embedder is the bundled MiniLM unless ``--embeddings`` names another."""
 
@@ -82,8 +82,9 @@ def _env_for(config: Any, dataset: Any, chunker: Any, embeddings: Any, quiet: bo
     from modular_rag.eval.runner import dataset_providers
 
     providers = ProvidersConfig(embeddings=embeddings or config.providers.embeddings, sparse=config.providers.sparse)
-    return dataset_providers(dataset, providers, chunker=chunker, progress=not quiet,
-                             log=lambda s: print(s, file=sys.stderr))  # fmt: skip
+    return dataset_providers(
+        dataset, providers, chunker=chunker, progress=not quiet, log=lambda s: print(s, file=sys.stderr)
+    )
 
 
 def _retrieval(args: argparse.Namespace) -> int:
@@ -108,13 +109,17 @@ def _retrieval(args: argparse.Namespace) -> int:
         results.append({"name": res.name, **m, "ms_per_query": res.ms_per_query})
     model = args.embeddings or "each config's (default: bundled all-MiniLM-L6-v2)"
     where = args.chunker or "each config's (default: document)"
-    print(f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, chunker={where}, "
-          f"embeddings={model})")  # fmt: skip
+    print(
+        f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, chunker={where}, embeddings={model})"
+    )
     print(format_table(["config", "nDCG@10", "MRR@10", "R@10", "R@100", "ms/q"], rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"dataset": dataset.name, "split": dataset.split, "embeddings": args.embeddings,
-                       "results": results}, fh, indent=2)  # fmt: skip
+            json.dump(
+                {"dataset": dataset.name, "split": dataset.split, "embeddings": args.embeddings, "results": results},
+                fh,
+                indent=2,
+            )
     return 0
 
 
@@ -122,8 +127,13 @@ def _holdout(args: argparse.Namespace) -> int:
     from modular_rag.eval.datasets import holdout_split, load_beir
 
     dataset = load_beir(args.dataset, split=args.split)
-    first, second = holdout_split(dataset, args.out, fraction=args.fraction, seed=args.seed,
-                                  names=(args.names.split(",")[0], args.names.split(",")[-1]))  # fmt: skip
+    first, second = holdout_split(
+        dataset,
+        args.out,
+        fraction=args.fraction,
+        seed=args.seed,
+        names=(args.names.split(",")[0], args.names.split(",")[-1]),
+    )
     for part in (first, second):
         judged = sum(len(v) for v in part.qrels.values())
         print(f"{part.split}: {len(part.queries)} queries, {judged} judgements -> {args.out}")
@@ -142,16 +152,32 @@ def _patterns(args: argparse.Namespace) -> int:
     for run in [r for r in args.runs.split(",") if r]:
         res = evaluate_flow(pattern_config(run), dataset, env, name=run, progress=not args.quiet)
         s = res.summary()
-        rows.append([run, f"{s['llm_calls']:.1f} ({s['llm_calls_max']:.0f})",
-                     f"{s['retrievals']:.1f} ({s['retrievals_max']:.0f})", round(s["tokens"]), f"{s['ms'] / 1000:.1f}",
-                     f"{s['recall@5']:.3f}", f"{s['all@5']:.3f}", f"{s['f1']:.3f}", int(s["errors"])])  # fmt: skip
+        rows.append(
+            [
+                run,
+                f"{s['llm_calls']:.1f} ({s['llm_calls_max']:.0f})",
+                f"{s['retrievals']:.1f} ({s['retrievals_max']:.0f})",
+                round(s["tokens"]),
+                f"{s['ms'] / 1000:.1f}",
+                f"{s['recall@5']:.3f}",
+                f"{s['all@5']:.3f}",
+                f"{s['f1']:.3f}",
+                int(s["errors"]),
+            ]
+        )
         results.append({"run": run, **s})
         flows.append(res)
-        print(f"  {run}: {s['llm_calls']:.2f} LLM calls/q, {s['retrievals']:.2f} retrievals/q, "
-              f"{s['ms'] / 1000:.1f} s/q", file=sys.stderr, flush=True)
+        print(
+            f"  {run}: {s['llm_calls']:.2f} LLM calls/q, {s['retrievals']:.2f} retrievals/q, {s['ms'] / 1000:.1f} s/q",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"{dataset.name} ({len(dataset.queries)} questions, local model)")
-    print(format_table(["run", "LLM calls/q (max)", "retrievals/q (max)", "tokens/q", "s/q", "R@5", "all@5", "F1",
-                        "errors"], rows))  # fmt: skip
+    print(
+        format_table(
+            ["run", "LLM calls/q (max)", "retrievals/q (max)", "tokens/q", "s/q", "R@5", "all@5", "F1", "errors"], rows
+        )
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"dataset": dataset.name, "queries": len(dataset.queries), "results": results}, fh, indent=2)
@@ -194,8 +220,22 @@ def _datasets(args: argparse.Namespace) -> int:
             for preset in [p for p in args.presets.split(",") if p]:
                 res = run_retrieval(load_config(retrieval_preset(preset)), dataset, env)
                 m = res.mean
-                rows.append([name, n, preset, f"{m['ndcg@10']:.3f}", f"{m['recall@5']:.3f}", "", "", "", "0", "0",
-                             f"{res.ms_per_query / 1000:.2f}", 0])  # fmt: skip
+                rows.append(
+                    [
+                        name,
+                        n,
+                        preset,
+                        f"{m['ndcg@10']:.3f}",
+                        f"{m['recall@5']:.3f}",
+                        "",
+                        "",
+                        "",
+                        "0",
+                        "0",
+                        f"{res.ms_per_query / 1000:.2f}",
+                        0,
+                    ]
+                )
                 results.append({"dataset": name, "queries": n, "run": preset, **m, "ms": res.ms_per_query})
                 log(f"  {name} {preset}: nDCG@10 {m['ndcg@10']:.3f}")
             continue
@@ -203,18 +243,34 @@ def _datasets(args: argparse.Namespace) -> int:
         for run in [r for r in args.runs.split(",") if r]:
             flow_result = evaluate_flow(pattern_config(run), dataset, env, name=run, progress=not args.quiet)
             s = flow_result.summary()
-            rows.append([name, n, run, f"{s['ndcg@10']:.3f}", f"{s['recall@5']:.3f}", f"{s['all@5']:.3f}",
-                         f"{s['em']:.3f}", f"{s['f1']:.3f}", f"{s['llm_calls']:.1f}", f"{s['retrievals']:.1f}",
-                         f"{s['ms'] / 1000:.2f}", int(s["errors"])])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    n,
+                    run,
+                    f"{s['ndcg@10']:.3f}",
+                    f"{s['recall@5']:.3f}",
+                    f"{s['all@5']:.3f}",
+                    f"{s['em']:.3f}",
+                    f"{s['f1']:.3f}",
+                    f"{s['llm_calls']:.1f}",
+                    f"{s['retrievals']:.1f}",
+                    f"{s['ms'] / 1000:.2f}",
+                    int(s["errors"]),
+                ]
+            )
             results.append({"dataset": name, "run": run, **s})
             flows.append(flow_result)
             log(f"  {name} {run}: F1 {s['f1']:.3f}, all@5 {s['all@5']:.3f}, {s['llm_calls']:.1f} LLM calls/q")
         if args.out:
             _write_reports(flows, Path(args.out) / name, dataset=name, log=log)
     print(f"shared datasets under {root} (QA sets: {args.limit} questions each, evenly spaced; local model)")
-    print(format_table(["dataset", "queries", "run", "nDCG@10", "R@5", "all@5", "EM", "F1", "LLM/q", "retr/q", "s/q",
-                        "errors"],
-                       rows))  # fmt: skip
+    print(
+        format_table(
+            ["dataset", "queries", "run", "nDCG@10", "R@5", "all@5", "EM", "F1", "LLM/q", "retr/q", "s/q", "errors"],
+            rows,
+        )
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"root": str(root), "results": results}, fh, indent=2)
@@ -256,8 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--root", default="../shared/datasets", help="folder holding the BEIR folders")
     p.add_argument("--datasets", default="scifact,hotpotqa,nq_open_oracle,squad_expmrc", help="comma-separated folders")
     p.add_argument("--presets", default="bm25,hybrid", help="retrieval presets for sets without answers")
-    p.add_argument("--runs", default="linear,conditional,branching,iterative,recursive,adaptive",
-                   help=f"pattern runs for QA sets: {', '.join(PATTERN_RUNS)}")  # fmt: skip
+    p.add_argument(
+        "--runs",
+        default="linear,conditional,branching,iterative,recursive,adaptive",
+        help=f"pattern runs for QA sets: {', '.join(PATTERN_RUNS)}",
+    )
     p.add_argument("--limit", type=int, default=20, help="questions per QA set, evenly spaced (default 20)")
     p.add_argument("--retrieval-limit", type=int, help="queries per retrieval-only set (default: all)")
     p.add_argument("--json", help="also write the results to this JSON file")

@@ -33,8 +33,13 @@ def run_and_keep(script: str, run: Callable[[Any], int], args: Any, save_to: Pat
     return code
 
 
-def main(script: str, doc: str, run: Callable[[Any], int], add_arguments: Callable[[argparse.ArgumentParser], None],
-         result: str) -> int:
+def main(
+    script: str,
+    doc: str,
+    run: Callable[[Any], int],
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    result: str,
+) -> int:
     """A benchmark command's entry point: ``--root`` (the shared datasets), the command's own arguments, ``--save``
     (its output to ``benchmarks/results/<result>``)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])

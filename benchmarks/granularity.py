@@ -37,10 +37,12 @@ from operators.fusion import rrf, score_fusion  # noqa: E402
 
 CHANNELS = ("bm25_doc", "dense_doc", "bm25_pas", "dense_pas", "dense_title")
 PAIRS = (("dense_doc", "bm25_doc"), ("dense_pas", "bm25_pas"), ("dense_pas", "bm25_doc"))
-MANY = ((("dense_pas", "bm25_pas", "bm25_doc"), (1.0, 0.5, 0.5)),
-        (("dense_pas", "bm25_pas", "dense_doc"), (1.0, 1.0, 0.25)),
-        (("dense_pas", "bm25_pas", "dense_doc", "bm25_doc"), (1.0, 1.0, 0.3, 0.3)),
-        (("dense_pas", "bm25_pas", "dense_title"), (1.0, 1.0, 0.25)))  # fmt: skip
+MANY = (
+    (("dense_pas", "bm25_pas", "bm25_doc"), (1.0, 0.5, 0.5)),
+    (("dense_pas", "bm25_pas", "dense_doc"), (1.0, 1.0, 0.25)),
+    (("dense_pas", "bm25_pas", "dense_doc", "bm25_doc"), (1.0, 1.0, 0.3, 0.3)),
+    (("dense_pas", "bm25_pas", "dense_title"), (1.0, 1.0, 0.25)),
+)
 FEEDBACK = ((3, 0.3), (3, 1.0), (5, 0.6), (10, 0.3))  # (m, beta)
 
 
@@ -65,8 +67,12 @@ def main() -> None:
     dataset = load_beir(Path(args.root) / "scifact", split=args.split)
     providers = ProvidersConfig.model_validate({"embeddings": {"name": "minilm"}})
     docs = dataset_providers(dataset, providers, chunker=OperatorSpec(name="document"), progress=False)
-    passages = dataset_providers(dataset, providers, progress=False, chunker=OperatorSpec(
-        name="recursive", params={"chunk_size": 600, "chunk_overlap": 100}))  # fmt: skip
+    passages = dataset_providers(
+        dataset,
+        providers,
+        progress=False,
+        chunker=OperatorSpec(name="recursive", params={"chunk_size": 600, "chunk_overlap": 100}),
+    )
     encoder = docs.index.encoder
     assert encoder is not None
     titled = [row for row in dataset.corpus() if row["title"]]
@@ -75,16 +81,21 @@ def main() -> None:
 
     def by_title(vector: np.ndarray) -> list[Hit]:
         scores = title_vectors @ vector
-        return [{"chunk_id": titled[i]["id"], "score": float(scores[i]), "text": "", "channel": "title", "metadata": {}}
-                for i in np.argsort(-scores)[: args.pool]]  # fmt: skip
+        return [
+            {"chunk_id": titled[i]["id"], "score": float(scores[i]), "text": "", "channel": "title", "metadata": {}}
+            for i in np.argsort(-scores)[: args.pool]
+        ]
 
-    lists = {q.id: {"bm25_doc": per_document(docs.index.search_sparse(q.text, args.pool, None)),
-                    "dense_doc": per_document(docs.index.search_dense(q.text, args.pool, None, vector=vectors[q.id])),
-                    "bm25_pas": per_document(passages.index.search_sparse(q.text, args.pool, None)),
-                    "dense_pas": per_document(passages.index.search_dense(q.text, args.pool, None,
-                                                                          vector=vectors[q.id])),
-                    "dense_title": by_title(vectors[q.id])}
-             for q in dataset.queries}  # fmt: skip
+    lists = {
+        q.id: {
+            "bm25_doc": per_document(docs.index.search_sparse(q.text, args.pool, None)),
+            "dense_doc": per_document(docs.index.search_dense(q.text, args.pool, None, vector=vectors[q.id])),
+            "bm25_pas": per_document(passages.index.search_sparse(q.text, args.pool, None)),
+            "dense_pas": per_document(passages.index.search_dense(q.text, args.pool, None, vector=vectors[q.id])),
+            "dense_title": by_title(vectors[q.id]),
+        }
+        for q in dataset.queries
+    }
 
     def row(label: str, run: dict[str, dict[str, float]]) -> list[str]:
         mean = retrieval_metrics(dataset.qrels, run, recall_at=(5,))["mean"]
@@ -94,13 +105,33 @@ def main() -> None:
     for dense, sparse in PAIRS:
         for weight in (0.5, 0.75, 1.0, 1.5):
             for norm in ("zscore", "minmax"):
-                rows.append(row(f"{dense} + {sparse}, {norm}, w={weight}", {q: doc_ranking(score_fusion(
-                    [ls[dense], ls[sparse]], weights=(weight, 1.0), norm=norm, k=100)) for q, ls in lists.items()}))
-        rows.append(row(f"{dense} + {sparse}, rrf", {q: doc_ranking(rrf([ls[dense], ls[sparse]], k=100))
-                                                     for q, ls in lists.items()}))  # fmt: skip
+                rows.append(
+                    row(
+                        f"{dense} + {sparse}, {norm}, w={weight}",
+                        {
+                            q: doc_ranking(
+                                score_fusion([ls[dense], ls[sparse]], weights=(weight, 1.0), norm=norm, k=100)
+                            )
+                            for q, ls in lists.items()
+                        },
+                    )
+                )
+        rows.append(
+            row(
+                f"{dense} + {sparse}, rrf",
+                {q: doc_ranking(rrf([ls[dense], ls[sparse]], k=100)) for q, ls in lists.items()},
+            )
+        )
     for names, weights in MANY:
-        rows.append(row(" + ".join(names) + f", minmax, w={'/'.join(map(str, weights))}", {q: doc_ranking(score_fusion(
-            [ls[n] for n in names], weights=weights, norm="minmax", k=100)) for q, ls in lists.items()}))  # fmt: skip
+        rows.append(
+            row(
+                " + ".join(names) + f", minmax, w={'/'.join(map(str, weights))}",
+                {
+                    q: doc_ranking(score_fusion([ls[n] for n in names], weights=weights, norm="minmax", k=100))
+                    for q, ls in lists.items()
+                },
+            )
+        )
     first = {q: score_fusion([ls["dense_pas"], ls["bm25_pas"]], norm="minmax", k=100) for q, ls in lists.items()}
     chunk_ids, _, metas = docs.index.dense.dump()
     chunk_of = {str(meta.get("doc_id", cid)): cid for cid, meta in zip(chunk_ids, metas, strict=True)}
@@ -112,9 +143,11 @@ def main() -> None:
             again = per_document(passages.index.search_dense("", args.pool, None, vector=moved / np.linalg.norm(moved)))
             run[q] = doc_ranking(score_fusion([again, ls["bm25_pas"]], norm="minmax", k=100))
         rows.append(row(f"Rocchio m={m} beta={beta}: dense_pas + bm25_pas, minmax, w=1.0", run))
-    text = (f"$ .venv/bin/python benchmarks/granularity.py --split {args.split} --pool {args.pool}\n"
-            f"scifact ({args.split}, {len(dataset.queries)} queries), bundled MiniLM, BM25 defaults\n"
-            + format_table(["channels", "nDCG@10", "R@5"], rows, max_width=80))  # fmt: skip
+    text = (
+        f"$ .venv/bin/python benchmarks/granularity.py --split {args.split} --pool {args.pool}\n"
+        f"scifact ({args.split}, {len(dataset.queries)} queries), bundled MiniLM, BM25 defaults\n"
+        + format_table(["channels", "nDCG@10", "R@5"], rows, max_width=80)
+    )
     print(text)
     if args.save:
         out = ROOT / "benchmarks" / "results" / f"granularity-{args.split}.txt"

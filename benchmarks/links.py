@@ -39,14 +39,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from common import main as common_main  # noqa: E402
 
 WORK = ROOT / ".modular_rag" / "links-bench"
-LINK_CONFIGS = ["hotpotqa-multihop", "hotpotqa-iterative-links", "hotpotqa-recursive-links",
-                "hotpotqa-branching-passages"]  # fmt: skip
+LINK_CONFIGS = [
+    "hotpotqa-multihop",
+    "hotpotqa-iterative-links",
+    "hotpotqa-recursive-links",
+    "hotpotqa-branching-passages",
+]
 DEMO_ALIASES = {  # the hand-written front matter the demo carried before its anchors came from the documents
-    "harbor-20-kids-bike-manual": "Harbor 20", "tp-4410-brake-pads": "TP-4410",
-    "tw-300-commuter-manual": "TW-300 Commuter, TW-300", "tw-550-gravel-spec-sheet": "TW-550 Gravel, TW-550",
-    "tw-900-carbon-road-manual": "TW-900 Carbon Road, TW-900", "tw-e1-ebike-manual": "TW-E1",
-    "tw-e2-cargo-manual": "TW-E2 Cargo, TW-E2", "tw-f2-skiff-folding-manual": "TW-F2 Skiff, TW-F2",
-}  # fmt: skip
+    "harbor-20-kids-bike-manual": "Harbor 20",
+    "tp-4410-brake-pads": "TP-4410",
+    "tw-300-commuter-manual": "TW-300 Commuter, TW-300",
+    "tw-550-gravel-spec-sheet": "TW-550 Gravel, TW-550",
+    "tw-900-carbon-road-manual": "TW-900 Carbon Road, TW-900",
+    "tw-e1-ebike-manual": "TW-E1",
+    "tw-e2-cargo-manual": "TW-E2 Cargo, TW-E2",
+    "tw-f2-skiff-folding-manual": "TW-F2 Skiff, TW-F2",
+}
 
 
 def _fit_ids(dataset: Any) -> set[str]:
@@ -70,8 +78,7 @@ def _link_stats(env: Any, dataset: Any, seconds: float) -> list[str]:
     pairs = [sorted(g) for g in dataset.qrels.values() if len(g) == 2]
     joined = sum((a, b) in graph or (b, a) in graph for a, b in pairs)
     anchors = env.index.catalog.anchor_count()
-    return [f"{len(linked_docs)}/{len(set(docs.values()))}", f"{joined}/{len(pairs)}", f"{anchors:,}",
-            f"{seconds:.1f}"]  # fmt: skip
+    return [f"{len(linked_docs)}/{len(set(docs.values()))}", f"{joined}/{len(pairs)}", f"{anchors:,}", f"{seconds:.1f}"]
 
 
 def _timed_links(env: Any) -> float:
@@ -143,22 +150,45 @@ def run(args: argparse.Namespace) -> int:
             env = None
             for name, data in (("default (single shot)", default), ("default + link_hop", hop)):
                 config = load_config({**data, "name": name})
-                env = dataset_providers(dataset, config.providers, chunker=OperatorSpec(name="recursive"),
-                                        progress=False)  # fmt: skip
+                env = dataset_providers(
+                    dataset, config.providers, chunker=OperatorSpec(name="recursive"), progress=False
+                )
                 result = evaluate_flow(config, dataset, env, name=name)
                 s = result.summary()
-                rows.append([label, name, f"{_all_at_5(result, dataset.qrels, multi):.3f}",
-                             f"{_all_at_5(result, dataset.qrels):.3f}", f"{s['contains']:.3f}",
-                             f"{s['contains_backed']:.3f}", f"{s['ms']:.0f}"])  # fmt: skip
+                rows.append(
+                    [
+                        label,
+                        name,
+                        f"{_all_at_5(result, dataset.qrels, multi):.3f}",
+                        f"{_all_at_5(result, dataset.qrels):.3f}",
+                        f"{s['contains']:.3f}",
+                        f"{s['contains_backed']:.3f}",
+                        f"{s['ms']:.0f}",
+                    ]
+                )
             stats.append([label, *_link_stats(env, dataset, _timed_links(env))])
         print("1. the demo corpus: 24 questions (5 multi-hop), answers scored as benchmarks/answers.py does")
-        print(format_table(["corpus", "config", "all@5, 5 multi-hop", "all@5, 24", "contains gold",
-                            "+ supported citation", "ms/q"], rows))  # fmt: skip
+        print(
+            format_table(
+                [
+                    "corpus",
+                    "config",
+                    "all@5, 5 multi-hop",
+                    "all@5, 24",
+                    "contains gold",
+                    "+ supported citation",
+                    "ms/q",
+                ],
+                rows,
+            )
+        )
         print(format_table(["corpus", "documents with an outlink", "gold pairs linked", "anchors", "build s"], stats))
         print()
     if not args.skip_hotpotqa:
-        configs = {name: yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8"))
-                   for name in ["hotpotqa-linear", *LINK_CONFIGS]}  # fmt: skip
+        configs = {
+            name: yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8"))
+            for name in ["hotpotqa-linear", *LINK_CONFIGS]
+        }
         rows, stats, gains = [], [], []
         for label, folder in _hotpotqa_copies(Path(args.root) / "hotpotqa").items():
             dataset = load_beir(folder)
@@ -168,31 +198,65 @@ def run(args: argparse.Namespace) -> int:
             env = None
             for name, data in configs.items():
                 config = load_config(data)
-                env = dataset_providers(dataset, config.providers, chunker=OperatorSpec(name="document"),
-                                        progress=False)  # fmt: skip
+                env = dataset_providers(
+                    dataset, config.providers, chunker=OperatorSpec(name="document"), progress=False
+                )
                 result = evaluate_flow(config, dataset, env, name=name)
                 s = result.summary()
                 scores[name] = (_all_at_5(result, dataset.qrels), _all_at_5(result, dataset.qrels, rest))
-                rows.append([label, name, f"{scores[name][0]:.3f}", f"{scores[name][1]:.3f}",
-                             f"{_all_at_5(result, dataset.qrels, fit):.3f}", f"{s['retrievals']:.2f}",
-                             f"{s['ms']:.0f}"])  # fmt: skip
+                rows.append(
+                    [
+                        label,
+                        name,
+                        f"{scores[name][0]:.3f}",
+                        f"{scores[name][1]:.3f}",
+                        f"{_all_at_5(result, dataset.qrels, fit):.3f}",
+                        f"{s['retrievals']:.2f}",
+                        f"{s['ms']:.0f}",
+                    ]
+                )
             if label != "questions lowercased":
                 stats.append([label, *_link_stats(env, dataset, _timed_links(env))])
             gains.append((label, scores))
         print("2. HotpotQA dev, retrieval only (no LLM): all@5")
-        print(format_table(["corpus / questions", "config", "all@5 (350)", "230 unseen", "120 fit", "retrievals/q",
-                            "ms/q"], rows))  # fmt: skip
+        print(
+            format_table(
+                ["corpus / questions", "config", "all@5 (350)", "230 unseen", "120 fit", "retrievals/q", "ms/q"], rows
+            )
+        )
         base = dict(gains)["titles"]
         out = []
         for label, scores in gains:
             for name in LINK_CONFIGS:
-                share = [(scores[name][k] - scores["hotpotqa-linear"][k]) /
-                         max(base[name][k] - base["hotpotqa-linear"][k], 1e-9) for k in (0, 1)]  # fmt: skip
-                out.append([label, name, f"{scores[name][0] - scores['hotpotqa-linear'][0]:+.3f}", f"{share[0]:.0%}",
-                            f"{scores[name][1] - scores['hotpotqa-linear'][1]:+.3f}", f"{share[1]:.0%}"])  # fmt: skip
+                share = [
+                    (scores[name][k] - scores["hotpotqa-linear"][k])
+                    / max(base[name][k] - base["hotpotqa-linear"][k], 1e-9)
+                    for k in (0, 1)
+                ]
+                out.append(
+                    [
+                        label,
+                        name,
+                        f"{scores[name][0] - scores['hotpotqa-linear'][0]:+.3f}",
+                        f"{share[0]:.0%}",
+                        f"{scores[name][1] - scores['hotpotqa-linear'][1]:+.3f}",
+                        f"{share[1]:.0%}",
+                    ]
+                )
         print("\nthe link configs' gain over single shot on the same corpus, and its share of the with-titles gain")
-        print(format_table(["corpus / questions", "config", "gain (350)", "of titles' gain", "gain (230)",
-                            "of titles' gain (230)"], out))  # fmt: skip
+        print(
+            format_table(
+                [
+                    "corpus / questions",
+                    "config",
+                    "gain (350)",
+                    "of titles' gain",
+                    "gain (230)",
+                    "of titles' gain (230)",
+                ],
+                out,
+            )
+        )
         print("\n3. the link table (built from the index's chunks)")
         print(format_table(["corpus", "documents with an outlink", "gold pairs linked", "anchors", "build s"], stats))
     return 0

@@ -58,8 +58,9 @@ def milvus_lite_server(folder: Path, timeout_s: float = 60.0, port: int | None =
     binary = Path(sys.executable).parent / "milvus-lite"
     cmd = [str(binary), "server", "--data-dir", str(folder), "--host", "127.0.0.1", "--port", str(port)]
     with open(folder.parent / "milvus.log", "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -95,8 +96,12 @@ def copy_into_milvus(source: Any, store: Any, page: int = 2000) -> tuple[int, fl
     for offset in range(0, total, page):
         got = source.collection.get(include=["documents", "metadatas", "embeddings"], limit=page, offset=offset)
         start = time.perf_counter()
-        store.add(got["ids"], got["documents"], [dict(m or {}) for m in got["metadatas"]],
-                  np.asarray(got["embeddings"], dtype=np.float32))  # fmt: skip
+        store.add(
+            got["ids"],
+            got["documents"],
+            [dict(m or {}) for m in got["metadatas"]],
+            np.asarray(got["embeddings"], dtype=np.float32),
+        )
         spent += time.perf_counter() - start
     start = time.perf_counter()
     store.flush()
@@ -142,8 +147,9 @@ def run(args: argparse.Namespace) -> int:
         results[("kit: chroma + local BM25", name)] = run_retrieval(config(retrieve), dataset, kit_env, name=name)
     plain_env = dataset_providers(dataset, ProvidersConfig(sparse=SparseConfig(stemmer="none")))
     for name in ("bm25", "hybrid (rrf)"):
-        results[("kit: BM25 without stemming", name)] = run_retrieval(config(presets[name]), dataset, plain_env,
-                                                                      name=name)  # fmt: skip
+        results[("kit: BM25 without stemming", name)] = run_retrieval(
+            config(presets[name]), dataset, plain_env, name=name
+        )
 
     with tempfile.TemporaryDirectory(prefix="milvus-bench-") as tmp, milvus_lite_server(Path(tmp) / "data") as uri:
         milvus_env = Providers(ProvidersConfig(vectorstore=MilvusConfig(uri=uri, collection=COLLECTION, bm25="milvus")))
@@ -158,17 +164,31 @@ def run(args: argparse.Namespace) -> int:
         from modular_rag.builder import build_flow
 
         trace = build_flow(config(presets["hybrid (rrf)"]), providers=milvus_env).invoke(
-            {"query": dataset.queries[0].text})["trace"][0]["summary"]  # fmt: skip
+            {"query": dataset.queries[0].text}
+        )["trace"][0]["summary"]
 
-    print(f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, {copied} chunks, one per "
-          f"abstract), embeddings: bundled all-MiniLM-L6-v2, retrieval only, depth {depth}")  # fmt: skip
-    print(f"milvus: {version} over gRPC on loopback; {copied} chunks with the kit's vectors copied in "
-          f"{seconds:.1f}s; {described}")  # fmt: skip
+    print(
+        f"{dataset.name} ({dataset.split} split, {len(dataset.queries)} queries, {copied} chunks, one per "
+        f"abstract), embeddings: bundled all-MiniLM-L6-v2, retrieval only, depth {depth}"
+    )
+    print(
+        f"milvus: {version} over gRPC on loopback; {copied} chunks with the kit's vectors copied in "
+        f"{seconds:.1f}s; {described}"
+    )
     rows = []
     for (store_name, name), res in results.items():
         m = res.mean
-        rows.append([store_name, name, f"{m['ndcg@10']:.4f}", f"{m['recall@10']:.4f}", f"{m['recall@100']:.4f}",
-                     f"{res.ledger.get('retrievals', 0):.0f}", f"{res.ms_per_query:.1f}"])  # fmt: skip
+        rows.append(
+            [
+                store_name,
+                name,
+                f"{m['ndcg@10']:.4f}",
+                f"{m['recall@10']:.4f}",
+                f"{m['recall@100']:.4f}",
+                f"{res.ledger.get('retrievals', 0):.0f}",
+                f"{res.ms_per_query:.1f}",
+            ]
+        )
     print(format_table(["store", "retriever", "nDCG@10", "R@10", "R@100", "retrievals/q", "ms/q"], rows))
 
     def mean(store_name: str, name: str, metric: str = "ndcg@10") -> float:
@@ -178,18 +198,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nhybrid step's trace (Milvus): {trace}")
     print("\nMilvus - kit, nDCG@10 (R@10):")
     for name in presets:
-        print(f"  {name:13} {mean(milvus, name) - mean(kit, name):+.4f} "
-              f"({mean(milvus, name, 'recall@10') - mean(kit, name, 'recall@10'):+.4f})")  # fmt: skip
+        print(
+            f"  {name:13} {mean(milvus, name) - mean(kit, name):+.4f} "
+            f"({mean(milvus, name, 'recall@10') - mean(kit, name, 'recall@10'):+.4f})"
+        )
     print("why, nDCG@10:")
     for name in ("bm25", "hybrid (rrf)"):
         stem = mean(kit, name) - mean(plain, name)
         rest = mean(milvus, name) - mean(plain, name)
         same = _overlap(results[(plain, name)].run, results[(milvus, name)].run)
-        print(f"  {name:13} Snowball stemming is worth {stem:+.4f} to the kit; Milvus vs the kit without stemming "
-              f"{rest:+.4f} (top-10 overlap {same:.3f})")  # fmt: skip
+        print(
+            f"  {name:13} Snowball stemming is worth {stem:+.4f} to the kit; Milvus vs the kit without stemming "
+            f"{rest:+.4f} (top-10 overlap {same:.3f})"
+        )
     dense_same = _overlap(results[(kit, "dense")].run, results[(milvus, "dense")].run)
-    print(f"  dense         the same vectors: top-10 overlap {dense_same:.3f} (Chroma's HNSW, Milvus Lite's FAISS "
-          "HNSW)")  # fmt: skip
+    print(
+        f"  dense         the same vectors: top-10 overlap {dense_same:.3f} (Chroma's HNSW, Milvus Lite's FAISS HNSW)"
+    )
     return 0
 
 

@@ -59,8 +59,10 @@ def run(args: argparse.Namespace) -> int:
     rows, worst = [], 0.0
     with milvus_lite_server(folder / "data", port=args.port) as uri:
         search = {"ef": int(args.ef)} if args.ef else {}  # --ef N: Milvus's dense searches with that HNSW ef
-        print(f"Milvus: milvus-lite server at {uri} (bm25: auto, so the kit's postings rank BM25 there"
-              + (f"; dense searches with ef {args.ef})" if search else ")"))  # fmt: skip
+        print(
+            f"Milvus: milvus-lite server at {uri} (bm25: auto, so the kit's postings rank BM25 there"
+            + (f"; dense searches with ef {args.ef})" if search else ")")
+        )
         for path in paths:
             config = load_config(path)
             name = path.stem
@@ -71,13 +73,21 @@ def run(args: argparse.Namespace) -> int:
             for store in ("chroma", "milvus"):
                 flow = milvus if store == "milvus" else config
                 start = time.perf_counter()
-                env = dataset_providers(dataset, flow.providers, chunker=chunker, progress=False,
-                                        log=lambda line: print(f"  {line}", flush=True))  # fmt: skip
+                env = dataset_providers(
+                    dataset,
+                    flow.providers,
+                    chunker=chunker,
+                    progress=False,
+                    log=lambda line: print(f"  {line}", flush=True),
+                )
                 result = evaluate_flow(flow, dataset, env, name=name)
                 got[store] = _scores(result)
                 shown = ", ".join(f"{m} {v:.4f}" for m, v in got[store].items() if v is not None)
-                print(f"{name} on {store}: {len(dataset.queries)} queries, {time.perf_counter() - start:.0f}s "
-                      f"(with indexing), {result.summary()['ms']:.0f} ms/q; {shown}", flush=True)  # fmt: skip
+                print(
+                    f"{name} on {store}: {len(dataset.queries)} queries, {time.perf_counter() - start:.0f}s "
+                    f"(with indexing), {result.summary()['ms']:.0f} ms/q; {shown}",
+                    flush=True,
+                )
             for metric in METRICS:
                 a, b = got["chroma"][metric], got["milvus"][metric]
                 if a is None or b is None:
@@ -129,9 +139,12 @@ def dense_recall(args: argparse.Namespace) -> int:
                 recall_c.append(len(exact & set(c)) / k)
                 recall_m.append(len(exact & set(m)) / k)
                 same.append(c[:10] == m[:10])
-            print(f"{path.stem} ({dataset.name}, {len(dataset.queries)} questions, {len(ids)} chunks): dense top-{k} "
-                  f"against exact cosine: Chroma {np.mean(recall_c):.4f}, Milvus Lite {np.mean(recall_m):.4f}; the "
-                  f"same top 10 in both stores for {np.mean(same):.1%} of the questions", flush=True)  # fmt: skip
+            print(
+                f"{path.stem} ({dataset.name}, {len(dataset.queries)} questions, {len(ids)} chunks): dense top-{k} "
+                f"against exact cosine: Chroma {np.mean(recall_c):.4f}, Milvus Lite {np.mean(recall_m):.4f}; the "
+                f"same top 10 in both stores for {np.mean(same):.1%} of the questions",
+                flush=True,
+            )
             for ef in (int(e) for e in args.ef.split(",") if e):  # Milvus Lite: faiss HNSW, ef 64 by default
                 searched = config.with_vectorstore(MilvusConfig(uri=uri, search_params={"ef": ef})).providers
                 store = dataset_providers(dataset, searched, chunker=chunker, progress=False).index.dense
@@ -141,15 +154,25 @@ def dense_recall(args: argparse.Namespace) -> int:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--configs", nargs="+", default=[str(p) for p in sorted((ROOT / "configs").glob("*.yaml"))],
-                        help="the configs to compare (default: every file in configs/)")  # fmt: skip
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=[str(p) for p in sorted((ROOT / "configs").glob("*.yaml"))],
+        help="the configs to compare (default: every file in configs/)",
+    )
     parser.add_argument("--port", type=int, default=19539, help="the Milvus Lite server's loopback port (19539)")
-    parser.add_argument("--dense-recall", action="store_true",
-                        help="only measure each store's dense search against exact cosine (the indexes the configs "
-                        "were scored on)")  # fmt: skip
-    parser.add_argument("--ef", default="", help="Milvus's dense searches with this HNSW ef (vectorstore."
-                        "search_params; Milvus Lite's default is 64); with --dense-recall, Milvus Lite's recall at "
-                        "each of these ef values (comma-separated)")  # fmt: skip
+    parser.add_argument(
+        "--dense-recall",
+        action="store_true",
+        help="only measure each store's dense search against exact cosine (the indexes the configs were scored on)",
+    )
+    parser.add_argument(
+        "--ef",
+        default="",
+        help="Milvus's dense searches with this HNSW ef (vectorstore."
+        "search_params; Milvus Lite's default is 64); with --dense-recall, Milvus Lite's recall at "
+        "each of these ef values (comma-separated)",
+    )
 
 
 def main() -> int:

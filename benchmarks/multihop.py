@@ -34,11 +34,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from common import main as common_main  # noqa: E402
 
-RETRIEVAL = ["hotpotqa-linear", "hotpotqa-multihop", "hotpotqa-iterative-links", "hotpotqa-branching-passages",
-             "hotpotqa-recursive-links"]  # fmt: skip
+RETRIEVAL = [
+    "hotpotqa-linear",
+    "hotpotqa-multihop",
+    "hotpotqa-iterative-links",
+    "hotpotqa-branching-passages",
+    "hotpotqa-recursive-links",
+]
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "iterative-evidence (MDR, beam 1)": ("hotpotqa-iterative-links", {"operators": {"hop": {"name": "evidence",
-                                                                                           "params": {"beam": 1}}}}),
+    "iterative-evidence (MDR, beam 1)": (
+        "hotpotqa-iterative-links",
+        {"operators": {"hop": {"name": "evidence", "params": {"beam": 1}}}},
+    ),
     "branching-passages-evidence": ("hotpotqa-branching-passages", {"operators": {"hop": "evidence"}}),
 }
 LLM_RUNS = ["linear-checked", "iterative", "iterative-ircot", "branching", "recursive", "adaptive"]
@@ -78,9 +85,18 @@ def run(args: argparse.Namespace) -> int:
 
     def row(set_name: str, result: FlowResult, note: str = "") -> list[str]:
         s = result.summary()
-        return [set_name, result.name + note, f"{s['queries']:.0f}", f"{s['all@5']:.3f}", f"{s['recall@5']:.3f}",
-                f"{s['recall@10']:.3f}", f"{s['ndcg@10']:.3f}", f"{s['retrievals']:.2f}", f"{s['llm_calls']:.2f}",
-                f"{s['ms']:.0f}"]  # fmt: skip
+        return [
+            set_name,
+            result.name + note,
+            f"{s['queries']:.0f}",
+            f"{s['all@5']:.3f}",
+            f"{s['recall@5']:.3f}",
+            f"{s['recall@10']:.3f}",
+            f"{s['ndcg@10']:.3f}",
+            f"{s['retrievals']:.2f}",
+            f"{s['llm_calls']:.2f}",
+            f"{s['ms']:.0f}",
+        ]
 
     rows: list[list[str]] = []
     rest_rows: list[list[str]] = []
@@ -112,8 +128,9 @@ def run(args: argparse.Namespace) -> int:
             result = evaluate_flow(config, dataset, env, name=run_name)
             s = result.summary()
             half = 1.96 * math.sqrt(max(s["all@5"] * (1 - s["all@5"]), 1e-9) / s["queries"])
-            llm_rows.append(row("hotpotqa", result, f" (all@5 ±{half:.2f})") + [f"{s['f1']:.3f}",
-                                                                                 f"{s['contains']:.3f}"])
+            llm_rows.append(
+                row("hotpotqa", result, f" (all@5 ±{half:.2f})") + [f"{s['f1']:.3f}", f"{s['contains']:.3f}"]
+            )
         print(f"\nthe templates, LLM-driven (local SmolLM2-135M), {args.llm_limit} HotpotQA questions spread over dev:")
         print(format_table([*headers, "F1", "contains"], llm_rows))
     return 0

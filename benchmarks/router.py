@@ -43,8 +43,10 @@ from common import main as common_main  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-MIXES = {"nq+hotpotqa": ("nq_open_oracle", "hotpotqa", "mix-nq"),
-         "squad+hotpotqa": ("squad_expmrc", "hotpotqa", "mix-squad")}  # fmt: skip
+MIXES = {
+    "nq+hotpotqa": ("nq_open_oracle", "hotpotqa", "mix-nq"),
+    "squad+hotpotqa": ("squad_expmrc", "hotpotqa", "mix-squad"),
+}
 ROUTES = ("hotpotqa-linear", "hotpotqa-multihop")
 
 
@@ -92,20 +94,29 @@ def run(args: argparse.Namespace) -> int:
     mixes = {m: MIXES[m] for m in args.mixes.split(",")}
     for mix, (single, multi, folder) in mixes.items():
         parts = [load_beir(Path(args.root) / name) for name in (single, multi)]
-        train, dev = mixed_dataset(parts, ROOT / ".modular_rag" / "datasets" / folder, train_fraction=0.5,
-                                   seed=args.seed)  # fmt: skip
+        train, dev = mixed_dataset(
+            parts, ROOT / ".modular_rag" / "datasets" / folder, train_fraction=0.5, seed=args.seed
+        )
         data[mix] = (train, dev)
         print(f"\n== {mix}: {len(train.queries)} training and {len(dev.queries)} evaluation questions")
         for features in feature_sets:
             key = f"{features} ({mix})"
             print(f"\n-- router reading the {features}, trained on {mix}")
             routers[key] = r = train_router(
-                train, routes, ROOT / ".modular_rag" / "routers" / f"{mix}-{features.replace(',', '+')}",
-                quality="all@5", features=features.split(","), classes=args.classes, seed=args.seed,
+                train,
+                routes,
+                ROOT / ".modular_rag" / "routers" / f"{mix}-{features.replace(',', '+')}",
+                quality="all@5",
+                features=features.split(","),
+                classes=args.classes,
+                seed=args.seed,
                 max_cost_ratio=args.max_cost_ratio,
-                log=print)  # fmt: skip
-            print(f"router {key}: classes {r.classes}, cross-validated route accuracy {r.accuracy:.3f}, question-kind "
-                  f"accuracy {r.class_accuracy:.3f}; cost weight {r.cost_weight}, l2 {r.l2}")  # fmt: skip
+                log=print,
+            )
+            print(
+                f"router {key}: classes {r.classes}, cross-validated route accuracy {r.accuracy:.3f}, question-kind "
+                f"accuracy {r.class_accuracy:.3f}; cost weight {r.cost_weight}, l2 {r.l2}"
+            )
     checks = []
     for mix, (_, dev) in data.items():
         print(f"\n== evaluation half of {mix} ({len(dev.queries)} questions, never seen by any router's training)")
@@ -115,13 +126,16 @@ def run(args: argparse.Namespace) -> int:
         for name in (*ROUTES, *(f"routed {key}" for key in routers)):
             config = routes[name] if name in routes else load_config(routers[name[7:]].config_file)
             configs[name] = config
-            env = dataset_providers(dev, config.providers, chunker=OperatorSpec(name=dev.default_chunker),
-                                    progress=False)  # fmt: skip
+            env = dataset_providers(
+                dev, config.providers, chunker=OperatorSpec(name=dev.default_chunker), progress=False
+            )
             env.encoder.clear_cache()  # every flow embeds its questions itself: latencies are comparable
             runs[name] = evaluate_flow(config, dev, env, name=name)
         assert env is not None
-        quality = {name: {rec.qid: query_quality(rec, dev.qrels[rec.qid], "all@5") for rec in res.records}
-                   for name, res in runs.items()}  # fmt: skip
+        quality = {
+            name: {rec.qid: query_quality(rec, dev.qrels[rec.qid], "all@5") for rec in res.records}
+            for name, res in runs.items()
+        }
         retrievals = {name: float(res.summary()["retrievals"]) for name, res in runs.items()}
         lin, mh = ROUTES
         best = {q.id: max(quality[lin][q.id], quality[mh][q.id]) for q in dev.queries}
@@ -137,34 +151,85 @@ def run(args: argparse.Namespace) -> int:
             if name.startswith("routed"):
                 model = RouterModel.load(routers[name[7:]].model_file)
                 accuracy = _accuracy(model, env, configs[name], texts, truth)
-            rows.append([name, f"{s['all@5']:.3f}", *_part_figures(dev, quality[name]), share,
-                         f"{s['ms']:.0f}", *accuracy])  # fmt: skip
-        rows.append(["oracle", f"{np.mean(list(best.values())):.3f}", *[
-            f"{np.mean([best[q.id] for q in dev.queries if q.extra.get('source') == src]):.3f}" for src in sources],
-            f"{oracle_retr:.2f} ({oracle_retr / retrievals[mh]:.0%})", "–", "–", "–", "–"])  # fmt: skip
-        print(format_table(["config", "all@5", *[f"all@5 {s}" for s in sources], "retrievals/q (of multi-hop)",
-                            "ms/q", "routing acc.", "lower-cased", "title-cased"], rows))  # fmt: skip
+            rows.append(
+                [name, f"{s['all@5']:.3f}", *_part_figures(dev, quality[name]), share, f"{s['ms']:.0f}", *accuracy]
+            )
+        rows.append(
+            [
+                "oracle",
+                f"{np.mean(list(best.values())):.3f}",
+                *[
+                    f"{np.mean([best[q.id] for q in dev.queries if q.extra.get('source') == src]):.3f}"
+                    for src in sources
+                ],
+                f"{oracle_retr:.2f} ({oracle_retr / retrievals[mh]:.0%})",
+                "–",
+                "–",
+                "–",
+                "–",
+            ]
+        )
+        print(
+            format_table(
+                [
+                    "config",
+                    "all@5",
+                    *[f"all@5 {s}" for s in sources],
+                    "retrievals/q (of multi-hop)",
+                    "ms/q",
+                    "routing acc.",
+                    "lower-cased",
+                    "title-cased",
+                ],
+                rows,
+            )
+        )
         top = runs[mh].summary()
         for key in routers:
             s = runs[f"routed {key}"].summary()
             met = s["all@5"] >= top["all@5"] - 0.02 - 1e-9 and s["retrievals"] <= 0.7 * top["retrievals"] + 1e-9
-            checks.append([f"{mix}, router {key}", "yes" if met else "NO",
-                           f"{s['all@5']:.3f} vs {top['all@5']:.3f} ({s['all@5'] - top['all@5']:+.3f})",
-                           f"{s['retrievals']:.2f} vs {top['retrievals']:.2f} "
-                           f"({s['retrievals'] / top['retrievals']:.0%})"])  # fmt: skip
+            checks.append(
+                [
+                    f"{mix}, router {key}",
+                    "yes" if met else "NO",
+                    f"{s['all@5']:.3f} vs {top['all@5']:.3f} ({s['all@5'] - top['all@5']:+.3f})",
+                    f"{s['retrievals']:.2f} vs {top['retrievals']:.2f} ({s['retrievals'] / top['retrievals']:.0%})",
+                ]
+            )
     print()
-    print(format_table(["evaluation half, router (features, trained on)", "within 0.02 at <= 70%", "all@5 vs multi-hop",
-                        "retrievals vs multi-hop"], checks, max_width=100))  # fmt: skip
+    print(
+        format_table(
+            [
+                "evaluation half, router (features, trained on)",
+                "within 0.02 at <= 70%",
+                "all@5 vs multi-hop",
+                "retrievals vs multi-hop",
+            ],
+            checks,
+            max_width=100,
+        )
+    )
     return 0
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-cost-ratio", type=float, default=0.7,
-                        help="the routers' cost ceiling, a share of the multi-hop route's (0.7)")  # fmt: skip
-    parser.add_argument("--features", default="question;evidence",
-                        help="the routers' feature sets, ';' between routers, ',' within one (question;evidence)")
-    parser.add_argument("--classes", default="auto", choices=["auto", "passages", "outcome", "both"],
-                        help="the routers' kinds of questions (auto: cross-validation chooses)")
+    parser.add_argument(
+        "--max-cost-ratio",
+        type=float,
+        default=0.7,
+        help="the routers' cost ceiling, a share of the multi-hop route's (0.7)",
+    )
+    parser.add_argument(
+        "--features",
+        default="question;evidence",
+        help="the routers' feature sets, ';' between routers, ',' within one (question;evidence)",
+    )
+    parser.add_argument(
+        "--classes",
+        default="auto",
+        choices=["auto", "passages", "outcome", "both"],
+        help="the routers' kinds of questions (auto: cross-validation chooses)",
+    )
     parser.add_argument("--mixes", default=",".join(MIXES), help=f"the mixes ({','.join(MIXES)})")
     parser.add_argument("--seed", type=int, default=0)
 

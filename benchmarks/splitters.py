@@ -61,7 +61,7 @@ CASES: list[tuple[str, list[str]]] = [
     ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
     ("Is it on? Yes. It is.", ["Is it on?", "Yes.", "It is."]),
     ("The E07 code means a lost signal. Check the magnet.", ["The E07 code means a lost signal.", "Check the magnet."]),
-]  # fmt: skip
+]
 """Written cases and their right split."""
 
 
@@ -107,7 +107,11 @@ def _sentencex() -> Callable[[str], list[str]]:
 
 
 SPLITTERS: dict[str, Callable[[], Callable[[str], list[str]]]] = {
-    "regex": _regex, "pysbd": _pysbd, "syntok": _syntok, "sentencex": _sentencex}  # fmt: skip
+    "regex": _regex,
+    "pysbd": _pysbd,
+    "syntok": _syntok,
+    "sentencex": _sentencex,
+}
 """Each candidate: a factory of its paragraph splitter (a paragraph with single spaces -> its sentences)."""
 
 
@@ -149,15 +153,27 @@ def _speed(names: list[str], splitters: dict[str, Callable[[str], list[str]]], d
 
     rows = []
     for set_name, dataset in datasets.items():
-        texts = [json.loads(line)["text"] for path in dataset.corpus_paths
-                 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
+        texts = [
+            json.loads(line)["text"]
+            for path in dataset.corpus_paths
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
         for name in names:
             with splitting_with(splitters[name]):
                 t0 = time.process_time()
                 found = [split_sentences(t) for t in texts]
                 ms = (time.process_time() - t0) * 1000 / len(texts)
-            rows.append([set_name, name, len(texts), round(sum(map(len, texts)) / len(texts)), f"{ms:.3f}",
-                         f"{sum(map(len, found)) / len(texts):.2f}"])  # fmt: skip
+            rows.append(
+                [
+                    set_name,
+                    name,
+                    len(texts),
+                    round(sum(map(len, texts)) / len(texts)),
+                    f"{ms:.3f}",
+                    f"{sum(map(len, found)) / len(texts):.2f}",
+                ]
+            )
     print(format_table(["corpus", "splitter", "chunks", "chars/chunk", "CPU ms/chunk", "sentences/chunk"], rows))
 
 
@@ -201,11 +217,34 @@ def _latency(names: list[str], splitters: dict[str, Callable[[str], list[str]]],
                         cpu[name].append((time.process_time() - c0) * 1000)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    rows = [[n, len(ms[n]), f"{_pct(ms[n], 50):.1f}", f"{_pct(ms[n], 95):.1f}", f"{max(ms[n]):.1f}",
-             f"{_pct(cpu[n], 50):.1f}", f"{statistics.mean(cpu[n]):.1f}",
-             "yes" if _pct(ms[n], 50) <= 25 and max(ms[n]) <= 60 else "NO"] for n in names]  # fmt: skip
-    print(format_table(["splitter", "questions", "p50 ms", "p95 ms", "max ms", "CPU ms p50", "CPU ms mean",
-                        "within p50 25 / max 60"], rows))  # fmt: skip
+    rows = [
+        [
+            n,
+            len(ms[n]),
+            f"{_pct(ms[n], 50):.1f}",
+            f"{_pct(ms[n], 95):.1f}",
+            f"{max(ms[n]):.1f}",
+            f"{_pct(cpu[n], 50):.1f}",
+            f"{statistics.mean(cpu[n]):.1f}",
+            "yes" if _pct(ms[n], 50) <= 25 and max(ms[n]) <= 60 else "NO",
+        ]
+        for n in names
+    ]
+    print(
+        format_table(
+            [
+                "splitter",
+                "questions",
+                "p50 ms",
+                "p95 ms",
+                "max ms",
+                "CPU ms p50",
+                "CPU ms mean",
+                "within p50 25 / max 60",
+            ],
+            rows,
+        )
+    )
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"load average (1, 5, 15 min) at the end: {load} on {os.cpu_count()} cores")
 
@@ -233,13 +272,44 @@ def _answers(names: list[str], splitters: dict[str, Callable[[str], list[str]]],
                 texts = [r.answer for r in result.records]
                 changed = sum(a != b for a, b in zip(first, texts, strict=True)) if first else 0
                 first = first or texts
-                rows.append([set_name, cname, name, f"{s['queries']:.0f}", f"{s['contains']:.3f}",
-                             f"{s['contains_backed']:.3f}", f"{s['em']:.3f}", f"{s['f1']:.3f}", f"{s['supported']:.3f}",
-                             f"{s['refused']:.3f}", changed, sum(r.error is not None for r in result.records),
-                             f"{s['ms']:.0f}"])  # fmt: skip
+                rows.append(
+                    [
+                        set_name,
+                        cname,
+                        name,
+                        f"{s['queries']:.0f}",
+                        f"{s['contains']:.3f}",
+                        f"{s['contains_backed']:.3f}",
+                        f"{s['em']:.3f}",
+                        f"{s['f1']:.3f}",
+                        f"{s['supported']:.3f}",
+                        f"{s['refused']:.3f}",
+                        changed,
+                        sum(r.error is not None for r in result.records),
+                        f"{s['ms']:.0f}",
+                    ]
+                )
                 print("  " + " ".join(str(x) for x in rows[-1]), file=sys.stderr, flush=True)
-    print(format_table(["set", "config", "splitter", "questions", "contains", "contains+supported citation", "EM",
-                        "F1", "supported", "refused", "answers changed", "errors", "ms/q"], rows))  # fmt: skip
+    print(
+        format_table(
+            [
+                "set",
+                "config",
+                "splitter",
+                "questions",
+                "contains",
+                "contains+supported citation",
+                "EM",
+                "F1",
+                "supported",
+                "refused",
+                "answers changed",
+                "errors",
+                "ms/q",
+            ],
+            rows,
+        )
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -267,8 +337,10 @@ def run(args: argparse.Namespace) -> int:
         print("\nspeed: split every chunk of the corpus (split_sentences, CPU time of this process)")
         _speed(names, splitters, datasets)
     if "latency" in parts:
-        print(f"\nwarm latency: the default template over the demo index, 24 demo questions x {args.rounds} rounds, "
-              "each asked once per splitter (its own index), the order rotating")
+        print(
+            f"\nwarm latency: the default template over the demo index, 24 demo questions x {args.rounds} rounds, "
+            "each asked once per splitter (its own index), the order rotating"
+        )
         _latency(names, splitters, args.rounds)
     if "answers" in parts:
         print(f"\nanswers on the {args.split} splits (sentence vectors embedded at query time for every splitter)")

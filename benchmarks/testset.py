@@ -59,13 +59,27 @@ FLOWS: dict[str, tuple[str, dict[str, Any]]] = {
     "dense": ("scifact-dense", {}),
     "hybrid-rrf": ("scifact-hybrid", {}),
     "hybrid-weighted": ("scifact-grid-tuned", {}),
-    "hybrid-dense-heavy": ("scifact-hybrid", {"retrieve": {"name": "hybrid", "params": {
-        "k": 100, "pool": 100, "fusion": "weighted", "weights": [0.8, 0.2]}}}),
-    "hybrid-sparse-heavy": ("scifact-hybrid", {"retrieve": {"name": "hybrid", "params": {
-        "k": 100, "pool": 100, "fusion": "weighted", "weights": [0.2, 0.8]}}}),
+    "hybrid-dense-heavy": (
+        "scifact-hybrid",
+        {
+            "retrieve": {
+                "name": "hybrid",
+                "params": {"k": 100, "pool": 100, "fusion": "weighted", "weights": [0.8, 0.2]},
+            }
+        },
+    ),
+    "hybrid-sparse-heavy": (
+        "scifact-hybrid",
+        {
+            "retrieve": {
+                "name": "hybrid",
+                "params": {"k": 100, "pool": 100, "fusion": "weighted", "weights": [0.2, 0.8]},
+            }
+        },
+    ),
     "link-hop": ("hotpotqa-multihop", {}),
     "branching-passages": ("hotpotqa-branching-passages", {}),
-}  # fmt: skip
+}
 """The fixed list of flows ranked on every dataset: (config in configs/, operator overrides); plus ``router``, the
 learned router over ``hybrid-rrf`` and ``link-hop`` that ``train-router`` fits on the test set's train split. Two
 flows of the earlier list of eleven are left out because they rank as copies and a tie counts in Kendall's tau:
@@ -73,8 +87,11 @@ flows of the earlier list of eleven are left out because they rank as copies and
 rescored by the embedder (the same order as dense)."""
 ROUTES = ("hybrid-rrf", "link-hop")
 METRIC = {"scifact": "ndcg@10", "hotpotqa": "all@5", "squad_expmrc": "ndcg@10"}
-SPACE = {"scifact": "benchmarks/spaces/retrieval-documents.yaml", "squad_expmrc":
-         "benchmarks/spaces/retrieval-documents.yaml", "hotpotqa": None}  # fmt: skip
+SPACE = {
+    "scifact": "benchmarks/spaces/retrieval-documents.yaml",
+    "squad_expmrc": "benchmarks/spaces/retrieval-documents.yaml",
+    "hotpotqa": None,
+}
 SPLITS = 200
 """Random halvings of the real questions the ceiling is measured over."""
 
@@ -94,7 +111,7 @@ FIT_GRID: dict[str, list[Any]] = {
     "+ held out 0.9, whole sentence": _makers(_WHOLE, _OLD, {"drop": 0.5}, "corpus"),
     "+ held out 0.9, drop 0.5": _makers({**_OLD, "remove": 0.9}, _OLD, {"drop": 0.5}, "corpus"),
     "+ held out 0.9, whole sentence, no fact questions": _makers(_WHOLE, None, {"drop": 0.5}, "corpus"),
-}  # fmt: skip
+}
 """Maker settings compared by ``--fit`` on fit data only: SciFact's training claims, the even-numbered half of
 HotpotQA's and SQuAD's dev questions (the odd half is what the main run reports for those two)."""
 WORK = ROOT / ".modular_rag" / "testset-bench"
@@ -154,15 +171,28 @@ def environment(dataset: Any, cfg: Any, like: Any = None) -> Any:
             env = Providers(cfg.providers.model_copy(update={"vectorstore": store}))
             env.index.sentences.store = False  # retrieval-only flows read no sentence vectors: none are embedded
             summary = index_paths(dataset.corpus_paths, env, chunker=chunker, progress=False, sync=True)
-            (folder / "complete.json").write_text(json.dumps({"chunks": summary.index_chunks, "synced_from":
-                                                              base.name, "added": summary.added,
-                                                              "sentences": False}))  # fmt: skip
+            (folder / "complete.json").write_text(
+                json.dumps(
+                    {
+                        "chunks": summary.index_chunks,
+                        "synced_from": base.name,
+                        "added": summary.added,
+                        "sentences": False,
+                    }
+                )
+            )
             env.close()
     return dataset_providers(dataset, cfg.providers, chunker=chunker, progress=False, sentences=False)
 
 
-def per_query(configs: dict[str, Any], dataset: Any, metric: str, like: Any = None,
-              full: dict[str, dict[str, float]] | None = None, keep: str = "") -> dict[str, np.ndarray]:  # fmt: skip
+def per_query(
+    configs: dict[str, Any],
+    dataset: Any,
+    metric: str,
+    like: Any = None,
+    full: dict[str, dict[str, float]] | None = None,
+    keep: str = "",
+) -> dict[str, np.ndarray]:
     """Each flow's ``metric`` per question of ``dataset`` (in its order); with ``full``, each flow's summary there.
     With ``keep``, the values are kept under that name in the work folder and read back by a later run for the same
     flow config, questions and metric (real questions only: ``--fit`` and the main run share SciFact's training
@@ -177,16 +207,21 @@ def per_query(configs: dict[str, Any], dataset: Any, metric: str, like: Any = No
     kept = json.loads(store.read_text()) if keep and store.exists() else {}
     out: dict[str, np.ndarray] = {}
     for name, cfg in configs.items():
-        key = hashlib.sha1(json.dumps([cfg.model_dump(mode="json"), [q.id for q in dataset.queries], metric],
-                                      sort_keys=True, default=str).encode()).hexdigest()  # fmt: skip
+        key = hashlib.sha1(
+            json.dumps(
+                [cfg.model_dump(mode="json"), [q.id for q in dataset.queries], metric], sort_keys=True, default=str
+            ).encode()
+        ).hexdigest()
         if full is None and key in kept:
             out[name] = np.array(kept[key])
             continue
         result = evaluate_flow(cfg, dataset, environment(dataset, cfg, like), name=name)
         docs = {r.qid: r.docs for r in result.records}
         if metric == "all@5":
-            values = [float(all(d in docs.get(q.id, [])[:5] for d, s in dataset.qrels.get(q.id, {}).items() if s > 0))
-                      for q in dataset.queries]  # fmt: skip
+            values = [
+                float(all(d in docs.get(q.id, [])[:5] for d, s in dataset.qrels.get(q.id, {}).items() if s > 0))
+                for q in dataset.queries
+            ]
         else:
             run = {qid: {d: float(len(ds) - i) for i, d in enumerate(ds)} for qid, ds in docs.items()}
             scores = retrieval_metrics(dataset.qrels, run)
@@ -251,8 +286,13 @@ def ceiling(real: dict[str, np.ndarray], pairs: list[tuple[str, str]], splits: i
         same.append(max(a, key=lambda f: a[f]) == max(b, key=lambda f: b[f]))
         lost.append(regret(a, b))
         agree.append(pair_agreement(a, b, pairs))
-    return {"tau": float(np.mean(taus)), "tau_sd": float(np.std(taus)), "same": float(np.mean(same)),
-            "regret": float(np.mean(lost)), "pairs": float(np.nanmean(agree)) if pairs else float("nan")}  # fmt: skip
+    return {
+        "tau": float(np.mean(taus)),
+        "tau_sd": float(np.std(taus)),
+        "same": float(np.mean(same)),
+        "regret": float(np.mean(lost)),
+        "pairs": float(np.nanmean(agree)) if pairs else float("nan"),
+    }
 
 
 def fit(args: argparse.Namespace) -> int:
@@ -261,9 +301,11 @@ def fit(args: argparse.Namespace) -> int:
     from modular_rag.eval.testset import make_testset
 
     configs = {n: flow_config(n) for n in FLOWS}
-    print(f"maker settings on fit data ({', '.join(args.datasets)}): SciFact's training claims, the even half of the "
-          f"others' dev questions; {len(configs)} flows (no router); synthetic sets of {args.size}, scored on "
-          "their dev split")  # fmt: skip
+    print(
+        f"maker settings on fit data ({', '.join(args.datasets)}): SciFact's training claims, the even half of the "
+        f"others' dev questions; {len(configs)} flows (no router); synthetic sets of {args.size}, scored on "
+        "their dev split"
+    )
     grid = list(FIT_GRID.items())[args.fit_from :]
     rows: dict[str, list[str]] = {label: [] for label, _ in grid}
     for ds in args.datasets:
@@ -273,9 +315,12 @@ def fit(args: argparse.Namespace) -> int:
         real = {f: float(v.mean()) for f, v in real_q.items()}
         pairs = apart(real_q)
         ceil = ceiling(real_q, pairs)
-        print(f"\n== {ds} ({metric}), real fit questions: {len(next(iter(real_q.values())))}; "
-              + ", ".join(f"{f} {v:.3f}" for f, v in real.items()) + f"; pairs apart: {len(pairs)}; real half vs "
-              f"real half: tau {ceil['tau']:.2f} +- {ceil['tau_sd']:.2f}, regret {ceil['regret']:+.3f}")  # fmt: skip
+        print(
+            f"\n== {ds} ({metric}), real fit questions: {len(next(iter(real_q.values())))}; "
+            + ", ".join(f"{f} {v:.3f}" for f, v in real.items())
+            + f"; pairs apart: {len(pairs)}; real half vs "
+            f"real half: tau {ceil['tau']:.2f} +- {ceil['tau_sd']:.2f}, regret {ceil['regret']:+.3f}"
+        )
         for label, makers in grid:
             out = WORK / "fit" / ds
             shutil.rmtree(out, ignore_errors=True)
@@ -285,9 +330,11 @@ def fit(args: argparse.Namespace) -> int:
             syn = {f: float(v.mean()) for f, v in syn_q.items()}
             t, agree, lost = tau(syn, real), pair_agreement(syn, real, pairs), regret(syn, real)
             rows[label].append(f"{t:.2f}/{agree:.2f}/{lost:+.3f}")
-            print(f"  {label}: tau {t:.3f}, over pairs apart {agree:.2f}, regret {lost:+.3f}, top "
-                  f"{max(syn, key=lambda f: syn[f])}, synthetic mean {np.mean(list(syn.values())):.3f} "
-                  f"({time.perf_counter() - t0:.0f}s)")  # fmt: skip
+            print(
+                f"  {label}: tau {t:.3f}, over pairs apart {agree:.2f}, regret {lost:+.3f}, top "
+                f"{max(syn, key=lambda f: syn[f])}, synthetic mean {np.mean(list(syn.values())):.3f} "
+                f"({time.perf_counter() - t0:.0f}s)"
+            )
     print("\n| maker settings | " + " | ".join(f"{d}: tau / pairs apart / regret" for d in args.datasets) + " |")
     for label, cells in rows.items():
         print(f"| {label} | " + " | ".join(cells) + " |")
@@ -300,8 +347,12 @@ def _router(ds: str, syn: Path, configs: dict[str, Any], metric: str) -> Any:
     from modular_rag.eval.datasets import load_beir
     from modular_rag.eval.router import train_router
 
-    training = train_router(load_beir(syn, split="train"), {n: configs[n] for n in ROUTES}, WORK / f"router-{ds}",
-                            quality="all@5" if metric == "all@5" else "recall@5")  # fmt: skip
+    training = train_router(
+        load_beir(syn, split="train"),
+        {n: configs[n] for n in ROUTES},
+        WORK / f"router-{ds}",
+        quality="all@5" if metric == "all@5" else "recall@5",
+    )
     return load_config(training.config_file)
 
 
@@ -309,8 +360,21 @@ def _tune(ds: str, syn: Path, metric: str, budget: str) -> Path:
     """``modular-rag tune`` on the synthetic set (its train split); the run's best.yaml."""
     out = WORK / f"tune-{ds}"
     shutil.rmtree(out, ignore_errors=True)  # a study left by an earlier set would be continued on this one
-    command = [str(ROOT / ".venv" / "bin" / "modular-rag"), "tune", "--dataset", str(syn), "--out", str(out),
-               "--budget", budget, "--objective", metric, "--max-llm-calls", "0", "--quiet"]  # fmt: skip
+    command = [
+        str(ROOT / ".venv" / "bin" / "modular-rag"),
+        "tune",
+        "--dataset",
+        str(syn),
+        "--out",
+        str(out),
+        "--budget",
+        budget,
+        "--objective",
+        metric,
+        "--max-llm-calls",
+        "0",
+        "--quiet",
+    ]
     space = SPACE[ds]
     if space:
         command += ["--space", str(ROOT / space)]
@@ -331,15 +395,18 @@ def tune_only(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         tuned = load_config(_tune(ds, out, metric, args.tune_budget))
         real_tuned = float(per_query({"tuned": tuned}, real, metric)["tuned"].mean())
-        print(f"{ds}: tune on the synthetic train split of {out} ({args.tune_budget}, "
-              f"{(time.perf_counter() - t0) / 60:.0f} min): {tuned.pattern}, real {real_tuned:.3f} "
-              f"({real_tuned - best_real:+.3f} against the best of the {len(configs)} fixed flows, {best_real:.3f}; "
-              f"{len(load_beir(out, split='train').queries)} synthetic training questions)")  # fmt: skip
+        print(
+            f"{ds}: tune on the synthetic train split of {out} ({args.tune_budget}, "
+            f"{(time.perf_counter() - t0) / 60:.0f} min): {tuned.pattern}, real {real_tuned:.3f} "
+            f"({real_tuned - best_real:+.3f} against the best of the {len(configs)} fixed flows, {best_real:.3f}; "
+            f"{len(load_beir(out, split='train').queries)} synthetic training questions)"
+        )
         if args.save:
             for name in ("best.yaml", "report.txt"):
                 if (WORK / f"tune-{ds}" / name).exists():
-                    shutil.copy(WORK / f"tune-{ds}" / name, ROOT / "benchmarks" / "results" / "testset" / ds /
-                                f"tune-{name}")  # fmt: skip
+                    shutil.copy(
+                        WORK / f"tune-{ds}" / name, ROOT / "benchmarks" / "results" / "testset" / ds / f"tune-{name}"
+                    )
     return 0
 
 
@@ -364,9 +431,11 @@ def run(args: argparse.Namespace) -> int:
         result = make_testset(Path(args.root) / ds, out, {"size": args.size})
         made_s = time.perf_counter() - t0
         base, syn, real = load_beir(Path(args.root) / ds), load_beir(out), real_sets(Path(args.root), ds, fit=False)
-        print(f"\n== {ds}: {metric}; synthetic dev {len(syn.queries)} questions (made in {made_s:.0f}s: "
-              + ", ".join(f"{k} {c.get('kept', 0)}" for k, c in result.counts.items())
-              + f"), real: {'dev' if ds == 'scifact' else 'the report half of dev'}, {len(real.queries)} questions")
+        print(
+            f"\n== {ds}: {metric}; synthetic dev {len(syn.queries)} questions (made in {made_s:.0f}s: "
+            + ", ".join(f"{k} {c.get('kept', 0)}" for k, c in result.counts.items())
+            + f"), real: {'dev' if ds == 'scifact' else 'the report half of dev'}, {len(real.queries)} questions"
+        )
         if args.save:
             (keep / ds).mkdir(parents=True, exist_ok=True)
             shutil.copy(out / "report.md", keep / ds / "report.md")
@@ -383,57 +452,80 @@ def run(args: argparse.Namespace) -> int:
         syn_rank = {n: i + 1 for i, n in enumerate(sorted(table, key=lambda n: -table[n]["synthetic"]))}
         print(f"{'flow':<20} {'synthetic':>9} {'rank':>4} {'real':>7} {'rank':>4}   real recall@5, ms/q")
         for i, n in enumerate(ranked, 1):
-            print(f"{n:<20} {table[n]['synthetic']:>9.3f} {syn_rank[n]:>4} {table[n]['real']:>7.3f} {i:>4}   "
-                  f"{full[n]['recall@5']:.3f}, {full[n]['ms']:.0f}")  # fmt: skip
+            print(
+                f"{n:<20} {table[n]['synthetic']:>9.3f} {syn_rank[n]:>4} {table[n]['real']:>7.3f} {i:>4}   "
+                f"{full[n]['recall@5']:.3f}, {full[n]['ms']:.0f}"
+            )
         t, same = tau(synthetic, reals), max(synthetic, key=lambda f: synthetic[f]) == ranked[0]
         pairs = apart(real_q)
         agree, lost = pair_agreement(synthetic, reals, pairs), regret(synthetic, reals)
         ceil = ceiling(real_q, pairs)
         best_real = reals[ranked[0]]
-        print(f"Kendall tau {t:.3f}; same top flow: {same}; best by real labels: {ranked[0]} {best_real:.3f}; "
-              f"the synthetic top loses {lost:+.3f}")  # fmt: skip
-        print(f"flow pairs apart by more than the real questions' noise (paired, 1.96 standard errors): {len(pairs)} "
-              f"of {len(flows) * (len(flows) - 1) // 2}; synthetic orders them {agree:.2f} (+1 all alike, -1 all "
-              "opposite)")  # fmt: skip
-        print(f"ceiling, real half vs real half ({SPLITS} random halvings of these {len(real.queries)} questions): "
-              f"tau {ceil['tau']:.2f} +- {ceil['tau_sd']:.2f}, same top {ceil['same']:.0%}, the top of one half loses "
-              f"{ceil['regret']:+.3f} on the other, pairs apart ordered {ceil['pairs']:.2f}")  # fmt: skip
+        print(
+            f"Kendall tau {t:.3f}; same top flow: {same}; best by real labels: {ranked[0]} {best_real:.3f}; "
+            f"the synthetic top loses {lost:+.3f}"
+        )
+        print(
+            f"flow pairs apart by more than the real questions' noise (paired, 1.96 standard errors): {len(pairs)} "
+            f"of {len(flows) * (len(flows) - 1) // 2}; synthetic orders them {agree:.2f} (+1 all alike, -1 all "
+            "opposite)"
+        )
+        print(
+            f"ceiling, real half vs real half ({SPLITS} random halvings of these {len(real.queries)} questions): "
+            f"tau {ceil['tau']:.2f} +- {ceil['tau_sd']:.2f}, same top {ceil['same']:.0%}, the top of one half loses "
+            f"{ceil['regret']:+.3f} on the other, pairs apart ordered {ceil['pairs']:.2f}"
+        )
         cross = ""
         if ds == "scifact":
             train_q = per_query(configs, real_sets(Path(args.root), ds, fit=True), metric, keep=f"{ds}-fit")
             train = {f: float(v.mean()) for f, v in train_q.items()}
             dev = {f: reals[f] for f in train}
             cross = f"{tau(train, dev):.2f}"
-            print(f"real train claims ({len(next(iter(train_q.values())))}) vs real dev, the {len(train)} flows "
-                  f"without the router (trained on the synthetic set): tau {cross}, same top "
-                  f"{max(train, key=lambda f: train[f]) == max(dev, key=lambda f: dev[f])}, the train top loses "
-                  f"{regret(train, dev):+.3f}")  # fmt: skip
+            print(
+                f"real train claims ({len(next(iter(train_q.values())))}) vs real dev, the {len(train)} flows "
+                f"without the router (trained on the synthetic set): tau {cross}, same top "
+                f"{max(train, key=lambda f: train[f]) == max(dev, key=lambda f: dev[f])}, the train top loses "
+                f"{regret(train, dev):+.3f}"
+            )
         rec = recommend(syn, list(flows.items()), quality=metric, progress=False)
         assert rec.best is not None
         pick = reals[rec.best.name]
         print(f"recommend on the synthetic set picks {rec.best.name}: real {pick:.3f} ({pick - best_real:+.3f})")
-        row = [ds, metric, str(len(real.queries)), f"{t:.2f}", f"{ceil['tau']:.2f} ± {ceil['tau_sd']:.2f}"
-               + (f"; train vs dev {cross}" if cross else ""), f"{agree:.2f} ({len(pairs)})",
-               f"{ceil['pairs']:.2f}", "yes" if same else "no", f"{lost:+.3f}", f"{ceil['regret']:+.3f}",
-               f"{rec.best.name} {pick:.3f} ({pick - best_real:+.3f})"]  # fmt: skip
+        row = [
+            ds,
+            metric,
+            str(len(real.queries)),
+            f"{t:.2f}",
+            f"{ceil['tau']:.2f} ± {ceil['tau_sd']:.2f}" + (f"; train vs dev {cross}" if cross else ""),
+            f"{agree:.2f} ({len(pairs)})",
+            f"{ceil['pairs']:.2f}",
+            "yes" if same else "no",
+            f"{lost:+.3f}",
+            f"{ceil['regret']:+.3f}",
+            f"{rec.best.name} {pick:.3f} ({pick - best_real:+.3f})",
+        ]
         if not args.skip_tune:
             t0 = time.perf_counter()
             best_file = _tune(ds, out, metric, args.tune_budget)
             tuned = load_config(best_file)
             real_tuned = float(per_query({"tuned": tuned}, real, metric)["tuned"].mean())
             minutes = (time.perf_counter() - t0) / 60
-            print(f"tune on the synthetic train split ({args.tune_budget}, {minutes:.0f} min): {tuned.pattern}, "
-                  f"real {real_tuned:.3f} ({real_tuned - best_real:+.3f})")  # fmt: skip
+            print(
+                f"tune on the synthetic train split ({args.tune_budget}, {minutes:.0f} min): {tuned.pattern}, "
+                f"real {real_tuned:.3f} ({real_tuned - best_real:+.3f})"
+            )
             row.append(f"{real_tuned:.3f} ({real_tuned - best_real:+.3f})")
             if args.save:
                 for name in ("best.yaml", "report.txt"):
                     if (best_file.parent / name).exists():
                         shutil.copy(best_file.parent / name, keep / ds / f"tune-{name}")
         summary.append(row)
-    print("\n| dataset | metric | real questions | Kendall tau, synthetic vs real | real half vs real half (mean ± sd) "
-          "| pairs apart: synthetic agrees (pairs) | real halves agree | same top | regret of the synthetic top "
-          "| regret, real half | recommend (synthetic) -> real" + (" | tune (synthetic) -> real |" if not args.skip_tune
-                                                                    else " |"))  # fmt: skip
+    print(
+        "\n| dataset | metric | real questions | Kendall tau, synthetic vs real | real half vs real half (mean ± sd) "
+        "| pairs apart: synthetic agrees (pairs) | real halves agree | same top | regret of the synthetic top "
+        "| regret, real half | recommend (synthetic) -> real"
+        + (" | tune (synthetic) -> real |" if not args.skip_tune else " |")
+    )
     for row in summary:
         print("| " + " | ".join(row) + " |")
     if args.llm_sample:
@@ -446,14 +538,20 @@ def llm_sample(args: argparse.Namespace) -> None:
     from modular_rag.eval.testset import make_testset
 
     out = WORK / "llm-hotpotqa"
-    config = {"makers": [{"name": "llm"}], "size": args.llm_sample, "oversample": 1.0,
-              "checks": ["answer_in_passage", "closed_book", "not_verbatim", "dedup"],
-              "providers": {"llm": {"name": "local"}}}  # fmt: skip
+    config = {
+        "makers": [{"name": "llm"}],
+        "size": args.llm_sample,
+        "oversample": 1.0,
+        "checks": ["answer_in_passage", "closed_book", "not_verbatim", "dedup"],
+        "providers": {"llm": {"name": "local"}},
+    }
     t0 = time.perf_counter()
     result = make_testset(Path(args.root) / "hotpotqa", out, config)
     seconds = time.perf_counter() - t0
-    print(f"\n== LLM maker, local SmolLM2-135M (llama-server), HotpotQA corpus, {args.llm_sample} asked: "
-          f"{seconds:.0f}s ({seconds / max(args.llm_sample, 1):.1f}s per question, closed-book check included)")
+    print(
+        f"\n== LLM maker, local SmolLM2-135M (llama-server), HotpotQA corpus, {args.llm_sample} asked: "
+        f"{seconds:.0f}s ({seconds / max(args.llm_sample, 1):.1f}s per question, closed-book check included)"
+    )
     print("\n".join(result.lines()[1:-1]))
     if args.save:
         (ROOT / "benchmarks" / "results" / "testset" / "llm").mkdir(parents=True, exist_ok=True)
@@ -472,6 +570,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(common_main("testset.py", __doc__ or "", run, add_arguments,
-                         "testset-fit.txt" if "--fit" in sys.argv else "testset-tune.txt" if "--tune-only" in sys.argv
-                         else "testset.txt"))
+    sys.exit(
+        common_main(
+            "testset.py",
+            __doc__ or "",
+            run,
+            add_arguments,
+            "testset-fit.txt"
+            if "--fit" in sys.argv
+            else "testset-tune.txt"
+            if "--tune-only" in sys.argv
+            else "testset.txt",
+        )
+    )

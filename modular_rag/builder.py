@@ -177,9 +177,13 @@ class FlowBuilder(Generic[P]):
         self.graph: StateGraph = state_graph(self.output_schema)
 
     def steps(
-        self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None,
+        self,
+        slot: str,
+        *,
+        inject: Mapping[str, Any] | None = None,
+        default: str | OperatorSpec | None = None,
         fallback: Mapping[str, Any] | None = None,
-    ) -> list[_Step]:  # fmt: skip
+    ) -> list[_Step]:
         """The active operators of a slot (configured, or the slot's default), built; empty when disabled.
 
         Args:
@@ -190,19 +194,24 @@ class FlowBuilder(Generic[P]):
             fallback: The update a step of the slot gives when it is skipped (``skip_when``) or fails under
                 ``on_error: skip`` (a router's fallback route); the trace says so.
         """
-        return [_Step.built(step, self.env, self.config.allow_imports, fallback)
-                for step in self.resolved.slot(slot, default=default, inject=inject)]  # fmt: skip
+        return [
+            _Step.built(step, self.env, self.config.allow_imports, fallback)
+            for step in self.resolved.slot(slot, default=default, inject=inject)
+        ]
 
     def operator(
-        self, slot: str, *, inject: Mapping[str, Any] | None = None, default: str | OperatorSpec | None = None,
+        self,
+        slot: str,
+        *,
+        inject: Mapping[str, Any] | None = None,
+        default: str | OperatorSpec | None = None,
         fallback: Mapping[str, Any] | None = None,
-    ) -> SlotNode | None:  # fmt: skip
+    ) -> SlotNode | None:
         """The slot's node function (instrumented), or ``None`` when the slot is disabled."""
         steps = self.steps(slot, inject=inject, default=default, fallback=fallback)
         return make_node(steps) if steps else None
 
-    def hop(self, slot: str, search: Search, *, node: str,
-            default: str | OperatorSpec | None = None) -> BoundHop:  # fmt: skip
+    def hop(self, slot: str, search: Search, *, node: str, default: str | OperatorSpec | None = None) -> BoundHop:
         """The hop strategy a slot of port ``hop`` holds, bound to the flow's search.
 
         Args:
@@ -224,20 +233,31 @@ class FlowBuilder(Generic[P]):
         elif isinstance(step.spec.object, Hop):
             built = step.spec.object
         else:
-            built = resolve_operator(step.spec, Port.HOP, self.env, path=step.path,
-                                     allow_imports=self.config.allow_imports)[1]  # fmt: skip
+            built = resolve_operator(
+                step.spec, Port.HOP, self.env, path=step.path, allow_imports=self.config.allow_imports
+            )[1]
         if not isinstance(built, Hop):
-            raise ConfigError(f"{step.path}.name", f"{step.name!r} builds a {type(built).__name__}; a hop operator's "
-                              "factory returns a modular_rag.registry.Hop")  # fmt: skip
+            raise ConfigError(
+                f"{step.path}.name",
+                f"{step.name!r} builds a {type(built).__name__}; a hop operator's "
+                "factory returns a modular_rag.registry.Hop",
+            )
         hop = built
-        traced = _Step(node, f"hop:{step.name}", lambda state: hop.next_round(state, search), step.spec,
-                       PORT_READS[Port.HOP])  # fmt: skip
+        traced = _Step(
+            node, f"hop:{step.name}", lambda state: hop.next_round(state, search), step.spec, PORT_READS[Port.HOP]
+        )
         follow = None if hop.follow is None else _bound_follow(hop.follow, search)
         return BoundHop(step.name, make_node([traced]), follow, hop.think, hop.finished)
 
     def add_slot(
-        self, slot: str, node: Callable[..., Any] | None = None, *, inject: Mapping[str, Any] | None = None,
-        default: str | OperatorSpec | None = None, fallback: Mapping[str, Any] | None = None, **kwargs: Any,
+        self,
+        slot: str,
+        node: Callable[..., Any] | None = None,
+        *,
+        inject: Mapping[str, Any] | None = None,
+        default: str | OperatorSpec | None = None,
+        fallback: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> bool:
         """Add a slot's active operators as a node named after the slot (or ``node`` under the slot's name).
 
@@ -266,9 +286,14 @@ class FlowBuilder(Generic[P]):
         return True
 
     def optional(
-        self, slot: str, *, after: str, inject: Mapping[str, Any] | None = None,
-        default: str | OperatorSpec | None = None, fallback: Mapping[str, Any] | None = None,
-    ) -> str:  # fmt: skip
+        self,
+        slot: str,
+        *,
+        after: str,
+        inject: Mapping[str, Any] | None = None,
+        default: str | OperatorSpec | None = None,
+        fallback: Mapping[str, Any] | None = None,
+    ) -> str:
         """Add an optional slot after the node ``after``, with the edge ``after -> slot``, if the slot is active.
 
         Args:
@@ -286,8 +311,9 @@ class FlowBuilder(Generic[P]):
         self.edge(after, slot)
         return slot
 
-    def add_step(self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], *,
-                 operator: str = "pattern") -> str:  # fmt: skip
+    def add_step(
+        self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], *, operator: str = "pattern"
+    ) -> str:
         """Add a pattern's own step (bookkeeping, fan-out preparation, a hop), traced like an operator.
 
         Args:
@@ -392,9 +418,11 @@ class FlowBuilder(Generic[P]):
         return _GraphCall(sub, keep, ("query", "filter", "messages", *carry))
 
     def branch(
-        self, source: str, decide: Callable[..., Hashable | Sequence[Hashable]],
+        self,
+        source: str,
+        decide: Callable[..., Hashable | Sequence[Hashable]],
         path_map: Mapping[Hashable, str] | Sequence[str],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Add a conditional edge with an explicit ``path_map`` (so drawings and checks know every edge).
 
         Args:
@@ -423,15 +451,16 @@ class FlowBuilder(Generic[P]):
         steps = supersteps(self.graph, loop_bound) if max_steps is None else max_steps
         name = self.config.name or self.info.name
         if self.config.answer_cache is not None:
-            return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=steps + 3),
-                                           name)  # fmt: skip
+            return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=steps + 3), name)
         compiled = compile_graph(self.graph, self.checkpointer, name, self.threaded)
         return compiled.with_config(recursion_limit=steps + 3 + 2 * self.threaded, **self._run_labels(name))
 
     def _run_labels(self, name: str) -> dict[str, Any]:
         """Tags and metadata every run of the flow carries (shown by LangSmith and other tracers)."""
-        return {"tags": ["modular_rag", f"pattern:{self.info.name}"],
-                "metadata": {"modular_rag_pattern": self.info.name, "modular_rag_flow": name}}  # fmt: skip
+        return {
+            "tags": ["modular_rag", f"pattern:{self.info.name}"],
+            "metadata": {"modular_rag_pattern": self.info.name, "modular_rag_flow": name},
+        }
 
     def _with_answer_cache(self, inner: CompiledStateGraph, name: str) -> CompiledStateGraph:
         """Put a semantic answer cache in front of the compiled flow: a hit answers at once; a miss runs the flow
@@ -457,8 +486,9 @@ class FlowBuilder(Generic[P]):
         return compiled.with_config(recursion_limit=limit + 4 + 2 * self.threaded, **self._run_labels(name))
 
 
-def _bound_follow(follow: Callable[[Mapping[str, Any], Search], Any],
-                  search: Search) -> Callable[[Mapping[str, Any]], WaitingBody]:  # fmt: skip
+def _bound_follow(
+    follow: Callable[[Mapping[str, Any], Search], Any], search: Search
+) -> Callable[[Mapping[str, Any]], WaitingBody]:
     """A hop's ``follow`` bound to the flow's search, as a waiting body whether it yields its searches or not."""
 
     def followed(state: Mapping[str, Any]) -> WaitingBody:
@@ -489,9 +519,11 @@ def moved_to_slot(keys: Sequence[str], slot: str, spec: str | Mapping[str, Any],
     from modular_rag.registry import operators_for
 
     line = "operators: " + yaml.safe_dump({slot: spec}, default_flow_style=True, sort_keys=False).strip()
-    return ValueError(f"{', '.join(keys)}: no longer params of the pattern; the {slot} slot holds this choice now: "
-                      f"remove {'them' if len(keys) > 1 else 'it'} and write {line} ({port.value} operators: "
-                      f"{', '.join(operators_for(port))})")
+    return ValueError(
+        f"{', '.join(keys)}: no longer params of the pattern; the {slot} slot holds this choice now: "
+        f"remove {'them' if len(keys) > 1 else 'it'} and write {line} ({port.value} operators: "
+        f"{', '.join(operators_for(port))})"
+    )
 
 
 class _GraphCall:
@@ -508,9 +540,11 @@ class _GraphCall:
     is_async = True
 
     def __init__(
-        self, graph: CompiledStateGraph, keep: Callable[[Mapping[str, Any]], dict[str, Any]],
+        self,
+        graph: CompiledStateGraph,
+        keep: Callable[[Mapping[str, Any]], dict[str, Any]],
         inputs: Sequence[str] = ("query", "filter", "messages"),
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.graph, self.keep, self.inputs = graph, keep, tuple(inputs)
         self.limit = graph.config.get("recursion_limit", 25)  # type: ignore[union-attr]
 

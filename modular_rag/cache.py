@@ -98,8 +98,9 @@ class KVCache(_Store):
     def put(self, namespace: str, key: str, value: Any) -> None:
         """Store a JSON-serialisable value, evicting the least recently used entries past the bound."""
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?)",
-                             (namespace, key, json.dumps(value), time.time()))  # fmt: skip
+            self._db.execute(
+                "INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?)", (namespace, key, json.dumps(value), time.time())
+            )
             self._evict(self.max_entries)
 
 
@@ -113,8 +114,9 @@ class SemanticCache(_Store):
         namespace: Separates flows sharing a file (the flow's config hash).
     """
 
-    def __init__(self, path: str | Path | None, *, threshold: float = 0.95, max_entries: int = 1000,
-                 namespace: str = "") -> None:  # fmt: skip
+    def __init__(
+        self, path: str | Path | None, *, threshold: float = 0.95, max_entries: int = 1000, namespace: str = ""
+    ) -> None:
         super().__init__(path, "answers", "ns TEXT, query TEXT, vector BLOB, value TEXT, used REAL")
         self.threshold, self.max_entries, self.namespace = threshold, max_entries, namespace
 
@@ -133,8 +135,9 @@ class SemanticCache(_Store):
             scope: What else the answer depends on (for example the run's metadata filter).
         """
         with self._lock:
-            rows = self._db.execute("SELECT rowid, query, vector, value FROM answers WHERE ns=?",
-                                    (self._ns(scope),)).fetchall()  # fmt: skip
+            rows = self._db.execute(
+                "SELECT rowid, query, vector, value FROM answers WHERE ns=?", (self._ns(scope),)
+            ).fetchall()
             if not rows:
                 return None
             matrix = np.stack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
@@ -152,8 +155,10 @@ class SemanticCache(_Store):
         """Cache an answer for a query (in a scope, see :meth:`lookup`)."""
         blob = np.asarray(vector, dtype=np.float32).tobytes()
         with self._lock:
-            self._db.execute("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
-                             (self._ns(scope), query, blob, json.dumps(value), time.time()))  # fmt: skip
+            self._db.execute(
+                "INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
+                (self._ns(scope), query, blob, json.dumps(value), time.time()),
+            )
             self._evict(self.max_entries)
 
 
@@ -205,8 +210,12 @@ def answer_cache_steps(
         answer = state.get("answer")
         if answer and not answer.get("refused") and not history(state):
             query = str(state.get("query", ""))
-            cache.store(query, env.encoder.encode_query(query), {"answer": answer, "evidence": list(
-                state.get("evidence") or [])}, scope=content_key(state.get("filter")))  # fmt: skip
+            cache.store(
+                query,
+                env.encoder.encode_query(query),
+                {"answer": answer, "evidence": list(state.get("evidence") or [])},
+                scope=content_key(state.get("filter")),
+            )
         return {}
 
     return lookup, store

@@ -55,8 +55,15 @@ SCHEMA_VERSION = 3
 """The catalog's schema (SQLite ``user_version``); an earlier one is migrated on open (version 3 added the
 ``sentences`` table: a catalog of version 2 gets it empty, and its chunks' sentence vectors at the next ``index``
 run)."""
-_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict,
-                           "NoneType": type(None)}  # fmt: skip
+_TYPES: dict[str, type] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "list": list,
+    "dict": dict,
+    "NoneType": type(None),
+}
 _BATCH = 900
 """Ids per ``IN (...)`` clause: below SQLite's default limit of 999 variables."""
 
@@ -87,8 +94,9 @@ class Catalog:
         self.path = Path(path) if path is not None else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path) if self.path else ":memory:", check_same_thread=False,
-                                   isolation_level=None, timeout=60.0)  # fmt: skip
+        self._db = sqlite3.connect(
+            str(self.path) if self.path else ":memory:", check_same_thread=False, isolation_level=None, timeout=60.0
+        )
         self._lock = threading.RLock()
         with self._lock:
             if self.path is not None:
@@ -140,8 +148,10 @@ class Catalog:
         the open transaction ``db``; their document frequencies, the statistics and the fields follow. Returns the
         positions they were given (after every position in use). Ids must not be stored yet."""
         start = self.next_position(db)
-        rows = [(start + i, cid, doc, text, json.dumps(dict(meta), ensure_ascii=False), n)
-                for i, ((cid, doc, text, meta), n) in enumerate(zip(chunks, lengths, strict=True))]  # fmt: skip
+        rows = [
+            (start + i, cid, doc, text, json.dumps(dict(meta), ensure_ascii=False), n)
+            for i, ((cid, doc, text, meta), n) in enumerate(zip(chunks, lengths, strict=True))
+        ]
         docs = list(dict.fromkeys(doc for _, doc, *_ in chunks))
         known = {r[0] for r in self._in(db, "SELECT DISTINCT doc_id FROM chunks WHERE doc_id IN ({})", docs)}
         db.executemany("INSERT INTO chunks (pos, id, doc_id, text, meta, length) VALUES (?, ?, ?, ?, ?, ?)", rows)
@@ -149,12 +159,17 @@ class Catalog:
         df: Counter[str] = Counter()
         for found in terms:
             df.update(set(found))
-        db.executemany("INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + "
-                       "excluded.df", df.items())  # fmt: skip
+        db.executemany(
+            "INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + excluded.df",
+            df.items(),
+        )
         self._bump(db, "chunks", len(rows))
         self._bump(db, "length", sum(lengths))
-        db.execute("INSERT INTO stats (key, value) VALUES ('next', ?) ON CONFLICT (key) DO UPDATE SET value = "
-                   "MAX(value, excluded.value)", (start + len(rows),))  # fmt: skip
+        db.execute(
+            "INSERT INTO stats (key, value) VALUES ('next', ?) ON CONFLICT (key) DO UPDATE SET value = "
+            "MAX(value, excluded.value)",
+            (start + len(rows),),
+        )
         self._count_fields(db, [meta for *_, meta in chunks], +1)
         return [r[0] for r in rows]
 
@@ -186,14 +201,20 @@ class Catalog:
     @staticmethod
     def _bump(db: sqlite3.Connection, key: str, by: float) -> None:
         """Add to a statistic (and to ``generation``, which every write changes)."""
-        db.executemany("INSERT INTO stats (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + "
-                       "excluded.value", [(key, by), ("generation", 1)])  # fmt: skip
+        db.executemany(
+            "INSERT INTO stats (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + "
+            "excluded.value",
+            [(key, by), ("generation", 1)],
+        )
 
     @staticmethod
     def _count_fields(db: sqlite3.Connection, metas: Sequence[Mapping[str, Any]], sign: int) -> None:
         seen: Counter[tuple[str, str]] = Counter((k, type(v).__name__) for m in metas for k, v in m.items())
-        db.executemany("INSERT INTO fields (name, type, n) VALUES (?, ?, ?) ON CONFLICT (name, type) DO UPDATE SET "
-                       "n = n + excluded.n", [(k, t, sign * n) for (k, t), n in seen.items()])  # fmt: skip
+        db.executemany(
+            "INSERT INTO fields (name, type, n) VALUES (?, ?, ?) ON CONFLICT (name, type) DO UPDATE SET "
+            "n = n + excluded.n",
+            [(k, t, sign * n) for (k, t), n in seen.items()],
+        )
         db.execute("DELETE FROM fields WHERE n <= 0")
 
     def set_anchors(self, rows: Iterable[tuple[str, int, int]], db: sqlite3.Connection) -> None:
@@ -208,9 +229,18 @@ class Catalog:
     def set_sentences(self, rows: Iterable[tuple[int, Sequence[str], np.ndarray]], db: sqlite3.Connection) -> None:
         """Record ``(position, sentences, vectors)``: a chunk's content sentences and their vectors (one float32 row
         each), replacing what the chunk had."""
-        db.executemany("INSERT OR REPLACE INTO sentences (pos, texts, dim, vectors) VALUES (?, ?, ?, ?)",
-                       [(int(p), json.dumps(list(s), ensure_ascii=False), int(v.shape[1]) if v.ndim == 2 else 0,
-                         np.ascontiguousarray(v, dtype=np.float32).tobytes()) for p, s, v in rows])  # fmt: skip
+        db.executemany(
+            "INSERT OR REPLACE INTO sentences (pos, texts, dim, vectors) VALUES (?, ?, ?, ?)",
+            [
+                (
+                    int(p),
+                    json.dumps(list(s), ensure_ascii=False),
+                    int(v.shape[1]) if v.ndim == 2 else 0,
+                    np.ascontiguousarray(v, dtype=np.float32).tobytes(),
+                )
+                for p, s, v in rows
+            ],
+        )
 
     def clear_sentences(self, db: sqlite3.Connection) -> None:
         """Forget every chunk's sentence vectors (another encoder's)."""
@@ -235,8 +265,9 @@ class Catalog:
         """Record a setting."""
         db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, value))
 
-    def recount_terms(self, lengths: Mapping[int, int], terms: Iterable[Iterable[str]], db: sqlite3.Connection,
-                      *, first: bool) -> None:  # fmt: skip
+    def recount_terms(
+        self, lengths: Mapping[int, int], terms: Iterable[Iterable[str]], db: sqlite3.Connection, *, first: bool
+    ) -> None:
         """Replace the term statistics (a new analyzer): with ``first``, clear them; then count the given chunks'
         term sets and lengths (by position) in."""
         if first:
@@ -245,8 +276,10 @@ class Catalog:
         df: Counter[str] = Counter()
         for found in terms:
             df.update(set(found))
-        db.executemany("INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + "
-                       "excluded.df", df.items())  # fmt: skip
+        db.executemany(
+            "INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + excluded.df",
+            df.items(),
+        )
         db.executemany("UPDATE chunks SET length = ? WHERE pos = ?", [(n, p) for p, n in lengths.items()])
         self._bump(db, "length", sum(lengths.values()))
 
@@ -273,8 +306,11 @@ class Catalog:
         """The position the next added chunk gets. Positions are never reused: the highest ever given is kept in the
         statistics (``next``), so removing the newest chunks does not hand their positions out again (the postings
         hold tombstones there)."""
-        got = self._read("SELECT MAX(COALESCE((SELECT MAX(pos) + 1 FROM chunks), 0), "
-                         "COALESCE((SELECT value FROM stats WHERE key = 'next'), 0))", db=db)  # fmt: skip
+        got = self._read(
+            "SELECT MAX(COALESCE((SELECT MAX(pos) + 1 FROM chunks), 0), "
+            "COALESCE((SELECT value FROM stats WHERE key = 'next'), 0))",
+            db=db,
+        )
         return int(got[0][0])
 
     def stats(self) -> tuple[int, float]:
@@ -299,7 +335,7 @@ class Catalog:
 
     def at(
         self, positions: Sequence[int], db: sqlite3.Connection | None = None, *, metadata: bool = True
-    ) -> list[StoredChunk]:  # fmt: skip
+    ) -> list[StoredChunk]:
         """The chunks at these positions, in the order given (positions not held are left out); with
         ``metadata=False`` their metadata is left empty (not decoded: a scan of texts needs none)."""
         columns = "pos, id, doc_id, text, meta" if metadata else "pos, id, doc_id, text"
@@ -332,8 +368,9 @@ class Catalog:
         postings, a filter's positions; never at query time)."""
         last = start - 1
         while True:
-            rows = self._read("SELECT pos, id, doc_id, text, meta FROM chunks WHERE pos > ? ORDER BY pos LIMIT ?",
-                              (last, batch))  # fmt: skip
+            rows = self._read(
+                "SELECT pos, id, doc_id, text, meta FROM chunks WHERE pos > ? ORDER BY pos LIMIT ?", (last, batch)
+            )
             if not rows:
                 return
             yield [_chunk(r) for r in rows]
@@ -342,8 +379,11 @@ class Catalog:
     def sentences_of(self, ids: Sequence[str]) -> dict[str, tuple[list[str], np.ndarray]]:
         """The stored sentences and vectors of these chunk ids (ids without them are left out)."""
         out: dict[str, tuple[list[str], np.ndarray]] = {}
-        for cid, texts, dim, blob in self._in(None, "SELECT c.id, s.texts, s.dim, s.vectors FROM chunks c JOIN "
-                                                    "sentences s ON s.pos = c.pos WHERE c.id IN ({})", list(ids)):
+        for cid, texts, dim, blob in self._in(
+            None,
+            "SELECT c.id, s.texts, s.dim, s.vectors FROM chunks c JOIN sentences s ON s.pos = c.pos WHERE c.id IN ({})",
+            list(ids),
+        ):
             vectors = np.frombuffer(blob, dtype=np.float32)
             out[str(cid)] = (json.loads(texts), vectors.reshape(-1, int(dim)) if dim else vectors.reshape(0, 0))
         return out
@@ -351,8 +391,11 @@ class Catalog:
     def without_sentences(self, limit: int) -> list[StoredChunk]:
         """Up to ``limit`` chunks that have no stored sentences, in position order (for a backfill; never at query
         time)."""
-        rows = self._read("SELECT c.pos, c.id, c.doc_id, c.text, c.meta FROM chunks c LEFT JOIN sentences s ON "
-                          "s.pos = c.pos WHERE s.pos IS NULL ORDER BY c.pos LIMIT ?", (limit,))  # fmt: skip
+        rows = self._read(
+            "SELECT c.pos, c.id, c.doc_id, c.text, c.meta FROM chunks c LEFT JOIN sentences s ON "
+            "s.pos = c.pos WHERE s.pos IS NULL ORDER BY c.pos LIMIT ?",
+            (limit,),
+        )
         return [_chunk(r) for r in rows]
 
     def metadata_fields(self) -> dict[str, set[type]]:
@@ -365,8 +408,11 @@ class Catalog:
     def field_values(self, name: str, limit: int) -> set[Any]:
         """Up to ``limit`` distinct scalar values of a metadata field (a scan of the metadata; for filter
         validation, cached by its caller)."""
-        rows = self._read("SELECT DISTINCT json_extract(meta, ?) FROM chunks WHERE json_type(meta, ?) IN "
-                          "('text', 'integer', 'real', 'true', 'false') LIMIT ?", (f'$."{name}"', f'$."{name}"', limit))
+        rows = self._read(
+            "SELECT DISTINCT json_extract(meta, ?) FROM chunks WHERE json_type(meta, ?) IN "
+            "('text', 'integer', 'real', 'true', 'false') LIMIT ?",
+            (f'$."{name}"', f'$."{name}"', limit),
+        )
         out: set[Any] = set()
         for (value,) in rows:
             out.add(value)
@@ -380,8 +426,11 @@ class Catalog:
         sync; never at query time)."""
         last = -1
         while True:
-            rows = self._read("SELECT pos, id, COALESCE(json_extract(meta, ?), '') FROM chunks WHERE pos > ? ORDER BY "
-                              "pos LIMIT 10000", (f'$."{name}"', last))  # fmt: skip
+            rows = self._read(
+                "SELECT pos, id, COALESCE(json_extract(meta, ?), '') FROM chunks WHERE pos > ? ORDER BY "
+                "pos LIMIT 10000",
+                (f'$."{name}"', last),
+            )
             if not rows:
                 return
             yield from ((r[1], str(r[2])) for r in rows)
@@ -390,18 +439,23 @@ class Catalog:
     def anchors_of(self, positions: Sequence[int], db: sqlite3.Connection | None = None) -> dict[int, dict[str, int]]:
         """What each chunk defines: position -> {anchor: rank}."""
         out: dict[int, dict[str, int]] = {}
-        for anchor, pos, rank in self._in(db, "SELECT anchor, pos, rank FROM anchors WHERE pos IN ({})",
-                                          [int(p) for p in positions]):  # fmt: skip
+        for anchor, pos, rank in self._in(
+            db, "SELECT anchor, pos, rank FROM anchors WHERE pos IN ({})", [int(p) for p in positions]
+        ):
             out.setdefault(int(pos), {})[anchor] = int(rank)
         return out
 
-    def definers(self, anchors: Sequence[str], db: sqlite3.Connection | None = None
-                 ) -> dict[str, list[tuple[int, int, str]]]:  # fmt: skip
+    def definers(
+        self, anchors: Sequence[str], db: sqlite3.Connection | None = None
+    ) -> dict[str, list[tuple[int, int, str]]]:
         """The chunks that define each anchor: anchor -> [(position, rank, document id)]."""
         out: dict[str, list[tuple[int, int, str]]] = {}
-        for anchor, pos, rank, doc in self._in(db, "SELECT a.anchor, a.pos, a.rank, c.doc_id FROM anchors a JOIN "
-                                                   "chunks c ON c.pos = a.pos WHERE a.anchor IN ({})",
-                                               list(anchors)):  # fmt: skip
+        for anchor, pos, rank, doc in self._in(
+            db,
+            "SELECT a.anchor, a.pos, a.rank, c.doc_id FROM anchors a JOIN "
+            "chunks c ON c.pos = a.pos WHERE a.anchor IN ({})",
+            list(anchors),
+        ):
             out.setdefault(anchor, []).append((int(pos), int(rank), str(doc)))
         return out
 
@@ -415,19 +469,24 @@ class Catalog:
         for part in _parts([int(p) for p in positions]):
             db.execute(f"DELETE FROM mentions WHERE pos IN ({','.join('?' * len(part))})", part)
 
-    def mentioned_by(self, positions: Sequence[int], db: sqlite3.Connection | None = None
-                     ) -> dict[int, list[tuple[int, str]]]:  # fmt: skip
+    def mentioned_by(
+        self, positions: Sequence[int], db: sqlite3.Connection | None = None
+    ) -> dict[int, list[tuple[int, str]]]:
         """The anchors each chunk contains: position -> [(word offset, anchor)], by offset."""
         out: dict[int, list[tuple[int, str]]] = {}
-        for pos, start, anchor in self._in(db, "SELECT pos, start, anchor FROM mentions WHERE pos IN ({})",
-                                           [int(p) for p in positions]):  # fmt: skip
+        for pos, start, anchor in self._in(
+            db, "SELECT pos, start, anchor FROM mentions WHERE pos IN ({})", [int(p) for p in positions]
+        ):
             out.setdefault(int(pos), []).append((int(start), str(anchor)))
         return {p: sorted(found) for p, found in out.items()}
 
     def mention_counts(self, anchors: Sequence[str], db: sqlite3.Connection | None = None) -> dict[str, int]:
         """How many chunks contain each anchor outside a longer one (what a scan of their texts would mention)."""
-        rows = self._in(db, "SELECT anchor, COUNT(DISTINCT pos) FROM mentions WHERE outer = 1 AND anchor IN ({}) "
-                            "GROUP BY anchor", list(anchors))  # fmt: skip
+        rows = self._in(
+            db,
+            "SELECT anchor, COUNT(DISTINCT pos) FROM mentions WHERE outer = 1 AND anchor IN ({}) GROUP BY anchor",
+            list(anchors),
+        )
         return {a: int(rows_n) for a, rows_n in rows}
 
     def anchor_count(self) -> int:
@@ -436,8 +495,12 @@ class Catalog:
 
     def known_anchors(self, candidates: Sequence[str], db: sqlite3.Connection | None = None) -> set[str]:
         """Which of ``candidates`` some chunk defines."""
-        return {r[0] for r in self._in(db, "SELECT DISTINCT anchor FROM anchors WHERE anchor IN ({})",
-                                       list(dict.fromkeys(candidates)))}  # fmt: skip
+        return {
+            r[0]
+            for r in self._in(
+                db, "SELECT DISTINCT anchor FROM anchors WHERE anchor IN ({})", list(dict.fromkeys(candidates))
+            )
+        }
 
     def anchors_from(self, prefixes: Sequence[str], db: sqlite3.Connection | None = None) -> set[str]:
         """The anchors some chunk defines that are one of ``prefixes`` (folded words joined by spaces) or continue it
@@ -448,8 +511,10 @@ class Catalog:
             con.execute("CREATE TEMP TABLE IF NOT EXISTS probe (p TEXT PRIMARY KEY) WITHOUT ROWID")
             con.execute("DELETE FROM temp.probe")
             con.executemany("INSERT OR IGNORE INTO temp.probe (p) VALUES (?)", ((p,) for p in prefixes))
-            rows = con.execute("SELECT DISTINCT a.anchor FROM temp.probe CROSS JOIN anchors a "
-                               "ON a.anchor >= probe.p AND a.anchor < probe.p || '!'").fetchall()  # fmt: skip
+            rows = con.execute(
+                "SELECT DISTINCT a.anchor FROM temp.probe CROSS JOIN anchors a "
+                "ON a.anchor >= probe.p AND a.anchor < probe.p || '!'"
+            ).fetchall()
             con.execute("DELETE FROM temp.probe")
         return {r[0] for r in rows}
 

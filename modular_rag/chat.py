@@ -305,15 +305,26 @@ class ChatClient:
     ) -> Wait:
         """The completion :meth:`complete` makes, as a :class:`~modular_rag.trace.Wait` an operator yields
         (:func:`modular_rag.steps.waiting`): blocking in sync runs, awaited (:meth:`acomplete`) in async ones."""
-        options: dict[str, Any] = {"system": system, "max_tokens": max_tokens, "logprobs": logprobs,
-                                   "top_logprobs": top_logprobs, "stop": stop}  # fmt: skip
-        return Wait(functools.partial(self.complete, prompt, **options),
-                    functools.partial(self.acomplete, prompt, **options))  # fmt: skip
+        options: dict[str, Any] = {
+            "system": system,
+            "max_tokens": max_tokens,
+            "logprobs": logprobs,
+            "top_logprobs": top_logprobs,
+            "stop": stop,
+        }
+        return Wait(
+            functools.partial(self.complete, prompt, **options), functools.partial(self.acomplete, prompt, **options)
+        )
 
     def _request(
-        self, prompt: str | Sequence[tuple[str, str]], system: str | None, max_tokens: int | None, logprobs: bool,
-        top_logprobs: int, stop: Sequence[str] | None,
-    ) -> _Request:  # fmt: skip
+        self,
+        prompt: str | Sequence[tuple[str, str]],
+        system: str | None,
+        max_tokens: int | None,
+        logprobs: bool,
+        top_logprobs: int,
+        stop: Sequence[str] | None,
+    ) -> _Request:
         """The request of one completion: the model bound to its options, under the step's deadline; a cache hit
         answers it."""
         messages = _messages(prompt, system)
@@ -358,8 +369,9 @@ class ChatClient:
         completion_tokens = int(usage.get("output_tokens") or estimate_tokens(text))
         record(llm_calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         meta = dict(getattr(message, "response_metadata", {}) or {})
-        completion = Completion(text, _parse_logprobs(meta), prompt_tokens, completion_tokens,
-                                {"finish": meta.get("finish_reason")})  # fmt: skip
+        completion = Completion(
+            text, _parse_logprobs(meta), prompt_tokens, completion_tokens, {"finish": meta.get("finish_reason")}
+        )
         if key is not None:
             self.cache.put("llm", key, _completion_to(completion))
         return completion
@@ -373,8 +385,13 @@ def _model_identity(model: Any) -> Any:
 
 def _completion_to(c: Completion) -> dict[str, Any]:
     tokens = [[t.token, t.logprob, [list(x) for x in t.top]] for t in c.tokens] if c.tokens is not None else None
-    return {"text": c.text, "tokens": tokens, "prompt": c.prompt_tokens, "completion": c.completion_tokens,
-            "meta": c.meta}  # fmt: skip
+    return {
+        "text": c.text,
+        "tokens": tokens,
+        "prompt": c.prompt_tokens,
+        "completion": c.completion_tokens,
+        "meta": c.meta,
+    }
 
 
 def _completion_from(d: dict[str, Any]) -> Completion:
@@ -431,9 +448,15 @@ def _chat_openai(*, model: str, base_url: str | None, api_key: str, cfg: LocalLL
     if cfg.frequency_penalty:
         kwargs["frequency_penalty"] = cfg.frequency_penalty
     return ChatOpenAI(
-        model=model, base_url=base_url, api_key=api_key, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-        timeout=cfg.timeout_s, max_retries=cfg.max_retries, **kwargs,
-    )  # fmt: skip
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        temperature=cfg.temperature,
+        max_tokens=cfg.max_tokens,
+        timeout=cfg.timeout_s,
+        max_retries=cfg.max_retries,
+        **kwargs,
+    )
 
 
 def _build_openai_chat(cfg: OpenAILLMConfig) -> ChatClient:
@@ -448,5 +471,11 @@ def _build_openai_chat(cfg: OpenAILLMConfig) -> ChatClient:
         key = "no-key"
     model = _chat_openai(model=cfg.model, base_url=base_url, api_key=key, cfg=cfg)
     where = base_url or "api.openai.com"
-    return ChatClient(model, openai_compatible=True, describe=f"openai-compatible {cfg.model} at {where}",
-                      prefill=cfg.prefill, logprobs=cfg.logprobs, retries=cfg.max_retries)  # fmt: skip
+    return ChatClient(
+        model,
+        openai_compatible=True,
+        describe=f"openai-compatible {cfg.model} at {where}",
+        prefill=cfg.prefill,
+        logprobs=cfg.logprobs,
+        retries=cfg.max_retries,
+    )

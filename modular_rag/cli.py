@@ -64,8 +64,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     env = Providers(config.providers)
     _prestart(config, env)
     if env.index.count() == 0:
-        print(f"indexing the demo corpus into {config.providers.vectorstore.path} (first run only) ...",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"indexing the demo corpus into {config.providers.vectorstore.path} (first run only) ...", file=sys.stderr
+        )
         summary = index_paths([demo_corpus_path()], env, chunker=config.indexing.chunker, progress=not args.quiet)
         for line in summary.lines():
             print(line, file=sys.stderr)
@@ -85,9 +86,14 @@ def _cmd_index(args: argparse.Namespace) -> int:
     if args.reset:
         env.index.clear()
     summary = index_paths(
-        args.paths, env, chunker=config.indexing.chunker, batch_size=config.indexing.batch_size,
-        max_file_mb=config.indexing.max_file_mb, progress=not args.quiet, sync=args.sync,
-    )  # fmt: skip
+        args.paths,
+        env,
+        chunker=config.indexing.chunker,
+        batch_size=config.indexing.batch_size,
+        max_file_mb=config.indexing.max_file_mb,
+        progress=not args.quiet,
+        sync=args.sync,
+    )
     if args.json:
         from dataclasses import asdict
 
@@ -163,8 +169,11 @@ def print_result(result: Mapping[str, Any], *, as_json: bool = False, out: Any =
     if answer.get("refused") and answer.get("reason"):
         print(f"   refused: {answer['reason']}", file=out)
     elif answer and not answer.get("refused") and answer.get("supported") is not None and answer["supported"] < 1.0:
-        print(f"   marked: {answer['supported']:.0%} of its sentences are supported by what they cite"
-              + (f" ({answer['reason']})" if answer.get("reason") else ""), file=out)  # fmt: skip
+        print(
+            f"   marked: {answer['supported']:.0%} of its sentences are supported by what they cite"
+            + (f" ({answer['reason']})" if answer.get("reason") else ""),
+            file=out,
+        )
     evidence = {e["ref"]: e for e in result.get("evidence") or []}
     for cit in answer.get("citations") or []:
         ev = evidence.get(cit["ref"], {})
@@ -172,14 +181,27 @@ def print_result(result: Mapping[str, Any], *, as_json: bool = False, out: Any =
         label = str(meta.get("title") or meta.get("doc_id") or cit["chunk_id"])
         if meta.get("page"):
             label += f", p. {meta['page']}"
-        how = ", ".join(x for x in (cit.get("method") if cit.get("method") != "model" else "", cit.get("verdict"),
-                                    cit.get("reason")) if x)  # fmt: skip
+        how = ", ".join(
+            x
+            for x in (cit.get("method") if cit.get("method") != "model" else "", cit.get("verdict"), cit.get("reason"))
+            if x
+        )
         print(f"  [{cit['ref']}] {label}  chunk {cit['chunk_id']}" + (f" ({how})" if how else ""), file=out)
     ledger = {(e["node"], e["operator"], i): e for i, e in enumerate(result.get("ledger") or [])}
     rows = []
     for (node, op, _), entry in ledger.items():
-        rows.append([node, op, entry["ms"], entry["llm_calls"], entry["prompt_tokens"], entry["completion_tokens"],
-                     entry["retrievals"], entry["embed_calls"]])  # fmt: skip
+        rows.append(
+            [
+                node,
+                op,
+                entry["ms"],
+                entry["llm_calls"],
+                entry["prompt_tokens"],
+                entry["completion_tokens"],
+                entry["retrievals"],
+                entry["embed_calls"],
+            ]
+        )
     statuses = [(e["node"], e["status"], e.get("error", ""), e["summary"]) for e in result.get("trace") or []]
     if rows:
         print("\ntrace:", file=out)
@@ -208,8 +230,11 @@ def failed_steps(result: Mapping[str, Any]) -> list[str]:
 def _exit_status(result: Mapping[str, Any]) -> int:
     failed = failed_steps(result)
     if failed:
-        print(f"error: {len(failed)} step{'s' if len(failed) != 1 else ''} failed and went on under on_error: skip "
-              f"({', '.join(failed)}); the answer above is the fallback's", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {len(failed)} step{'s' if len(failed) != 1 else ''} failed and went on under on_error: skip "
+            f"({', '.join(failed)}); the answer above is the fallback's",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
@@ -226,11 +251,16 @@ def _cmd_catalogue(args: argparse.Namespace) -> int:
         return 0
     if args.json:
         data = [
-            {"module": i.module, "submodule": i.submodule, "name": i.name, "port": i.port.value,
-             "summary": i.summary, "params": [dict(zip(("name", "default", "description"), r, strict=True))
-                                              for r in i.param_rows()]}
+            {
+                "module": i.module,
+                "submodule": i.submodule,
+                "name": i.name,
+                "port": i.port.value,
+                "summary": i.summary,
+                "params": [dict(zip(("name", "default", "description"), r, strict=True)) for r in i.param_rows()],
+            }
             for i in infos
-        ]  # fmt: skip
+        ]
         print(json.dumps(data, indent=2))
         return 0
     current = None
@@ -299,18 +329,27 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     settings = {name: getattr(args, name) for name in options if getattr(args, name) is not None}
     try:
         report = finetune(
-            args.dataset, args.out, split=args.split, base=args.base, settings=settings, overwrite=args.overwrite,
-            resume=args.resume, save_steps=args.save_steps, keep_checkpoints=args.keep_checkpoints,
-            progress=not args.quiet, log=None if args.quiet else lambda line: print(line, file=sys.stderr),
-        )  # fmt: skip
+            args.dataset,
+            args.out,
+            split=args.split,
+            base=args.base,
+            settings=settings,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            save_steps=args.save_steps,
+            keep_checkpoints=args.keep_checkpoints,
+            progress=not args.quiet,
+            log=None if args.quiet else lambda line: print(line, file=sys.stderr),
+        )
     except ConfigError as exc:
         if exc.path and not exc.path.startswith("--"):  # a settings field: name the option the user typed
             raise ConfigError(f"--{exc.path.replace('_', '-')}", exc.message) from None
         raise
     except KeyboardInterrupt:
         if (checkpoint := last_checkpoint(args.out)) is not None:
-            print(f"the run stopped after {checkpoint.name}: the same command with --resume continues it",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"the run stopped after {checkpoint.name}: the same command with --resume continues it", file=sys.stderr
+            )
         raise
     print("\n".join(report.lines()))
     return 0
@@ -328,9 +367,14 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="modular-rag", description="Modular RAG flows over LangGraph.")
     parser.add_argument("--version", action="version", version=f"modular-rag {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="log what the kit does (-v: info, such as the one-time ONNX export, fallbacks and "
-                             "retries; -vv: debug) on stderr")  # fmt: skip
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log what the kit does (-v: info, such as the one-time ONNX export, fallbacks and "
+        "retries; -vv: debug) on stderr",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="answer a question over the bundled demo corpus (embedded defaults)")
@@ -340,13 +384,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("index", help="index files and folders (.txt, .md, .jsonl; .pdf, .html, .docx with the "
-                                     "docs extra) into a flow's index")
+    p = sub.add_parser(
+        "index",
+        help="index files and folders (.txt, .md, .jsonl; .pdf, .html, .docx with the docs extra) into a flow's index",
+    )
     p.add_argument("paths", nargs="+", help="files or folders")
     p.add_argument("--config", required=True, help="flow config (YAML) naming the providers")
     p.add_argument("--reset", action="store_true", help="empty the index first")
-    p.add_argument("--sync", action="store_true",
-                   help="make the index follow the paths: remove the chunks of deleted files, replace changed ones")
+    p.add_argument(
+        "--sync",
+        action="store_true",
+        help="make the index follow the paths: remove the chunks of deleted files, replace changed ones",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_index)
@@ -374,8 +423,9 @@ def _parser() -> argparse.ArgumentParser:
 
     add_eval(sub)  # eval, recommend, train-router
 
-    p = sub.add_parser("doctor", help="check that the embedded defaults (models, llama-server) are installed, or what "
-                       "one config needs")
+    p = sub.add_parser(
+        "doctor", help="check that the embedded defaults (models, llama-server) are installed, or what one config needs"
+    )
     p.add_argument("--config", help="check only what this flow config needs (its store, embedder and chat model)")
     p.set_defaults(func=_cmd_doctor)
 
@@ -392,17 +442,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, help="AdamW learning rate (default 2e-5)")
     p.add_argument("--seed", type=int, help="seeds negatives, batch order and dropout (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the interrupted run in --out from its last checkpoint (give the same options)")
-    p.add_argument("--save-steps", type=int,
-                   help="save a checkpoint in --out every N steps (default: every tenth of the run)")
-    p.add_argument("--keep-checkpoints", action="store_true",
-                   help="keep every checkpoint-N folder in --out (default: the last only, removed at the end)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run in --out from its last checkpoint (give the same options)",
+    )
+    p.add_argument(
+        "--save-steps", type=int, help="save a checkpoint in --out every N steps (default: every tenth of the run)"
+    )
+    p.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="keep every checkpoint-N folder in --out (default: the last only, removed at the end)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_finetune)
 
-    p = sub.add_parser("schema", help="print the JSON Schema of flow configs (every operator's parameters), for "
-                                      "editors: modular-rag schema > modular-rag.schema.json")  # fmt: skip
+    p = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of flow configs (every operator's parameters), for "
+        "editors: modular-rag schema > modular-rag.schema.json",
+    )
     p.add_argument("--indent", action="store_true", help="pretty-print")
     p.set_defaults(func=_cmd_schema)
 
@@ -429,8 +489,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         import logging
 
-        logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO, stream=sys.stderr,
-                            format="%(levelname)s %(name)s: %(message)s")  # fmt: skip
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose > 1 else logging.INFO,
+            stream=sys.stderr,
+            format="%(levelname)s %(name)s: %(message)s",
+        )
     try:
         return int(args.func(args))
     except ModularRagError as exc:

@@ -78,7 +78,6 @@ __all__ = [
 ]
 
 
-
 class _LLMCommon(StrictModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="sampling temperature")
     max_tokens: int = Field(256, gt=0, le=32768, description="completion token cap per call")
@@ -114,8 +113,10 @@ LLMConfig = Annotated[LocalLLMConfig | OpenAILLMConfig, Field(discriminator="nam
 
 
 EmbeddingBackend = Literal["auto", "onnx", "torch"]
-_BACKEND_HELP = ("onnx: ONNX Runtime (exported from the model once, cached; no torch at query time); torch: "
-                 "sentence-transformers; auto: onnx when the model and packages allow it, else torch")
+_BACKEND_HELP = (
+    "onnx: ONNX Runtime (exported from the model once, cached; no torch at query time); torch: "
+    "sentence-transformers; auto: onnx when the model and packages allow it, else torch"
+)
 
 
 class MiniLMConfig(StrictModel):
@@ -125,9 +126,10 @@ class MiniLMConfig(StrictModel):
     batch_size: int = Field(64, gt=0, le=4096)
     backend: EmbeddingBackend = Field("auto", description=_BACKEND_HELP)
     precision: Literal["fp32", "int8"] = Field(
-        "fp32", description="fp32: the weights as trained; int8: int8 weight matrices on ONNX Runtime (about twice "
-        "the indexing throughput, vectors within cosine 0.99 of fp32; exported once from fp32 and checked against it)"
-    )  # fmt: skip
+        "fp32",
+        description="fp32: the weights as trained; int8: int8 weight matrices on ONNX Runtime (about twice "
+        "the indexing throughput, vectors within cosine 0.99 of fp32; exported once from fp32 and checked against it)",
+    )
 
     @model_validator(mode="after")
     def _int8_runs_on_onnx(self) -> MiniLMConfig:
@@ -170,8 +172,9 @@ class OpenAIEmbeddingsConfig(StrictModel):
     max_retries: int = Field(2, ge=0, le=20, description="retries with exponential backoff on errors/429/5xx")
 
 
-EmbeddingsConfig = Annotated[MiniLMConfig | SentenceTransformersConfig | OpenAIEmbeddingsConfig,
-                             Field(discriminator="name")]  # fmt: skip
+EmbeddingsConfig = Annotated[
+    MiniLMConfig | SentenceTransformersConfig | OpenAIEmbeddingsConfig, Field(discriminator="name")
+]
 
 
 class ChromaConfig(StrictModel):
@@ -196,38 +199,49 @@ class MilvusConfig(StrictModel):
     read by key, memory-mapped: no process copies the collection."""
 
     name: Literal["milvus"] = "milvus"
-    uri: str = Field("http://127.0.0.1:19530", min_length=1,
-                     description="server address (http://host:port) or a local *.db file for Milvus Lite")  # fmt: skip
-    collection: str = Field("modular_rag", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$",
-                            description="letters, digits and underscores, not starting with a digit")  # fmt: skip
+    uri: str = Field(
+        "http://127.0.0.1:19530",
+        min_length=1,
+        description="server address (http://host:port) or a local *.db file for Milvus Lite",
+    )
+    collection: str = Field(
+        "modular_rag",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$",
+        description="letters, digits and underscores, not starting with a digit",
+    )
     token_env: str | None = Field(
         None, min_length=1, description="environment variable holding the token (user:password or an API key)"
     )
     consistency: Literal["Strong", "Bounded", "Session", "Eventually"] = Field(
-        "Session", description="consistency level of reads: Session sees this process's writes at once and another's "
+        "Session",
+        description="consistency level of reads: Session sees this process's writes at once and another's "
         "within a time tick (an index run returns once they are seen), without waiting otherwise; Strong makes every "
-        "read wait for the next time tick (0.2-0.4 s on Milvus 2.3)"
-    )  # fmt: skip
+        "read wait for the next time tick (0.2-0.4 s on Milvus 2.3)",
+    )
     timeout_s: float = Field(30.0, gt=0, le=3600, description="per-request timeout, seconds")
     catalog: str | None = Field(
-        None, description="folder of the kit's catalog for this collection (term statistics, link table); processes "
-        "that share the collection share it (default: beside a Milvus Lite file, else under MODULAR_RAG_HOME/milvus)"
+        None,
+        description="folder of the kit's catalog for this collection (term statistics, link table); processes "
+        "that share the collection share it (default: beside a Milvus Lite file, else under MODULAR_RAG_HOME/milvus)",
     )
     analyzer: dict[str, Any] | None = Field(
-        None, description="Milvus analyzer_params of the text field (default: standard tokenizer, lower case, ASCII "
-        "folding, then providers.sparse's stop words and stemmer)"
-    )  # fmt: skip
+        None,
+        description="Milvus analyzer_params of the text field (default: standard tokenizer, lower case, ASCII "
+        "folding, then providers.sparse's stop words and stemmer)",
+    )
     bm25: Literal["auto", "milvus", "kit"] = Field(
-        "auto", description="where BM25 ranks: milvus (in Milvus; hybrid is one hybrid_search call), kit (the "
+        "auto",
+        description="where BM25 ranks: milvus (in Milvus; hybrid is one hybrid_search call), kit (the "
         "kit's postings in the catalog folder: the embedded default's analysis and scores), auto (kit where the "
         "server has no BM25 (a Milvus before 2.5) or would drop part of the analysis asked for: Milvus Lite does "
-        "not stem or fold accents; else milvus)"
-    )  # fmt: skip
+        "not stem or fold accents; else milvus)",
+    )
     search_params: dict[str, Any] = Field(
-        default_factory=dict, description="index parameters of every dense search, as Milvus takes them: {ef: 128} "
+        default_factory=dict,
+        description="index parameters of every dense search, as Milvus takes them: {ef: 128} "
         "for an HNSW index (Milvus Lite's AUTOINDEX is one, searched with ef 64 unless told), {level: 2} for AUTOINDEX "
-        "on Milvus; more exact, slower"
-    )  # fmt: skip
+        "on Milvus; more exact, slower",
+    )
 
     @field_validator("uri")
     @classmethod
@@ -235,8 +249,10 @@ class MilvusConfig(StrictModel):
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme in ("http", "https", "tcp", "grpc") or (not scheme and value.endswith(".db")):
             return value
-        raise ValueError(f"{value!r} is neither a server address (http://host:19530, https://...) nor a Milvus Lite "
-                         "file (a path ending in .db)")  # fmt: skip
+        raise ValueError(
+            f"{value!r} is neither a server address (http://host:19530, https://...) nor a Milvus Lite "
+            "file (a path ending in .db)"
+        )
 
 
 def _vectorstore_name(value: Any) -> str:
@@ -247,9 +263,12 @@ def _vectorstore_name(value: Any) -> str:
 
 VectorStoreConfig = Annotated[
     Annotated[ChromaConfig, Tag("chroma")] | Annotated[MilvusConfig, Tag("milvus")],
-    Discriminator(_vectorstore_name, custom_error_type="vectorstore_name",
-                  custom_error_message="name must be 'chroma' (the default) or 'milvus'"),
-]  # fmt: skip
+    Discriminator(
+        _vectorstore_name,
+        custom_error_type="vectorstore_name",
+        custom_error_message="name must be 'chroma' (the default) or 'milvus'",
+    ),
+]
 
 
 class SparseConfig(StrictModel):

@@ -13,8 +13,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Span", "Cost", "CostContext", "ZERO", "estimate", "slot_cost", "llm", "retrievals", "context_for", "active",
-           "total", "llm_continues"]
+__all__ = [
+    "Span",
+    "Cost",
+    "CostContext",
+    "ZERO",
+    "estimate",
+    "slot_cost",
+    "llm",
+    "retrievals",
+    "context_for",
+    "active",
+    "total",
+    "llm_continues",
+]
 
 
 @dataclass(frozen=True)
@@ -65,8 +77,10 @@ class Cost:
 
     def as_dict(self) -> dict[str, list[float]]:
         """``{"llm_calls": [lo, hi], "retrievals": [lo, hi]}``."""
-        return {"llm_calls": [self.llm_calls.lo, self.llm_calls.hi],
-                "retrievals": [self.retrievals.lo, self.retrievals.hi]}  # fmt: skip
+        return {
+            "llm_calls": [self.llm_calls.lo, self.llm_calls.hi],
+            "retrievals": [self.retrievals.lo, self.retrievals.hi],
+        }
 
 
 ZERO = Cost()
@@ -156,8 +170,9 @@ def estimate(config: Any) -> Cost:
     if flow.pattern.cost is None:
         from modular_rag.errors import ConfigError
 
-        raise ConfigError("pattern", f"pattern {flow.config.pattern!r} registers no cost model "
-                          "(register_pattern(cost=...))")  # fmt: skip
+        raise ConfigError(
+            "pattern", f"pattern {flow.config.pattern!r} registers no cost model (register_pattern(cost=...))"
+        )
     return flow.pattern.cost(flow)
 
 

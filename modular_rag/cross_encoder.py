@@ -54,8 +54,9 @@ class CrossEncoderScorer:
         if todo:
             record(embed_calls=1)
             with self._lock:
-                raw = self.model.predict([(query, texts[i]) for i in todo], batch_size=batch_size,
-                                         show_progress_bar=False)  # fmt: skip
+                raw = self.model.predict(
+                    [(query, texts[i]) for i in todo], batch_size=batch_size, show_progress_bar=False
+                )
             fresh = np.asarray(raw, dtype=np.float32).reshape(len(todo), -1)[:, -1]
             for i, value in zip(todo, fresh.tolist(), strict=True):
                 cached[i] = value

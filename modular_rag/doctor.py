@@ -92,8 +92,9 @@ def _key(env: str, base_url: str | None) -> Callable[[], object]:
             return f"{env} is set"
         if base_url or os.environ.get("OPENAI_BASE_URL"):
             return f"no key needed for {base_url or os.environ['OPENAI_BASE_URL']}"
-        raise ProviderError(f"environment variable {env} is not set; set it, or give base_url for a keyless "
-                            "OpenAI-compatible server")  # fmt: skip
+        raise ProviderError(
+            f"environment variable {env} is not set; set it, or give base_url for a keyless OpenAI-compatible server"
+        )
 
     return check
 
@@ -140,8 +141,11 @@ def _existing_store(config: FlowConfig) -> Callable[[], object]:
 
     def check() -> object:
         store = config.providers.vectorstore
-        if isinstance(store, ChromaConfig) and not store.host and not store.in_memory and not (
-            store.path and os.path.isdir(store.path)
+        if (
+            isinstance(store, ChromaConfig)
+            and not store.host
+            and not store.in_memory
+            and not (store.path and os.path.isdir(store.path))
         ):
             return f"{_store_roundtrip()}; {store.path} does not exist yet (the first index makes it)"
         if isinstance(store, MilvusConfig) and "://" not in store.uri and not os.path.exists(store.uri):
@@ -164,8 +168,11 @@ def _local_llm(model: Callable[[], object], threads: int | None = None) -> list[
     """Start llama-server on the model and have it write a token; whether the installed build is the portable one."""
     from modular_rag.llama_server import BINARY_ENV, probe
 
-    checks = [Check("llama-server (starts, reads a prompt, writes a token)",
-                    lambda: probe(Path(str(model())), threads=threads))]  # fmt: skip
+    checks = [
+        Check(
+            "llama-server (starts, reads a prompt, writes a token)", lambda: probe(Path(str(model())), threads=threads)
+        )
+    ]
     if not os.environ.get(BINARY_ENV):
         checks.append(Check("llama-server build", _build, required=False))
     return checks

@@ -179,9 +179,12 @@ class SentenceEncoder(LocalEncoder):
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
         vectors = self.model.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
             show_progress_bar=False,
-        )  # fmt: skip
+        )
         return np.asarray(vectors, dtype=np.float32)
 
 
@@ -232,10 +235,16 @@ class EndpointEncoder(QueryCache):
         key = os.environ.get(self.config.api_key_env)
         base_url = self.config.base_url or os.environ.get("OPENAI_BASE_URL")
         if not key and base_url is None:
-            raise ProviderError(f"providers.embeddings: environment variable {self.config.api_key_env} is not set; "
-                                "set it, or give base_url for a keyless OpenAI-compatible server")  # fmt: skip
-        return openai.OpenAI(api_key=key or "no-key", base_url=base_url, timeout=self.config.timeout_s,
-                             max_retries=self.config.max_retries)  # fmt: skip
+            raise ProviderError(
+                f"providers.embeddings: environment variable {self.config.api_key_env} is not set; "
+                "set it, or give base_url for a keyless OpenAI-compatible server"
+            )
+        return openai.OpenAI(
+            api_key=key or "no-key",
+            base_url=base_url,
+            timeout=self.config.timeout_s,
+            max_retries=self.config.max_retries,
+        )
 
     @cached_property
     def async_client(self) -> Any:
@@ -243,14 +252,20 @@ class EndpointEncoder(QueryCache):
         import openai
 
         sync = self.client  # the same key checks
-        return openai.AsyncOpenAI(api_key=sync.api_key, base_url=sync.base_url, timeout=self.config.timeout_s,
-                                  max_retries=self.config.max_retries)  # fmt: skip
+        return openai.AsyncOpenAI(
+            api_key=sync.api_key,
+            base_url=sync.base_url,
+            timeout=self.config.timeout_s,
+            max_retries=self.config.max_retries,
+        )
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts, one request per batch of ``batch_size``, up to ``concurrency`` requests in flight (one
         embedding call in the ledger per request); the vectors come back in the texts' order."""
-        batches = [[t if t.strip() else " " for t in texts[i : i + self.config.batch_size]]
-                   for i in range(0, len(texts), self.config.batch_size)]  # fmt: skip
+        batches = [
+            [t if t.strip() else " " for t in texts[i : i + self.config.batch_size]]
+            for i in range(0, len(texts), self.config.batch_size)
+        ]
         if not batches:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
         record(embed_calls=len(batches))
@@ -259,8 +274,9 @@ class EndpointEncoder(QueryCache):
         else:
             from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(batches)),
-                                    thread_name_prefix="embed") as pool:  # fmt: skip
+            with ThreadPoolExecutor(
+                max_workers=min(self.config.concurrency, len(batches)), thread_name_prefix="embed"
+            ) as pool:
                 parts = list(pool.map(self._request, batches))
         vectors = l2_normalise(np.asarray([row for part in parts for row in part], dtype=np.float32))
         self.dim = int(vectors.shape[1])
@@ -272,8 +288,9 @@ class EndpointEncoder(QueryCache):
         try:
             reply = self.client.embeddings.create(model=self.config.model, input=batch, **extra)
         except Exception as exc:  # openai raises its own hierarchy; say where
-            raise ProviderError(f"embeddings endpoint {self.where} ({self.config.model}): "
-                                f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+            raise ProviderError(
+                f"embeddings endpoint {self.where} ({self.config.model}): {type(exc).__name__}: {exc}"
+            ) from exc
         return self._vectors(reply, batch)
 
     async def _aembed_query(self, text: str) -> np.ndarray:
@@ -284,8 +301,9 @@ class EndpointEncoder(QueryCache):
         try:
             reply = await self.async_client.embeddings.create(model=self.config.model, input=batch, **extra)
         except Exception as exc:
-            raise ProviderError(f"embeddings endpoint {self.where} ({self.config.model}): "
-                                f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+            raise ProviderError(
+                f"embeddings endpoint {self.where} ({self.config.model}): {type(exc).__name__}: {exc}"
+            ) from exc
         vectors = l2_normalise(np.asarray(self._vectors(reply, batch), dtype=np.float32))
         self.dim = int(vectors.shape[1])
         return vectors[0]
@@ -294,8 +312,7 @@ class EndpointEncoder(QueryCache):
         """The vectors of an embeddings reply, in the batch's order."""
         data = sorted(reply.data, key=lambda d: d.index)
         if len(data) != len(batch):
-            raise ProviderError(f"embeddings endpoint {self.where} returned {len(data)} vectors for "
-                                f"{len(batch)} texts")  # fmt: skip
+            raise ProviderError(f"embeddings endpoint {self.where} returned {len(data)} vectors for {len(batch)} texts")
         return [d.embedding for d in data]
 
     def _embed_query(self, text: str) -> np.ndarray:

@@ -21,11 +21,18 @@ TOP = 5
 """How many of the first retrieval's candidates the features read."""
 
 EVIDENCE_NAMES = [
-    "score top-1", *[f"score {i}/1" for i in range(2, TOP + 1)],
-    "covered by top-1", "covered by top-2", f"covered by top-{TOP}", "covered by top-10",
-    "best passage covers", f"spread over top-{TOP}", f"documents in top-{TOP}",
-    "top-1 title named", f"titles named in top-{TOP}",
-]  # fmt: skip
+    "score top-1",
+    *[f"score {i}/1" for i in range(2, TOP + 1)],
+    "covered by top-1",
+    "covered by top-2",
+    f"covered by top-{TOP}",
+    "covered by top-10",
+    "best passage covers",
+    f"spread over top-{TOP}",
+    f"documents in top-{TOP}",
+    "top-1 title named",
+    f"titles named in top-{TOP}",
+]
 """The names of :func:`evidence_features`, in order (a saved router model records them)."""
 
 _ANALYZER = Analyzer()
@@ -72,12 +79,20 @@ def evidence_features(query: str, hits: Sequence[Hit]) -> list[float]:
         return len(terms & union) / len(terms)
 
     best = max((len(terms & t) / len(terms) for t in texts[:TOP]), default=0.0) if terms else 0.0
-    named = [bool(title_terms) and title_terms <= terms
-             for title_terms in (set(_ANALYZER(_title(h))) for h in top[:TOP])]  # fmt: skip
+    named = [
+        bool(title_terms) and title_terms <= terms for title_terms in (set(_ANALYZER(_title(h))) for h in top[:TOP])
+    ]
     documents = len({_document(h) for h in top[:TOP]}) / TOP
     return [
-        first, *ratios,
-        covered(1), covered(2), covered(TOP), covered(10),
-        best, covered(TOP) - best, documents,
-        float(bool(named) and named[0]), min(sum(named), 2) / 2.0,
-    ]  # fmt: skip
+        first,
+        *ratios,
+        covered(1),
+        covered(2),
+        covered(TOP),
+        covered(10),
+        best,
+        covered(TOP) - best,
+        documents,
+        float(bool(named) and named[0]),
+        min(sum(named), 2) / 2.0,
+    ]

@@ -213,9 +213,10 @@ def training_examples(
                     )
                 chosen += rng.sample(pool, settings.hard_negatives - len(chosen))
             examples.append(
-                TrainingExample(query.id, query.text, positive, docs[positive], tuple(chosen),
-                                tuple(docs[n] for n in chosen))
-            )  # fmt: skip
+                TrainingExample(
+                    query.id, query.text, positive, docs[positive], tuple(chosen), tuple(docs[n] for n in chosen)
+                )
+            )
     if not examples:
         raise DatasetError(
             f"no judgement of the {dataset.split} split names a document of {dataset.corpus_file}; "
@@ -307,8 +308,11 @@ def _check_out(out: Path, overwrite: bool, resume: bool) -> Path | None:
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
             interrupted = last_checkpoint(out)
-            hint = (f"it holds an interrupted run ({interrupted.name}): pass --resume to continue it or --overwrite"
-                    if interrupted is not None else "choose a new folder or pass --overwrite")  # fmt: skip
+            hint = (
+                f"it holds an interrupted run ({interrupted.name}): pass --resume to continue it or --overwrite"
+                if interrupted is not None
+                else "choose a new folder or pass --overwrite"
+            )
             raise ConfigError("--out", f"{out} exists and is not empty; {hint}")
         shutil.rmtree(out)
     return None
@@ -316,8 +320,11 @@ def _check_out(out: Path, overwrite: bool, resume: bool) -> Path | None:
 
 def _run_record(base: Path, split: str, cfg: FinetuneSettings, plans: list[list[list[TrainingExample]]]) -> dict:
     """What a run starts with; a resumed run must start with the same (the plan's digest covers the data)."""
-    plan = [[[e.query_id, e.query, e.positive_id, e.positive, *e.negative_ids, *e.negatives] for e in batch]
-            for epoch in plans for batch in epoch]  # fmt: skip
+    plan = [
+        [[e.query_id, e.query, e.positive_id, e.positive, *e.negative_ids, *e.negatives] for e in batch]
+        for epoch in plans
+        for batch in epoch
+    ]
     digest = hashlib.sha256(json.dumps(plan).encode()).hexdigest()
     return {"base": str(base.resolve()), "split": split, "settings": cfg.model_dump(), "plan": digest}
 
@@ -327,14 +334,21 @@ def _check_same_run(out: Path, record: dict) -> None:
     if not file.is_file():
         raise ConfigError("--resume", f"{out} has checkpoints but no {RUN_FILE}: what the run started with is unknown")
     started = json.loads(file.read_text(encoding="utf-8"))
-    changed = [f"{k} {v} (now {record['settings'].get(k)})" for k, v in started.get("settings", {}).items()
-               if record["settings"].get(k) != v]  # fmt: skip
+    changed = [
+        f"{k} {v} (now {record['settings'].get(k)})"
+        for k, v in started.get("settings", {}).items()
+        if record["settings"].get(k) != v
+    ]
     changed += [f"{k} {started.get(k)} (now {record[k]})" for k in ("base", "split") if started.get(k) != record[k]]
     if not changed and started.get("plan") != record["plan"]:
         changed.append("other training pairs (the dataset changed)")
     if changed:
-        raise ConfigError("--resume", f"the run in {out} started with " + "; ".join(changed) +
-                          ": rerun with the options it started with, or start afresh with --overwrite")  # fmt: skip
+        raise ConfigError(
+            "--resume",
+            f"the run in {out} started with "
+            + "; ".join(changed)
+            + ": rerun with the options it started with, or start afresh with --overwrite",
+        )
 
 
 class _PlannedBatches:
@@ -407,8 +421,9 @@ def _watch(progress: bool) -> Any:
             if progress:
                 from tqdm import tqdm
 
-                self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="finetune", unit="step",
-                                leave=False)  # fmt: skip
+                self.bar = tqdm(
+                    total=state.max_steps, initial=state.global_step, desc="finetune", unit="step", leave=False
+                )
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if self.bar is not None:
@@ -555,8 +570,14 @@ def finetune(
         args = _arguments(out_path, cfg, total, save_steps=save_steps, keep_checkpoints=keep_checkpoints, cuda=cuda)
         watch = _watch(progress)
         loss = MultipleNegativesRankingLoss(model, scale=cfg.scale)
-        trainer = _trainer(_PlannedBatches(batches, cfg.batch_size), watch, model=model, args=args, loss=loss,
-                           train_dataset=datasets.Dataset.from_dict(columns))  # fmt: skip
+        trainer = _trainer(
+            _PlannedBatches(batches, cfg.batch_size),
+            watch,
+            model=model,
+            args=args,
+            loss=loss,
+            train_dataset=datasets.Dataset.from_dict(columns),
+        )
         device, precision = str(trainer.args.device), "fp16" if cuda else "fp32"
         if checkpoint is not None:
             say(f"resuming from {checkpoint.name} (step {checkpoint.name.split('-')[1]} of {total})")
@@ -577,11 +598,22 @@ def finetune(
     (out_path / RUN_FILE).unlink(missing_ok=True)
     per_epoch = [len(p) for p in plans]
     report = FinetuneReport(
-        out=str(out_path), base=str(base_path), dataset=str(dataset.root), split=split, pairs=len(examples),
-        queries=len({e.query_id for e in examples}), steps=total, seconds=round(seconds, 1),
-        losses=[round(x, 5) for x in _epoch_losses(trainer.state.log_history, per_epoch)], settings=cfg.model_dump(),
-        skipped_qrels=skipped, bm25_filled=filled, batches_per_epoch=per_epoch, device=device, precision=precision,
+        out=str(out_path),
+        base=str(base_path),
+        dataset=str(dataset.root),
+        split=split,
+        pairs=len(examples),
+        queries=len({e.query_id for e in examples}),
+        steps=total,
+        seconds=round(seconds, 1),
+        losses=[round(x, 5) for x in _epoch_losses(trainer.state.log_history, per_epoch)],
+        settings=cfg.model_dump(),
+        skipped_qrels=skipped,
+        bm25_filled=filled,
+        batches_per_epoch=per_epoch,
+        device=device,
+        precision=precision,
         resumed_from_step=int(checkpoint.name.split("-")[1]) if checkpoint is not None else 0,
-    )  # fmt: skip
+    )
     (out_path / "finetune.json").write_text(json.dumps(asdict(report), indent=2), encoding="utf-8")
     return report

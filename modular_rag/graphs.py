@@ -43,8 +43,10 @@ def _reply(state: RAGState) -> dict[str, Any]:
     if not answer:
         return {}
     titles = {e["ref"]: e["metadata"].get("title") for e in state.get("evidence") or []}
-    citations = [{"ref": c["ref"], "chunk_id": c["chunk_id"], "title": titles.get(c["ref"])}
-                 for c in answer.get("citations") or []]  # fmt: skip
+    citations = [
+        {"ref": c["ref"], "chunk_id": c["chunk_id"], "title": titles.get(c["ref"])}
+        for c in answer.get("citations") or []
+    ]
     turn = [] if pending_question(state) is not None else [HumanMessage(str(state.get("query", "")))]
     return {"messages": [*turn, AIMessage(answer["text"], additional_kwargs={"citations": citations})]}
 
@@ -106,9 +108,12 @@ def output_schema(schema: type[Any] | None) -> type[Any]:
     keys = set(getattr(schema, "__annotations__", {}))
     unknown = sorted(keys - set(RAGState.__annotations__))
     if not keys or unknown:
-        raise ConfigError("output_schema", f"{getattr(schema, '__name__', schema)!r} must be a TypedDict of state keys"
-                          f"{'; unknown: ' + ', '.join(unknown) if unknown else ''}; state keys: "
-                          f"{', '.join(RAGState.__annotations__)}")  # fmt: skip
+        raise ConfigError(
+            "output_schema",
+            f"{getattr(schema, '__name__', schema)!r} must be a TypedDict of state keys"
+            f"{'; unknown: ' + ', '.join(unknown) if unknown else ''}; state keys: "
+            f"{', '.join(RAGState.__annotations__)}",
+        )
     return schema
 
 

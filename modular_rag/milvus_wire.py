@@ -17,8 +17,24 @@ from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.milvus_terms import META_FIELD
 from modular_rag.state import Hit
 
-__all__ = ["BATCH_ROWS", "ID", "MAX_ID", "MAX_TEXT", "META", "OUTPUT", "SPARSE", "TEXT", "VECTOR", "collection_schema",
-           "grpc_status", "hits", "hybrid_request", "pymilvus_module", "release", "row_batches"]  # fmt: skip
+__all__ = [
+    "BATCH_ROWS",
+    "ID",
+    "MAX_ID",
+    "MAX_TEXT",
+    "META",
+    "OUTPUT",
+    "SPARSE",
+    "TEXT",
+    "VECTOR",
+    "collection_schema",
+    "grpc_status",
+    "hits",
+    "hybrid_request",
+    "pymilvus_module",
+    "release",
+    "row_batches",
+]
 
 ID, TEXT, META, VECTOR, SPARSE = "id", "text", META_FIELD, "vector", "sparse"
 """The fields of the kit's collections: chunk id (primary key), text, metadata JSON, vector, BM25 output."""
@@ -66,32 +82,55 @@ def collection_schema(
     index = pymilvus.MilvusClient.prepare_index_params()
     index.add_index(field_name=VECTOR, index_type="AUTOINDEX", metric_type="COSINE")
     if bm25:
-        schema.add_field(TEXT, pymilvus.DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True,
-                         analyzer_params=dict(analyzer))  # fmt: skip
+        schema.add_field(
+            TEXT, pymilvus.DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True, analyzer_params=dict(analyzer)
+        )
     else:
         schema.add_field(TEXT, pymilvus.DataType.VARCHAR, max_length=MAX_TEXT)
     schema.add_field(META, pymilvus.DataType.JSON)
     schema.add_field(VECTOR, pymilvus.DataType.FLOAT_VECTOR, dim=dim)
     if bm25:
         schema.add_field(SPARSE, pymilvus.DataType.SPARSE_FLOAT_VECTOR)
-        schema.add_function(pymilvus.Function(name="bm25", function_type=pymilvus.FunctionType.BM25,
-                                              input_field_names=[TEXT], output_field_names=[SPARSE]))
-        index.add_index(field_name=SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
-                        params={"bm25_k1": k1, "bm25_b": b})  # fmt: skip
+        schema.add_function(
+            pymilvus.Function(
+                name="bm25",
+                function_type=pymilvus.FunctionType.BM25,
+                input_field_names=[TEXT],
+                output_field_names=[SPARSE],
+            )
+        )
+        index.add_index(
+            field_name=SPARSE,
+            index_type="SPARSE_INVERTED_INDEX",
+            metric_type="BM25",
+            params={"bm25_k1": k1, "bm25_b": b},
+        )
     return schema, index
 
 
 def hybrid_request(
-    pymilvus: Any, vector: list[float], query: str, *, limit: int, expr: str, dense_params: Mapping[str, Any],
-    fusion: str, weights: Sequence[float], rrf_k: int,
-) -> tuple[list[Any], Any]:  # fmt: skip
+    pymilvus: Any,
+    vector: list[float],
+    query: str,
+    *,
+    limit: int,
+    expr: str,
+    dense_params: Mapping[str, Any],
+    fusion: str,
+    weights: Sequence[float],
+    rrf_k: int,
+) -> tuple[list[Any], Any]:
     """The searches (dense, and BM25 unless the query is blank) and the ranker of one ``hybrid_search``: Milvus's
     RRFRanker for ``rrf``, its WeightedRanker (normalised scores) for ``weighted``."""
-    reqs = [pymilvus.AnnSearchRequest(data=[vector], anns_field=VECTOR, param=dict(dense_params), limit=limit,
-                                      expr=expr)]  # fmt: skip
+    reqs = [
+        pymilvus.AnnSearchRequest(data=[vector], anns_field=VECTOR, param=dict(dense_params), limit=limit, expr=expr)
+    ]
     if query.strip():  # BM25 of an empty query finds nothing; Milvus wants a text, so the channel is left out
-        reqs.append(pymilvus.AnnSearchRequest(data=[query], anns_field=SPARSE, param={"metric_type": "BM25"},
-                                              limit=limit, expr=expr))  # fmt: skip
+        reqs.append(
+            pymilvus.AnnSearchRequest(
+                data=[query], anns_field=SPARSE, param={"metric_type": "BM25"}, limit=limit, expr=expr
+            )
+        )
     if fusion == "rrf":
         return reqs, pymilvus.RRFRanker(rrf_k)
     return reqs, pymilvus.WeightedRanker(*weights[: len(reqs)], norm_score=True)
@@ -111,10 +150,11 @@ def row_batches(
     for cid, text, meta, vec in zip(ids, texts, metadatas, vectors, strict=True):
         n = len(text.encode("utf-8"))
         if n > MAX_TEXT or len(cid.encode("utf-8")) > MAX_ID:
-            raise ProviderError(f"chunk {cid[:80]!r} does not fit a Milvus row (text {n} bytes, at most "
-                                f"{MAX_TEXT}; id at most {MAX_ID}): use a smaller chunk size")  # fmt: skip
-        rows.append({ID: cid, TEXT: text, META: {k: v for k, v in meta.items() if v is not None},
-                     VECTOR: vec.tolist()})  # fmt: skip
+            raise ProviderError(
+                f"chunk {cid[:80]!r} does not fit a Milvus row (text {n} bytes, at most "
+                f"{MAX_TEXT}; id at most {MAX_ID}): use a smaller chunk size"
+            )
+        rows.append({ID: cid, TEXT: text, META: {k: v for k, v in meta.items() if v is not None}, VECTOR: vec.tolist()})
         size += n + 4 * len(vec)
         if len(rows) >= BATCH_ROWS or size >= _BATCH_BYTES:
             yield rows
@@ -152,7 +192,13 @@ def hits(res: Any, channel: str, *, absolute: bool = False) -> list[Hit]:
     for h in res[0] if res else []:
         entity = h.get("entity") or {}
         score = float(h.get("distance", 0.0))
-        out.append(Hit(chunk_id=str(h.get("id")), text=str(entity.get(TEXT) or ""),
-                       score=abs(score) if absolute else score, channel=channel,
-                       metadata=dict(entity.get(META) or {})))  # fmt: skip
+        out.append(
+            Hit(
+                chunk_id=str(h.get("id")),
+                text=str(entity.get(TEXT) or ""),
+                score=abs(score) if absolute else score,
+                channel=channel,
+                metadata=dict(entity.get(META) or {}),
+            )
+        )
     return out

@@ -117,8 +117,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _pooling_mode(config: dict[str, Any], where: Path) -> str:
     mode = config.get("pooling_mode")  # sentence-transformers 5 writes one mode by name
     if mode is None:  # earlier versions write a flag per mode
-        modes = [m for m in ("mean", "cls", "max", "lasttoken", "weightedmean") if config.get(f"pooling_mode_{m}_token")
-                 or config.get(f"pooling_mode_{m}_tokens")]  # fmt: skip
+        modes = [
+            m
+            for m in ("mean", "cls", "max", "lasttoken", "weightedmean")
+            if config.get(f"pooling_mode_{m}_token") or config.get(f"pooling_mode_{m}_tokens")
+        ]
         mode = modes[0] if len(modes) == 1 else "+".join(modes) or "none"
     mode = {"mean_tokens": "mean", "cls_token": "cls"}.get(str(mode), str(mode))
     if mode not in ("mean", "cls"):
@@ -283,10 +286,16 @@ def export_onnx(
         with warnings.catch_warnings():  # the TorchScript exporter's deprecation and tracer notes
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                _TokenStates(model), tuple(torch.from_numpy(traced[n]) for n in names), str(partial),
-                input_names=list(names), output_names=["token_states"], dynamic_axes=axes, opset_version=17,
-                do_constant_folding=True, dynamo=False,
-            )  # fmt: skip
+                _TokenStates(model),
+                tuple(torch.from_numpy(traced[n]) for n in names),
+                str(partial),
+                input_names=list(names),
+                output_names=["token_states"],
+                dynamic_axes=axes,
+                opset_version=17,
+                do_constant_folding=True,
+                dynamo=False,
+            )
         got = _session(partial, threads=None).run(None, check)[0]
         kept = check["attention_mask"][..., None] == 1  # padded positions are never pooled
         worst = float(np.abs(np.where(kept, got - expected, 0.0)).max())
@@ -324,8 +333,9 @@ def _quantised(layout: ModelLayout, source: Path) -> Path:
             # the weight matrices only (not the attention products of two activations, whose int8 rounding costs
             # far more accuracy), one scale per output channel: cosine to fp32 0.992 at worst on SciFact abstracts,
             # 0.90 with one scale per matrix
-            quantize_dynamic(source, partial, op_types_to_quantize=["MatMul"], per_channel=True,
-                             weight_type=QuantType.QInt8)  # fmt: skip
+            quantize_dynamic(
+                source, partial, op_types_to_quantize=["MatMul"], per_channel=True, weight_type=QuantType.QInt8
+            )
         tokenizer = _tokenizer(layout)
         fp32 = _embed(_session(source, threads=None), tokenizer, layout.pooling, AGREEMENT_TEXTS)
         int8 = _embed(_session(partial, threads=None), tokenizer, layout.pooling, AGREEMENT_TEXTS)

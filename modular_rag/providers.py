@@ -132,18 +132,25 @@ def _local_server(cfg: LocalLLMConfig) -> LocalLLMServer:
     if not model_path.exists():
         raise ProviderError(f"providers.llm.model_path: no such file: {model_path}")
     key = json.dumps([str(model_path), cfg.parallel, cfg.ctx_size, cfg.threads])
-    return _shared("llama-server", key, lambda: LocalLLMServer(
-        model_path, parallel=cfg.parallel, ctx_size=cfg.ctx_size, threads=cfg.threads))  # fmt: skip
+    return _shared(
+        "llama-server",
+        key,
+        lambda: LocalLLMServer(model_path, parallel=cfg.parallel, ctx_size=cfg.ctx_size, threads=cfg.threads),
+    )
 
 
 def _build_local_chat(cfg: LocalLLMConfig) -> ChatClient:
     server = _local_server(cfg)
     model_path = server.model_path
-    model = _chat_openai(
-        model=model_path.stem, base_url=server.base_url, api_key="local-no-key", cfg=cfg
+    model = _chat_openai(model=model_path.stem, base_url=server.base_url, api_key="local-no-key", cfg=cfg)
+    return ChatClient(
+        model,
+        openai_compatible=True,
+        describe=f"local llama-server ({model_path.name})",
+        prefill=True,
+        retries=cfg.max_retries,
+        revive=server.revive,
     )
-    return ChatClient(model, openai_compatible=True, describe=f"local llama-server ({model_path.name})", prefill=True,
-                      retries=cfg.max_retries, revive=server.revive)  # fmt: skip
 
 
 _LLM_BUILDERS: dict[type, Callable[[Any], ChatClient]] = {
@@ -154,8 +161,15 @@ _LLM_BUILDERS: dict[type, Callable[[Any], ChatClient]] = {
 
 # ---------------------------------------------------------------------------------------------------------- providers
 
-_CONFIG_TYPES = (LocalLLMConfig, OpenAILLMConfig, MiniLMConfig, SentenceTransformersConfig, OpenAIEmbeddingsConfig,
-                 ChromaConfig, MilvusConfig)
+_CONFIG_TYPES = (
+    LocalLLMConfig,
+    OpenAILLMConfig,
+    MiniLMConfig,
+    SentenceTransformersConfig,
+    OpenAIEmbeddingsConfig,
+    ChromaConfig,
+    MilvusConfig,
+)
 
 
 class Providers:
@@ -185,9 +199,15 @@ class Providers:
         else:
             build = _LLM_BUILDERS[type(cfg)]
             shared = _shared("llm", self._key(cfg), lambda: build(cfg))
-            client = ChatClient(shared.model, openai_compatible=shared.openai_compatible, describe=shared.describe,
-                                prefill=shared.prefill, logprobs=shared.logprobs, retries=shared.retries,
-                                revive=shared.revive)  # fmt: skip
+            client = ChatClient(
+                shared.model,
+                openai_compatible=shared.openai_compatible,
+                describe=shared.describe,
+                prefill=shared.prefill,
+                logprobs=shared.logprobs,
+                retries=shared.retries,
+                revive=shared.revive,
+            )
         if self.config.cache is not None and self.config.cache.llm:
             client.cache = self.cache
         return client
@@ -233,8 +253,12 @@ class Providers:
     def _build_index(self) -> KnowledgeIndex:
         vs, sp = self.config.vectorstore, self.config.sparse
         analyzer = Analyzer(stemmer=sp.stemmer, stopwords=sp.stopwords)
-        settings: dict[str, Any] = {"analyzer": analyzer, "k1": sp.k1, "b": sp.b,
-                                    "encoder_identity": encoder_identity(self.config.embeddings)}
+        settings: dict[str, Any] = {
+            "analyzer": analyzer,
+            "k1": sp.k1,
+            "b": sp.b,
+            "encoder_identity": encoder_identity(self.config.embeddings),
+        }
         if isinstance(vs, MilvusConfig):
             # dense search, BM25 and texts in Milvus; the kit's term statistics and link table in the catalog
             return KnowledgeIndex(_milvus_store(vs, sp), _LazyEncoder(self), folder=_milvus_folder(vs), **settings)
@@ -284,12 +308,23 @@ def _milvus_store(vs: MilvusConfig, sp: SparseConfig) -> MilvusStore:
     if vs.token_env:
         token = os.environ.get(vs.token_env)
         if not token:
-            raise ProviderError(f"providers.vectorstore: environment variable {vs.token_env} (token_env) is not set; "
-                                "set it, or drop token_env for a server without authentication")  # fmt: skip
+            raise ProviderError(
+                f"providers.vectorstore: environment variable {vs.token_env} (token_env) is not set; "
+                "set it, or drop token_env for a server without authentication"
+            )
     analyzer = vs.analyzer if vs.analyzer is not None else milvus_analyzer(sp.stemmer, sp.stopwords)
-    return MilvusStore(uri=vs.uri, collection=vs.collection, token=token, analyzer=analyzer, k1=sp.k1, b=sp.b,
-                       consistency=vs.consistency, timeout_s=vs.timeout_s, bm25=vs.bm25,
-                       search_params=vs.search_params)  # fmt: skip
+    return MilvusStore(
+        uri=vs.uri,
+        collection=vs.collection,
+        token=token,
+        analyzer=analyzer,
+        k1=sp.k1,
+        b=sp.b,
+        consistency=vs.consistency,
+        timeout_s=vs.timeout_s,
+        bm25=vs.bm25,
+        search_params=vs.search_params,
+    )
 
 
 def _index_folder(vs: ChromaConfig) -> Path | None:

@@ -21,8 +21,7 @@ if TYPE_CHECKING:
 
     from modular_rag.links import LinkTable
 
-__all__ = ["Passage", "PassageSet", "Span", "Question", "Verdict", "QuestionMaker", "QuestionCheck",
-           "sentence_spans"]  # fmt: skip
+__all__ = ["Passage", "PassageSet", "Span", "Question", "Verdict", "QuestionMaker", "QuestionCheck", "sentence_spans"]
 
 _WORD = re.compile(r"[^\W_]+(?:[-'./][^\W_]+)*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n")
@@ -91,8 +90,9 @@ class PassageSet:
         """The link table over the passages (titles, where other passages mention them), in passage order."""
         from modular_rag.links import LinkTable
 
-        return LinkTable.build([p.text for p in self.passages],
-                               [{"title": p.title, "doc_id": p.doc or p.id} for p in self.passages])  # fmt: skip
+        return LinkTable.build(
+            [p.text for p in self.passages], [{"title": p.title, "doc_id": p.doc or p.id} for p in self.passages]
+        )
 
     @cached_property
     def df(self) -> dict[str, int]:

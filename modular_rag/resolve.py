@@ -81,8 +81,9 @@ class ResolvedFlow(Generic[P]):
     path: str = ""
     _slots: dict[tuple[str, str], list[ResolvedStep]] = field(default_factory=dict, repr=False)
 
-    def slot(self, name: str, *, default: Default = None, inject: Mapping[str, Any] | None = None
-             ) -> list[ResolvedStep]:  # fmt: skip
+    def slot(
+        self, name: str, *, default: Default = None, inject: Mapping[str, Any] | None = None
+    ) -> list[ResolvedStep]:
         """The active operators of a slot, in order: as configured, else the slot's default.
 
         Args:
@@ -96,8 +97,10 @@ class ResolvedFlow(Generic[P]):
             ConfigError: If the slot is unknown, or a default's or an injection's params are invalid.
         """
         if name not in self.pattern.slots:
-            raise ConfigError(self._at(f"operators.{name}"), f"pattern {self.pattern.name!r} has no slot {name!r}; "
-                              f"slots: {', '.join(self.pattern.slots)}")  # fmt: skip
+            raise ConfigError(
+                self._at(f"operators.{name}"),
+                f"pattern {self.pattern.name!r} has no slot {name!r}; slots: {', '.join(self.pattern.slots)}",
+            )
         key = (name, _key(None if name in self.config.operators else default, inject))
         if key not in self._slots:
             self._slots[key] = self._resolve_slot(name, default, inject)
@@ -135,8 +138,11 @@ class ResolvedFlow(Generic[P]):
             specs = [] if default == "none" else [OperatorSpec(name=default)]
         else:
             info = self.pattern.slots[name]
-            specs = [] if info.default in (None, "none") else [
-                OperatorSpec(name=info.default, params=dict(info.default_params))]  # fmt: skip
+            specs = (
+                []
+                if info.default in (None, "none")
+                else [OperatorSpec(name=info.default, params=dict(info.default_params))]
+            )
         return [(i, spec) for i, spec in enumerate(specs) if spec.active]
 
     def _resolve_slot(self, name: str, default: Default, inject: Mapping[str, Any] | None) -> list[ResolvedStep]:
@@ -154,8 +160,9 @@ class ResolvedFlow(Generic[P]):
                 info = registry.get_operator(port, spec.name)
             except RegistryError as exc:
                 raise ConfigError(f"{path}.name", f"{exc} (slot {name!r})") from None
-            steps.append(ResolvedStep(name, port, spec, path, info, validate_params(info.params, spec.params,
-                                                                                     f"{path}.params")))  # fmt: skip
+            steps.append(
+                ResolvedStep(name, port, spec, path, info, validate_params(info.params, spec.params, f"{path}.params"))
+            )
         return steps
 
 
@@ -188,22 +195,29 @@ def resolve(config: FlowConfig, *, path: str = "") -> ResolvedFlow[Any]:
         raise ConfigError(at("pattern"), str(exc)) from None
     for slot_name in config.operators:
         if slot_name not in pattern.slots:
-            raise ConfigError(at(f"operators.{slot_name}"),
-                              f"pattern {pattern.name!r} has no slot {slot_name!r}; slots: {', '.join(pattern.slots)}")
+            raise ConfigError(
+                at(f"operators.{slot_name}"),
+                f"pattern {pattern.name!r} has no slot {slot_name!r}; slots: {', '.join(pattern.slots)}",
+            )
     flow: ResolvedFlow[Any] = ResolvedFlow(config, pattern, None, None, path)  # type: ignore[arg-type]
     for slot_name, slot in pattern.slots.items():
         raw = config.operators.get(slot_name)
         if isinstance(raw, list) and not slot.chain:
-            raise ConfigError(at(f"operators.{slot_name}"),
-                              f"slot {slot_name!r} takes one operator, not a list (chains are allowed in "
-                              f"{', '.join(s for s, v in pattern.slots.items() if v.chain) or 'no slot'})")
+            raise ConfigError(
+                at(f"operators.{slot_name}"),
+                f"slot {slot_name!r} takes one operator, not a list (chains are allowed in "
+                f"{', '.join(s for s, v in pattern.slots.items() if v.chain) or 'no slot'})",
+            )
         for i, spec in enumerate(config.slot(slot_name)):
             spec_path = at(f"operators.{slot_name}" + (f".{i}" if isinstance(raw, list) else ""))
             if spec.name == "none" and spec.object is None and not slot.optional:
                 raise ConfigError(f"{spec_path}.name", f"slot {slot_name!r} is required; it cannot be 'none'")
             if ":" in spec.name and spec.object is None and not config.allow_imports:
-                raise ConfigError(f"{spec_path}.name", f"{spec.name!r} is an import path; set allow_imports: true in "
-                                  "the config to allow custom operators by import path")  # fmt: skip
+                raise ConfigError(
+                    f"{spec_path}.name",
+                    f"{spec.name!r} is an import path; set allow_imports: true in "
+                    "the config to allow custom operators by import path",
+                )
         if slot_name in config.operators:  # the configured operators are checked now, the defaults when asked for
             flow.slot(slot_name)
     flow.params = validate_params(pattern.params, config.params, at("params"))
@@ -214,9 +228,14 @@ def resolve(config: FlowConfig, *, path: str = "") -> ResolvedFlow[Any]:
         chunker_info = registry.get_operator(Port.CHUNK, config.indexing.chunker.name)
     except RegistryError as exc:
         raise ConfigError(f"{chunker_path}.name", str(exc)) from None
-    flow.chunker = ResolvedStep("chunker", Port.CHUNK, config.indexing.chunker, chunker_path, chunker_info,
-                                validate_params(chunker_info.params, config.indexing.chunker.params,
-                                                f"{chunker_path}.params"))  # fmt: skip
+    flow.chunker = ResolvedStep(
+        "chunker",
+        Port.CHUNK,
+        config.indexing.chunker,
+        chunker_path,
+        chunker_info,
+        validate_params(chunker_info.params, config.indexing.chunker.params, f"{chunker_path}.params"),
+    )
     return flow
 
 

@@ -66,11 +66,15 @@ class IndexRetriever(BaseRetriever):
     def _operator(self, k: int) -> Any:
         """The retrieval operator built for ``k`` results (built once per ``k``)."""
         if k not in self._built:
-            names = [n for n in registry.operators_for(registry.Port.RETRIEVE)  # what searches the index
-                     if "no_search" not in registry.get_operator(registry.Port.RETRIEVE, n).tags]  # fmt: skip
+            names = [
+                n
+                for n in registry.operators_for(registry.Port.RETRIEVE)  # what searches the index
+                if "no_search" not in registry.get_operator(registry.Port.RETRIEVE, n).tags
+            ]
             if self.search_type not in names:
-                raise ConfigError("search_type", f"no retrieval operator named {self.search_type!r}; search types: "
-                                  f"{', '.join(names)}")  # fmt: skip
+                raise ConfigError(
+                    "search_type", f"no retrieval operator named {self.search_type!r}; search types: {', '.join(names)}"
+                )
             info = registry.get_operator(registry.Port.RETRIEVE, self.search_type)
             params = validate_params(info.params, {**self.params, "k": k, "filter": self.filter}, "params")
             # what a retrieval operator reads of its providers: the index, and the vector store setting (none here, so
@@ -80,15 +84,23 @@ class IndexRetriever(BaseRetriever):
         return self._built[k]
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None,
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
         filter: Mapping[str, Any] | None = None,
-    ) -> list[Document]:  # fmt: skip
+    ) -> list[Document]:
         """The chunks that best match ``query``, best first (``k`` and ``filter`` override the retriever's)."""
         state: dict[str, Any] = {"query": query}
         if filter:
             state["filter"] = dict(filter)
         hits = self._operator(k or self.k)(state)["candidates"]
-        return [Document(page_content=h["text"], id=h["chunk_id"],
-                         metadata={**h["metadata"], "chunk_id": h["chunk_id"], "score": h["score"],
-                                   "channel": h["channel"]})
-                for h in hits]  # fmt: skip
+        return [
+            Document(
+                page_content=h["text"],
+                id=h["chunk_id"],
+                metadata={**h["metadata"], "chunk_id": h["chunk_id"], "score": h["score"], "channel": h["channel"]},
+            )
+            for h in hits
+        ]

@@ -48,13 +48,15 @@ def config_schema() -> dict[str, Any]:
         if key in seen:
             continue
         seen.add(key)
-        variants.append({
-            "type": "object",
-            "description": f"{info.name} ({info.port.value}): {info.summary}",
-            "properties": {"name": {"const": info.name}, "params": params, **step_fields},
-            "required": ["name"],
-            "additionalProperties": False,
-        })  # fmt: skip
+        variants.append(
+            {
+                "type": "object",
+                "description": f"{info.name} ({info.port.value}): {info.summary}",
+                "properties": {"name": {"const": info.name}, "params": params, **step_fields},
+                "required": ["name"],
+                "additionalProperties": False,
+            }
+        )
     variants.append({"type": "object", "properties": {"name": {"const": "none"}}, "required": ["name"]})
     operator = {"anyOf": variants}
     schema["properties"]["operators"] = {
@@ -64,10 +66,12 @@ def config_schema() -> dict[str, Any]:
     }
     schema["properties"]["pattern"] = {"enum": pattern_names(), "description": "the flow pattern"}
     schema["allOf"] = [
-        {"if": {"properties": {"pattern": {"const": name}}, "required": ["pattern"]},
-         "then": {"properties": {"params": _inline(get_pattern(name).params, defs)}}}
+        {
+            "if": {"properties": {"pattern": {"const": name}}, "required": ["pattern"]},
+            "then": {"properties": {"params": _inline(get_pattern(name).params, defs)}},
+        }
         for name in pattern_names()
-    ]  # fmt: skip
+    ]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "modular-rag flow config"
     return schema

@@ -111,8 +111,11 @@ def write_segment(folder: Path, start: int, terms_per_chunk: Sequence[Sequence[s
     n = len(terms_per_chunk)
     lengths = np.fromiter(map(len, terms_per_chunk), dtype=np.int64, count=n)
     vocab: dict[str, int] = {}
-    ids = np.fromiter((vocab.setdefault(t, len(vocab)) for t in chain.from_iterable(terms_per_chunk)), dtype=np.int64,
-                      count=int(lengths.sum()))  # fmt: skip
+    ids = np.fromiter(
+        (vocab.setdefault(t, len(vocab)) for t in chain.from_iterable(terms_per_chunk)),
+        dtype=np.int64,
+        count=int(lengths.sum()),
+    )
     order_of_terms = np.asarray(sorted(range(len(vocab)), key=list(vocab).__getitem__), dtype=np.int64)
     rank = np.empty(len(vocab), dtype=np.int64)
     rank[order_of_terms] = np.arange(len(vocab))
@@ -128,8 +131,13 @@ def write_segment(folder: Path, start: int, terms_per_chunk: Sequence[Sequence[s
     if not len(sorted_terms):
         sorted_terms = np.zeros(0, dtype="S1")
     tf_type = np.uint16 if not len(counts) or counts.max() <= np.iinfo(np.uint16).max else np.uint32
-    arrays = {"terms": sorted_terms, "indptr": indptr, "docs": (doc_of + start).astype(np.int64),
-              "tfs": counts.astype(tf_type), "lens": lengths.astype(np.int32)}  # fmt: skip
+    arrays = {
+        "terms": sorted_terms,
+        "indptr": indptr,
+        "docs": (doc_of + start).astype(np.int64),
+        "tfs": counts.astype(tf_type),
+        "lens": lengths.astype(np.int32),
+    }
     for name, array in arrays.items():
         np.save(folder / f"{name}.npy", array)
     _fsync_dir(folder)
@@ -165,8 +173,13 @@ def _merge(folder: Path, parts: Sequence[Segment], removed: np.ndarray) -> Segme
     if len(removed):
         gone = removed[(removed >= start) & (removed < end)]
         lens[gone - start] = 0
-    arrays = {"terms": new_terms if len(new_terms) else np.zeros(0, dtype="S1"), "indptr": new_indptr,
-              "docs": docs_all.astype(np.int64), "tfs": tfs_all, "lens": lens}  # fmt: skip
+    arrays = {
+        "terms": new_terms if len(new_terms) else np.zeros(0, dtype="S1"),
+        "indptr": new_indptr,
+        "docs": docs_all.astype(np.int64),
+        "tfs": tfs_all,
+        "lens": lens,
+    }
     for name, array in arrays.items():
         np.save(folder / f"{name}.npy", array)
     _fsync_dir(folder)
@@ -192,8 +205,9 @@ class SegmentedBM25:
 
     backend = "segments"
 
-    def __init__(self, folder: str | Path, *, k1: float = 1.2, b: float = 0.75, max_segments: int = 48,
-                 ratio: int = 4) -> None:  # fmt: skip
+    def __init__(
+        self, folder: str | Path, *, k1: float = 1.2, b: float = 0.75, max_segments: int = 48, ratio: int = 4
+    ) -> None:
         self.folder = Path(folder)
         self.k1, self.b, self.max_segments, self.ratio = k1, b, max_segments, ratio
         self._lock = threading.RLock()
@@ -223,8 +237,10 @@ class SegmentedBM25:
         with self._lock:
             data = json.loads(file.read_text(encoding="utf-8"))
             if data.get("version") != VERSION:
-                raise ValueError(f"{file} was written by another version of the postings format "
-                                 f"({data.get('version')!r}, this one reads {VERSION}); rebuild the index")  # fmt: skip
+                raise ValueError(
+                    f"{file} was written by another version of the postings format "
+                    f"({data.get('version')!r}, this one reads {VERSION}); rebuild the index"
+                )
             self._segments = [Segment.open(self.folder / s["name"], s["start"], s["end"]) for s in data["segments"]]
             removed = data.get("removed")
             self._removed = np.load(self.folder / removed) if removed else _EMPTY_I
@@ -263,9 +279,15 @@ class SegmentedBM25:
         if len(removed):
             removed_name = f"removed-{generation}.npy"
             np.save(self.folder / removed_name, np.asarray(removed, dtype=np.int64))
-        data = {"version": VERSION, "generation": generation, "next": int(next_position), "k1": self.k1, "b": self.b,
-                "segments": [{"name": s.name, "start": s.start, "end": s.end} for s in segments],
-                "removed": removed_name}  # fmt: skip
+        data = {
+            "version": VERSION,
+            "generation": generation,
+            "next": int(next_position),
+            "k1": self.k1,
+            "b": self.b,
+            "segments": [{"name": s.name, "start": s.start, "end": s.end} for s in segments],
+            "removed": removed_name,
+        }
         tmp = self.folder / f".{MANIFEST}.{uuid.uuid4().hex}"
         tmp.write_text(json.dumps(data), encoding="utf-8")
         with open(tmp, "rb") as fh:
@@ -308,8 +330,9 @@ class SegmentedBM25:
             segments, removed = self._merged(list(self._segments), removed)
             self._write_manifest(segments, removed, self._next)
 
-    def _merged(self, segments: list[Segment], removed: np.ndarray, *, added: bool = False
-                ) -> tuple[list[Segment], np.ndarray]:  # fmt: skip
+    def _merged(
+        self, segments: list[Segment], removed: np.ndarray, *, added: bool = False
+    ) -> tuple[list[Segment], np.ndarray]:
         """After an add (``added``), merge the newest segment into the one before it while it holds at least a
         ``ratio``-th of its postings; then the adjacent pair with the fewest postings while there are more than
         ``max_segments``; tombstones no segment covers any more are dropped. (Merging the fewest postings alone, at 12
@@ -367,9 +390,14 @@ class SegmentedBM25:
         return np.concatenate(docs_all), np.concatenate(weights)
 
     def top_k(
-        self, terms: Sequence[str], k: int, idf: Mapping[str, float], avgdl: float, *,
+        self,
+        terms: Sequence[str],
+        k: int,
+        idf: Mapping[str, float],
+        avgdl: float,
+        *,
         allowed: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best positions for analysed query ``terms`` and their scores (descending; ties by position).
 
         Args:
@@ -447,8 +475,9 @@ class SegmentedBM25:
                 out.append(found)
             return out
 
-    def score(self, terms: Sequence[str], positions: Sequence[int], idf: Mapping[str, float],
-              avgdl: float) -> np.ndarray:  # fmt: skip
+    def score(
+        self, terms: Sequence[str], positions: Sequence[int], idf: Mapping[str, float], avgdl: float
+    ) -> np.ndarray:
         """The BM25 scores of the chunks at ``positions`` for analysed ``terms`` (0 for removed or unknown ones)."""
         want = np.asarray(positions, dtype=np.int64)
         out = np.zeros(len(want), dtype=np.float32)

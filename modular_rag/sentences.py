@@ -93,8 +93,9 @@ class SentenceVectors:
         seconds: Time spent embedding sentences (indexing stages report it).
     """
 
-    def __init__(self, catalog: Catalog, encoder: Any, identity: str | None,
-                 texts: Callable[[Sequence[StoredChunk]], list[str]]) -> None:  # fmt: skip
+    def __init__(
+        self, catalog: Catalog, encoder: Any, identity: str | None, texts: Callable[[Sequence[StoredChunk]], list[str]]
+    ) -> None:
         self.catalog, self.encoder, self.identity, self._texts = catalog, encoder, identity, texts
         self.use_stored = True
         self.store = True
@@ -134,8 +135,7 @@ class SentenceVectors:
             return 0
         held = self.catalog.setting(SETTING)
         if held is not None and held != self.identity:
-            log.info("the index's sentence vectors were made by %s; embedding them again with %s", held,
-                     self.identity)  # fmt: skip
+            log.info("the index's sentence vectors were made by %s; embedding them again with %s", held, self.identity)
             with self.catalog.transaction() as db:
                 self.catalog.clear_sentences(db)
                 self.catalog.set_setting(SETTING, str(self.identity), db)
@@ -158,9 +158,15 @@ class SentenceVectors:
         if held != self.identity:
             if held is not None and not self._warned:
                 self._warned = True
-                log.warning("the index's sentence vectors were made by %s, this flow embeds with %s: its questions "
-                            "embed the sentences they read (run `modular-rag index` with this embedder to store "
-                            "them again)", held, self.identity)  # fmt: skip
+                log.warning(
+                    "the index's sentence vectors were made by %s, this flow embeds with %s: its questions "
+                    "embed the sentences they read (run `modular-rag index` with this embedder to store "
+                    "them again)",
+                    held,
+                    self.identity,
+                )
             return {}
-        return {cid: dict(zip(texts, vectors, strict=True))
-                for cid, (texts, vectors) in self.catalog.sentences_of(list(dict.fromkeys(ids))).items()}  # fmt: skip
+        return {
+            cid: dict(zip(texts, vectors, strict=True))
+            for cid, (texts, vectors) in self.catalog.sentences_of(list(dict.fromkeys(ids))).items()
+        }

@@ -57,7 +57,6 @@ __all__ = [
 ]
 
 
-
 class Budget(TypedDict, total=False):
     """The most one question may cost a client, as the cost model bounds its flow (``modular-rag cost``)."""
 
@@ -109,8 +108,11 @@ def flow_names() -> list[str]:
     """The configs an assistant may name: the flows folder's YAML files (by name, or by path without ``.yaml`` for
     files in subfolders), then the pattern templates."""
     folder = _flows_folder()
-    own = sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml")) \
-        if folder.is_dir() else []  # fmt: skip
+    own = (
+        sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
+        if folder.is_dir()
+        else []
+    )
     return own + [p for p in PATTERNS if p not in own]
 
 
@@ -139,11 +141,17 @@ def _with_index(config: FlowConfig, index: str) -> FlowConfig:
     """The config reading another collection of its vector store."""
     store = config.providers.vectorstore
     if not _INDEX_NAME.fullmatch(index):
-        raise ConfigError("context.index", f"{index!r} is not a collection name: 3 to 128 letters, digits, '_' or "
-                          "'-', starting and ending with a letter or digit")  # fmt: skip
+        raise ConfigError(
+            "context.index",
+            f"{index!r} is not a collection name: 3 to 128 letters, digits, '_' or "
+            "'-', starting and ending with a letter or digit",
+        )
     if not isinstance(store, ChromaConfig | MilvusConfig):
-        raise ConfigError("context.index", f"the config's vector store ({type(store).__name__}) has no collections "
-                          "the server can choose; use vectorstore chroma or milvus")  # fmt: skip
+        raise ConfigError(
+            "context.index",
+            f"the config's vector store ({type(store).__name__}) has no collections "
+            "the server can choose; use vectorstore chroma or milvus",
+        )
     if isinstance(store, MilvusConfig) and "-" in index:
         raise ConfigError("context.index", f"{index!r}: a Milvus collection name has no '-'")
     return config.with_vectorstore(store.model_copy(update={"collection": index}))
@@ -157,12 +165,16 @@ def _check_budget(name: str, config: FlowConfig, budget: Mapping[str, Any]) -> N
     if unknown:
         raise ConfigError("context.budget", f"unknown keys {unknown}; allowed: {', '.join(Budget.__annotations__)}")
     cost = estimate(config)
-    for key, span, what in (("max_llm_calls", cost.llm_calls, "LLM calls"), ("max_retrievals", cost.retrievals,
-                                                                              "retrievals")):  # fmt: skip
+    for key, span, what in (
+        ("max_llm_calls", cost.llm_calls, "LLM calls"),
+        ("max_retrievals", cost.retrievals, "retrievals"),
+    ):
         limit = budget.get(key)
         if limit is not None and span.hi > limit:
-            raise ConfigError(f"context.budget.{key}", f"config {name!r} may take up to {span.hi:g} {what} per "
-                              f"question, over the budget of {limit}")  # fmt: skip
+            raise ConfigError(
+                f"context.budget.{key}",
+                f"config {name!r} may take up to {span.hi:g} {what} per question, over the budget of {limit}",
+            )
 
 
 _BUILT: dict[tuple[Path, int, str | None], tuple[FlowConfig, CompiledStateGraph]] = {}
@@ -214,8 +226,11 @@ def served_graph(config: RunnableConfig, runtime: Any, pattern: str | None = Non
                 flow_config = _with_index(flow_config, str(index))
             _BUILT[key] = built = (flow_config, served(flow_config))
     if pattern is not None and built[0].pattern != pattern:
-        raise ConfigError("context.flow", f"config {name!r} is a {built[0].pattern} flow; this graph serves {pattern} "
-                          "configs (the flow graph serves any)")  # fmt: skip
+        raise ConfigError(
+            "context.flow",
+            f"config {name!r} is a {built[0].pattern} flow; this graph serves {pattern} "
+            "configs (the flow graph serves any)",
+        )
     if context.get("budget"):
         _check_budget(name, built[0], context["budget"])
     return built[1]

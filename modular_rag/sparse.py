@@ -40,13 +40,12 @@ class SparseScorer(Protocol):
 
     backend: str
 
-    def top_k(
-        self, terms: Sequence[str], k: int, mask: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]: ...
+    def top_k(self, terms: Sequence[str], k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
     def score_docs(self, terms: Sequence[str], docs: Sequence[int]) -> np.ndarray: ...
 
     def save(self, folder: Path) -> None: ...
+
 
 def _kth(scores: np.ndarray, k: int) -> float:
     """The k-th largest value (``len(scores) >= k``)."""
@@ -130,9 +129,7 @@ class PostingsBM25:
             self._term_max = np.where(lengths > 0, peak, 0.0).astype(np.float32)
         return self._term_max
 
-    def top_k(
-        self, terms: Sequence[str], k: int, mask: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def top_k(self, terms: Sequence[str], k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Positions and scores of the ``k`` best documents for the analysed query ``terms``.
 
         Repeated query terms count as many times as they occur (as in rank-bm25). ``mask`` (bool per document)
@@ -270,10 +267,17 @@ class PostingsBM25:
         vocab = json.loads((folder / "vocab.json").read_text())
         kept = "tf" in arrays.files and "doc_len" in arrays.files
         return cls(
-            arrays["indptr"], arrays["indices"], arrays["data"], vocab, meta["n_docs"],
-            k1=meta["k1"], b=meta["b"], idf=meta["idf"],
-            tf=arrays["tf"] if kept else None, doc_len=arrays["doc_len"] if kept else None,
-        )  # fmt: skip
+            arrays["indptr"],
+            arrays["indices"],
+            arrays["data"],
+            vocab,
+            meta["n_docs"],
+            k1=meta["k1"],
+            b=meta["b"],
+            idf=meta["idf"],
+            tf=arrays["tf"] if kept else None,
+            doc_len=arrays["doc_len"] if kept else None,
+        )
 
 
 def _count(
@@ -362,9 +366,7 @@ class RankBM25:
         # BM25Okapi divides by the corpus size; give it one empty document when the corpus is empty
         self._bm25 = BM25Okapi(self._terms or [[]], k1=k1, b=b)
 
-    def top_k(
-        self, terms: Sequence[str], k: int, mask: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def top_k(self, terms: Sequence[str], k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Positions and scores of the ``k`` best documents (documents with score 0 are left out)."""
         if not self.n_docs or not terms or k <= 0:
             return np.zeros(0, np.int32), np.zeros(0, np.float32)
@@ -423,4 +425,3 @@ def load_scorer(folder: Path) -> SparseScorer:
     """Load the scorer saved in ``folder`` (its backend is read from ``scorer.json``)."""
     meta: dict[str, Any] = json.loads((folder / "scorer.json").read_text())
     return _LOADERS[meta["backend"]](folder)
-

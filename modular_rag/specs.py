@@ -17,8 +17,6 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
-
-
 ConditionOp = Literal["empty", "nonempty", "eq", "ne", "gt", "ge", "lt", "le", "in", "contains"]
 
 
@@ -72,5 +70,3 @@ class OperatorSpec(StrictModel):
     def active(self) -> bool:
         """Whether the slot runs at all (enabled and not ``none``)."""
         return self.enabled and self.name != "none"
-
-

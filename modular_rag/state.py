@@ -237,6 +237,7 @@ class FlowOutput(TypedDict, total=False):
     trace: Annotated[list[TraceEvent], operator.add]
     ledger: Annotated[list[LedgerEntry], operator.add]
 
+
 class RAGState(TypedDict, total=False):
     """The state every pattern's graph carries. Operators return partial updates of it.
 
@@ -337,14 +338,24 @@ def evidence_of(state: Mapping[str, Any], default_k: int = 5) -> list[Evidence]:
     if evidence:
         return list(evidence)
     hits: Sequence[Hit] = state.get("candidates") or []
-    return [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"], metadata=dict(h["metadata"]))
-            for i, h in enumerate(hits[:default_k])]  # fmt: skip
+    return [
+        Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"], metadata=dict(h["metadata"]))
+        for i, h in enumerate(hits[:default_k])
+    ]
 
 
 def pack_of(node: Mapping[str, Any]) -> list[Evidence]:
     """A tree node's evidence pack, numbered as its answer cites it (``evidence[n - 1]`` is ``[n]``)."""
-    return [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=float(h.get("score", 0.0)),
-                     metadata=dict(h["metadata"])) for i, h in enumerate(node.get("evidence") or [])]  # fmt: skip
+    return [
+        Evidence(
+            ref=i + 1,
+            chunk_id=h["chunk_id"],
+            text=h["text"],
+            score=float(h.get("score", 0.0)),
+            metadata=dict(h["metadata"]),
+        )
+        for i, h in enumerate(node.get("evidence") or [])
+    ]
 
 
 REFUSAL = "I don't know: the provided documents do not contain the answer."
@@ -366,8 +377,10 @@ def should_stop(state: Mapping[str, Any]) -> bool:
     """Whether a judge said the loop should end now: any loop verdict (not a per-node pruning verdict, which has a
     ``target``) given at the current step says ``stop``."""
     step = step_of(state)
-    return any(v.get("step", step) == step and v["decision"] == "stop" and not v.get("target")
-               for v in state.get("verdicts") or [])  # fmt: skip
+    return any(
+        v.get("step", step) == step and v["decision"] == "stop" and not v.get("target")
+        for v in state.get("verdicts") or []
+    )
 
 
 def trace_and_ledger(*updates: Mapping[str, Any]) -> dict[str, list[Any]]:

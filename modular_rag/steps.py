@@ -207,10 +207,16 @@ def _events(
     if error:
         event["error"] = error
     entry = LedgerEntry(
-        node=slot, operator=name, llm_calls=meter.llm_calls, prompt_tokens=meter.prompt_tokens,
-        completion_tokens=meter.completion_tokens, retrievals=meter.retrievals, embed_calls=meter.embed_calls,
-        cache_hits=meter.cache_hits, ms=round(ms, 3),
-    )  # fmt: skip
+        node=slot,
+        operator=name,
+        llm_calls=meter.llm_calls,
+        prompt_tokens=meter.prompt_tokens,
+        completion_tokens=meter.completion_tokens,
+        retrievals=meter.retrievals,
+        embed_calls=meter.embed_calls,
+        cache_hits=meter.cache_hits,
+        ms=round(ms, 3),
+    )
     return event, entry
 
 
@@ -259,8 +265,9 @@ def _settled_call(fn: Callable[[Mapping[str, Any]], Any], state: Mapping[str, An
     return _settled(fn(state))
 
 
-async def _acall(fn: Callable[[Mapping[str, Any]], Awaitable[Any]], state: Mapping[str, Any],
-                 timeout_s: float | None) -> Any:  # fmt: skip
+async def _acall(
+    fn: Callable[[Mapping[str, Any]], Awaitable[Any]], state: Mapping[str, Any], timeout_s: float | None
+) -> Any:
     """Await an async operator; with a timeout, under an asyncio deadline and a :class:`~modular_rag.trace.Deadline`
     that model clients honour, as :func:`_call` does for a sync one. Cancelled at the deadline, a model call in
     flight records what it sent, so the step's meter has it."""
@@ -417,8 +424,7 @@ def run_blocking(body: Generator[Wait, Any, Any]) -> Any:
             failed = exc
 
 
-def _advance(body: Generator[Wait, Any, Any], sent: Any,
-             failed: BaseException | None) -> tuple[bool, Any]:  # fmt: skip
+def _advance(body: Generator[Wait, Any, Any], sent: Any, failed: BaseException | None) -> tuple[bool, Any]:
     """Run a body to its next wait: ``(False, wait)``, or ``(True, update)`` when it returned (a StopIteration
     cannot cross a future, so it ends here)."""
     try:
@@ -452,8 +458,9 @@ def gathered(waits: Sequence[Wait], *, in_flight: int | None = None) -> Wait:
     def call() -> list[Any]:
         if in_flight is None or in_flight == 1 or len(calls) <= 1:
             return [wait.call() for wait in calls]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(in_flight, len(calls)),
-                                                   thread_name_prefix="modular-rag-gathered") as pool:  # fmt: skip
+        with concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(in_flight, len(calls)), thread_name_prefix="modular-rag-gathered"
+        ) as pool:
             futures = [pool.submit(contextvars.copy_context().run, wait.call) for wait in calls]
             return [future.result() for future in futures]
 
@@ -499,8 +506,10 @@ def _jsonable(params: Any) -> dict[str, Any]:
     try:
         return dict(params.model_dump(mode="json"))
     except Exception:  # a param holding a Python object (a model, a function) that pydantic cannot serialise
-        return {key: value if isinstance(value, str | int | float | bool | None) else repr(value)
-                for key, value in dict(params).items()}  # fmt: skip
+        return {
+            key: value if isinstance(value, str | int | float | bool | None) else repr(value)
+            for key, value in dict(params).items()
+        }
 
 
 @contextmanager
@@ -537,8 +546,9 @@ def _label_run(step: _Step, manager: Any) -> str:
     """Tag a callback manager with the step's operator, slot and params; returns the run's name."""
     name = step.name if step.name != "pattern" else step.slot
     manager.add_tags([f"operator:{name}", f"slot:{step.slot}"], inherit=False)
-    manager.add_metadata({"modular_rag_slot": step.slot, "modular_rag_operator": name,
-                          "modular_rag_params": step.params}, inherit=False)  # fmt: skip
+    manager.add_metadata(
+        {"modular_rag_slot": step.slot, "modular_rag_operator": name, "modular_rag_params": step.params}, inherit=False
+    )
     return name
 
 
@@ -608,23 +618,37 @@ class _Step:
 
     @classmethod
     def configured(
-        cls, slot: str, spec: OperatorSpec, port: Port, env: Providers, path: str, allow_imports: bool,
+        cls,
+        slot: str,
+        spec: OperatorSpec,
+        port: Port,
+        env: Providers,
+        path: str,
+        allow_imports: bool,
         fallback: Mapping[str, Any] | None = None,
-    ) -> _Step:  # fmt: skip
+    ) -> _Step:
         """Resolve a configured operator for a slot of the given port."""
         name, fn = resolve_operator(spec, port, env, path=path, allow_imports=allow_imports)
         return cls(slot, name, fn, spec, PORT_READS.get(port, ()), fallback)
 
     @classmethod
-    def built(cls, step: ResolvedStep, providers: Providers, allow_imports: bool,
-              fallback: Mapping[str, Any] | None = None) -> _Step:  # fmt: skip
+    def built(
+        cls, step: ResolvedStep, providers: Providers, allow_imports: bool, fallback: Mapping[str, Any] | None = None
+    ) -> _Step:
         """Build a resolved operator (its params are validated already); a Python object or an import path is
         resolved here."""
         if step.operator is None:
             return cls.configured(step.slot, step.spec, step.port, providers, step.path, allow_imports, fallback)
         fn = step.operator.factory(step.params, providers)
-        return cls(step.slot, step.operator.name, fn, step.spec, PORT_READS.get(step.port, ()), fallback,
-                   _jsonable(step.params))  # fmt: skip
+        return cls(
+            step.slot,
+            step.operator.name,
+            fn,
+            step.spec,
+            PORT_READS.get(step.port, ()),
+            fallback,
+            _jsonable(step.params),
+        )
 
     def run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
         started = time.time()
@@ -662,8 +686,9 @@ class _Step:
                     return self._failed(exc, meter, started, t0)
         return self._finished(state, update, meter, started, t0)
 
-    def _skipped(self, state: Mapping[str, Any],
-                 started: float) -> tuple[dict[str, Any], TraceEvent, LedgerEntry] | None:  # fmt: skip
+    def _skipped(
+        self, state: Mapping[str, Any], started: float
+    ) -> tuple[dict[str, Any], TraceEvent, LedgerEntry] | None:
         """The fallback and a skipped event when the step's ``skip_when`` holds for the state, else ``None``."""
         if self.spec.skip_when is None or not evaluate_condition(self.spec.skip_when, state):
             return None
@@ -671,8 +696,9 @@ class _Step:
         event, entry = _events(self.slot, self.name, "skipped", started, 0.0, "skip_when held" + said, Meter())
         return instead, event, entry
 
-    def _failed(self, exc: Exception, meter: Meter, started: float,
-                t0: float) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:  # fmt: skip
+    def _failed(
+        self, exc: Exception, meter: Meter, started: float, t0: float
+    ) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
         """A failed run: the fallback with an error event under ``on_error: skip``, else the error raised."""
         ms = (time.perf_counter() - t0) * 1000
         timed_out = isinstance(exc, concurrent.futures.TimeoutError)
@@ -682,8 +708,7 @@ class _Step:
             message += f" ({calls} spent, then cancelled)"
         if self.spec.on_error == "skip":
             instead, said = self._instead()
-            event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip" + said, meter,
-                                   message)  # fmt: skip
+            event, entry = _events(self.slot, self.name, "error", started, ms, "on_error=skip" + said, meter, message)
             return instead, event, entry
         if timed_out:
             raise OperatorTimeout(self.slot, self.name, message) from exc
@@ -691,8 +716,9 @@ class _Step:
             raise exc
         raise OperatorError(self.slot, self.name, message) from exc
 
-    def _finished(self, state: Mapping[str, Any], update: Any, meter: Meter, started: float,
-                  t0: float) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:  # fmt: skip
+    def _finished(
+        self, state: Mapping[str, Any], update: Any, meter: Meter, started: float, t0: float
+    ) -> tuple[dict[str, Any], TraceEvent, LedgerEntry]:
         """A run that returned: its update checked, with its trace event and ledger entry."""
         ms = (time.perf_counter() - t0) * 1000
         if not isinstance(update, Mapping):
@@ -760,8 +786,9 @@ class Runner:
 
 def _prefixed(name: str, update: Mapping[str, Any]) -> dict[str, list[Any]]:
     """A sub-run's trace and ledger entries as the flow records them: node names prefixed ``name/``."""
-    return {key: [{**item, "node": f"{name}/{item['node']}"} for item in update.get(key, [])]
-            for key in ("trace", "ledger")}  # fmt: skip
+    return {
+        key: [{**item, "node": f"{name}/{item['node']}"} for item in update.get(key, [])] for key in ("trace", "ledger")
+    }
 
 
 class _Chain:

@@ -223,8 +223,10 @@ class ChromaStore:
         if not ids:
             return []
         got = self.collection.get(ids=list(ids), include=["documents", "metadatas"])
-        return [Hit(chunk_id=cid, text=doc or "", score=0.0, channel="link", metadata=dict(meta or {}))
-                for cid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)]
+        return [
+            Hit(chunk_id=cid, text=doc or "", score=0.0, channel="link", metadata=dict(meta or {}))
+            for cid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
+        ]
 
     def get_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors of the given chunk ids (missing ids are left out)."""
@@ -305,8 +307,15 @@ class LangChainStore:
         hits = []
         for doc, score in pairs:
             cid = doc.id or doc.metadata.get("chunk_id") or hashlib.sha1(doc.page_content.encode()).hexdigest()[:20]
-            hits.append(Hit(chunk_id=cid, text=doc.page_content, score=float(score), channel="dense",
-                            metadata=dict(doc.metadata)))  # fmt: skip
+            hits.append(
+                Hit(
+                    chunk_id=cid,
+                    text=doc.page_content,
+                    score=float(score),
+                    channel="dense",
+                    metadata=dict(doc.metadata),
+                )
+            )
         return hits
 
     def count(self) -> int:

@@ -80,8 +80,9 @@ def as_tool(flow: Any, *, name: str | None = None, description: str | None = Non
     flow_name = str(getattr(flow, "name", None) or "knowledge_base")
     tool_name = name if name is not None else re.sub(r"[^A-Za-z0-9_-]+", "_", flow_name)[:64]
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
-        raise ValueError(f"tool name {tool_name!r}: use 1 to 64 letters, digits, '_' or '-' (what chat model APIs "
-                         "accept)")  # fmt: skip
+        raise ValueError(
+            f"tool name {tool_name!r}: use 1 to 64 letters, digits, '_' or '-' (what chat model APIs accept)"
+        )
     limit = (getattr(flow, "config", None) or {}).get("recursion_limit", 25)
 
     def run_config(config: RunnableConfig) -> RunnableConfig:
@@ -96,7 +97,12 @@ def as_tool(flow: Any, *, name: str | None = None, description: str | None = Non
         return tool_content(out), {k: out[k] for k in _ARTIFACT_KEYS if k in out}
 
     return StructuredTool.from_function(
-        func=answer, coroutine=aanswer, name=tool_name, args_schema=FlowQuestion,
-        description=description or f"Answers a question from the knowledge base of the {flow_name!r} flow, citing "
-        "the passages the answer rests on.", response_format="content_and_artifact",
-    )  # fmt: skip
+        func=answer,
+        coroutine=aanswer,
+        name=tool_name,
+        args_schema=FlowQuestion,
+        description=description
+        or f"Answers a question from the knowledge base of the {flow_name!r} flow, citing "
+        "the passages the answer rests on.",
+        response_format="content_and_artifact",
+    )

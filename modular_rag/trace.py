@@ -16,8 +16,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Meter", "metered", "record", "note", "current_meter", "totals", "LEDGER_FIELDS", "Deadline",
-           "current_deadline", "run_with_deadline", "under_deadline", "Wait"]
+__all__ = [
+    "Meter",
+    "metered",
+    "record",
+    "note",
+    "current_meter",
+    "totals",
+    "LEDGER_FIELDS",
+    "Deadline",
+    "current_deadline",
+    "run_with_deadline",
+    "under_deadline",
+    "Wait",
+]
 
 
 @dataclass
@@ -168,8 +180,14 @@ class Wait:
 
 
 LEDGER_FIELDS = (
-    "llm_calls", "prompt_tokens", "completion_tokens", "retrievals", "embed_calls", "cache_hits", "ms",
-)  # fmt: skip
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "retrievals",
+    "embed_calls",
+    "cache_hits",
+    "ms",
+)
 """The counters of a ledger entry, in display order."""
 
 

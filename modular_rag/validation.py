@@ -75,5 +75,3 @@ def validate_params(model: type[BaseModel], params: Mapping[str, Any], path: str
         return model.model_validate(dict(params))
     except ValidationError as exc:
         raise format_validation_error(exc, path, dict(params)) from None
-
-

@@ -16,17 +16,38 @@ PROVIDES: dict[str, tuple[str, ...]] = {
     "fusion": ("llm_fusion", "pairs", "replug", "rrf", "sentences", "weighted"),
     "generation": ("abstain", "cited_answer", "draft_sentence", "verify"),
     "hops": ("answer", "evidence", "links", "query", "thought"),
-    "indexing": ("document", "docx", "fixed", "html", "jsonl", "markdown", "pdf", "recursive", "sentence_window",
-                 "text"),
+    "indexing": (
+        "document",
+        "docx",
+        "fixed",
+        "html",
+        "jsonl",
+        "markdown",
+        "pdf",
+        "recursive",
+        "sentence_window",
+        "text",
+    ),
     "judging": ("budget", "llm_judge", "no_progress", "prune", "reflection", "self_verify", "token_confidence"),
-    "post_retrieval": ("budget", "compress_budget", "cross_encoder", "dedup", "embedding", "evidence_first",
-                       "extractive", "llm_critique", "llm_pointwise", "lost_in_the_middle", "mmr"),
+    "post_retrieval": (
+        "budget",
+        "compress_budget",
+        "cross_encoder",
+        "dedup",
+        "embedding",
+        "evidence_first",
+        "extractive",
+        "llm_critique",
+        "llm_pointwise",
+        "lost_in_the_middle",
+        "mmr",
+    ),
     "pre_retrieval": ("condense", "decompose", "filter_extract", "hyde", "multi_query", "rewrite", "step_back"),
     "questions": ("answer_in_passage", "bridge", "dedup", "fact_question", "inverse_cloze", "not_verbatim"),
     "questions_llm": ("closed_book", "llm"),
     "retrieval": ("bm25", "dense", "given", "hybrid", "link_hop"),
     "routing": ("embedding", "hybrid", "keyword", "learned", "llm"),
-}  # fmt: skip
+}
 # provides:end
 """Each file -> the operator names it registers (generated; tests/test_registry.py checks it is current)."""
 

@@ -49,25 +49,50 @@ _ANALYZER = Analyzer()
 _CITE = re.compile(r"\[(\d+(?:\s*[,;]\s*\d+)*)\]")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 _YEAR = re.compile(r"\b(1\d{3}|20\d{2})\b")
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-           "november", "december")  # fmt: skip
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 _CODE = re.compile(r"\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*\b")
 _WORD = re.compile(r"\d+(?:[.,]\d+)+%?|[\w'’-]+%?|[^\w\s]", re.UNICODE)
-_DATE = re.compile(r"\b(?:(?:\d{1,2}\s+)?(?:January|February|March|April|May|June|July|August|September|October|"
-                   r"November|December)(?:\s+\d{1,2})?,?\s+)?(?:1\d{3}|20\d{2})s?\b"
-                   r"|\b(?:January|February|March|April|May|June|July|August|September|October|November|December)"
-                   r"(?:\s+\d{1,2})?\b")
+_DATE = re.compile(
+    r"\b(?:(?:\d{1,2}\s+)?(?:January|February|March|April|May|June|July|August|September|October|"
+    r"November|December)(?:\s+\d{1,2})?,?\s+)?(?:1\d{3}|20\d{2})s?\b"
+    r"|\b(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+    r"(?:\s+\d{1,2})?\b"
+)
 _PLACE_WORDS = frozenset({"in", "at", "near", "from", "to"})
 
 Expect = Literal["number", "date", "person", "place", "yes_no", "other"]
 
 _EXPECT_RULES: tuple[tuple[re.Pattern[str], Expect], ...] = (
     (re.compile(r"^\s*(is|are|was|were|do|does|did|can|could|should|has|have|had|will|would)\b", re.I), "yes_no"),
-    (re.compile(r"\b(how (much|many|long|far|old|big|tall|heavy|wide|high|fast|often)|what (\w+ )?(percentage|"
-                r"percent|number|amount|size|weight|length|distance|speed|capacity|temperature|price)|weigh)\b",
-                re.I), "number"),
-    (re.compile(r"(^\s*when\b|\b(when (was|were|did|does|do|is|will|had|has)|what year|which year|what date|"
-                r"which date|what decade|what century)\b)", re.I), "date"),  # fmt: skip
+    (
+        re.compile(
+            r"\b(how (much|many|long|far|old|big|tall|heavy|wide|high|fast|often)|what (\w+ )?(percentage|"
+            r"percent|number|amount|size|weight|length|distance|speed|capacity|temperature|price)|weigh)\b",
+            re.I,
+        ),
+        "number",
+    ),
+    (
+        re.compile(
+            r"(^\s*when\b|\b(when (was|were|did|does|do|is|will|had|has)|what year|which year|what date|"
+            r"which date|what decade|what century)\b)",
+            re.I,
+        ),
+        "date",
+    ),
     (re.compile(r"\b(who|whom|whose)\b", re.I), "person"),
     (re.compile(r"\b(where|in which (town|city|country|state|region|place))\b", re.I), "place"),
 )
@@ -90,8 +115,11 @@ def question_cues(question: str) -> QuestionCues:
     return QuestionCues(question, tuple(dict.fromkeys(_ANALYZER(question))), expects, distinctive_tokens(question))
 
 
-_NUMBER_WORDS = re.compile(r"\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
-                           r"thirty|forty|fifty|hundred|thousand|million|billion|dozen|half)\b", re.I)
+_NUMBER_WORDS = re.compile(
+    r"\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
+    r"thirty|forty|fifty|hundred|thousand|million|billion|dozen|half)\b",
+    re.I,
+)
 
 
 def _expected(expects: Expect, sentence: str, cues: QuestionCues) -> float:
@@ -132,13 +160,22 @@ class SentenceWeights(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dense: float = Field(1.0, ge=0.0, le=10.0, description="embedding cosine of question and sentence")
-    lexical: float = Field(1.0, ge=0.0, le=10.0, description="IDF-weighted share of the question's terms in the "
-                                                               "sentence (its chunk's title counts half)")  # fmt: skip
-    cue: float = Field(0.5, ge=0.0, le=10.0, description="the sentence holds what the question asks for (a "
-                                                          "quantity, a date, a name)")  # fmt: skip
+    lexical: float = Field(
+        1.0,
+        ge=0.0,
+        le=10.0,
+        description="IDF-weighted share of the question's terms in the sentence (its chunk's title counts half)",
+    )
+    cue: float = Field(
+        0.5, ge=0.0, le=10.0, description="the sentence holds what the question asks for (a quantity, a date, a name)"
+    )
     prior: float = Field(0.2, ge=0.0, le=10.0, description="1 / rank of the sentence's chunk in the candidates")
-    names: float = Field(0.25, ge=0.0, le=10.0, description="share of the question's codes, numbers and names in "
-                                                             "the sentence or its chunk's title")  # fmt: skip
+    names: float = Field(
+        0.25,
+        ge=0.0,
+        le=10.0,
+        description="share of the question's codes, numbers and names in the sentence or its chunk's title",
+    )
 
 
 _CACHE_LOCK = threading.Lock()
@@ -189,12 +226,18 @@ class SentenceScorer:
         sentence), else embedded now and cached by text for the encoder (shared by every scorer of the same
         encoder: the context builder and the generator score the same sentences)."""
         stored = self.providers.index.sentence_vectors(list(chunk_ids)) if chunk_ids is not None else {}
-        found = [stored.get(c, {}).get(s) for s, c in zip(sentences, chunk_ids or (), strict=True)] if stored else \
-            [None] * len(sentences)  # fmt: skip
+        found = (
+            [stored.get(c, {}).get(s) for s, c in zip(sentences, chunk_ids or (), strict=True)]
+            if stored
+            else [None] * len(sentences)
+        )
         cache = _sentence_cache(self.providers.encoder)
         with _CACHE_LOCK:
-            missing = [s for s in dict.fromkeys(s for s, v in zip(sentences, found, strict=True) if v is None)
-                       if s not in cache]  # fmt: skip
+            missing = [
+                s
+                for s in dict.fromkeys(s for s, v in zip(sentences, found, strict=True) if v is None)
+                if s not in cache
+            ]
         fresh = self.providers.encoder.encode(missing) if missing else np.zeros((0, 0), np.float32)
         with _CACHE_LOCK:
             for s, v in zip(missing, fresh, strict=True):
@@ -225,8 +268,9 @@ class SentenceScorer:
             title = str(ev["metadata"].get("title") or "")
             terms = set(sentence_terms(sentence))
             # title terms count half: "It weighs 7.6 kg" under the title "TW-900 Carbon Road" is about the TW-900
-            cov = 0.5 * self.coverage(cues, terms | set(sentence_terms(title)), idf) + 0.5 * self.coverage(cues, terms,
-                                                                                                      idf)
+            cov = 0.5 * self.coverage(cues, terms | set(sentence_terms(title)), idf) + 0.5 * self.coverage(
+                cues, terms, idf
+            )
             cue = _expected(cues.expects, sentence, cues) if cues.expects != "other" else 0.0
             where = f"{sentence} {title}".lower()
             named = (sum(t in where for t in cues.distinctive) / len(cues.distinctive)) if cues.distinctive else 0.0
@@ -235,9 +279,15 @@ class SentenceScorer:
         order = sorted(range(len(out)), key=lambda i: -out[i].score)
         return [out[i] for i in order]
 
-
-    def bridge(self, question: str, best: ScoredSentence, evidence: Sequence[Evidence], *, min_rest: float = 0.15,
-               min_coverage: float = 0.25) -> ScoredSentence | None:  # fmt: skip
+    def bridge(
+        self,
+        question: str,
+        best: ScoredSentence,
+        evidence: Sequence[Evidence],
+        *,
+        min_rest: float = 0.15,
+        min_coverage: float = 0.25,
+    ) -> ScoredSentence | None:
         """When the best sentence is a bridge (it names the title of another evidence entry the question does not
         name, and its passage leaves at least ``min_rest`` of the question's IDF weight uncovered, so the question
         asks about that entity), the sentence of that entry that best covers the rest of the question (IDF-weighted,
@@ -266,13 +316,18 @@ class SentenceScorer:
 
         def about() -> list[Evidence]:  # else the passages that mention the same entity ("... the TW-550 Gravel is
             # built in Kestrel Harbour"); read only when the bridge's own entries give nothing
-            return [e for e in evidence if e["chunk_id"] not in {best.chunk_id, *(o["chunk_id"] for o in own)}
-                    and targets & mentions(e)]  # fmt: skip
+            return [
+                e
+                for e in evidence
+                if e["chunk_id"] not in {best.chunk_id, *(o["chunk_id"] for o in own)} and targets & mentions(e)
+            ]
 
         rest_weights = self.term_weights(rest)
         for entries in (lambda: own, about):
-            scored = [(self.coverage(rest, set(sentence_terms(s.sentence)), rest_weights), s)
-                      for s in self.score(question, entries())]  # fmt: skip
+            scored = [
+                (self.coverage(rest, set(sentence_terms(s.sentence)), rest_weights), s)
+                for s in self.score(question, entries())
+            ]
             if not scored:
                 continue
             # the rest of the question, or what it asks for (a quantity with the right unit, a date, a name)
@@ -331,39 +386,183 @@ def best_span(question: str, sentence: str) -> str:
     if cues.expects in ("person", "place"):
         names = _names(words, given)
         if names:
-            preferred = [n for start, n in names if cues.expects == "place" and start > 0
-                         and words[start - 1].lower() in _PLACE_WORDS]  # fmt: skip
+            preferred = [
+                n
+                for start, n in names
+                if cues.expects == "place" and start > 0 and words[start - 1].lower() in _PLACE_WORDS
+            ]
             return (preferred or [n for _, n in names])[0]
     return _join(max(spans, key=len))
 
 
-_UNITS = frozenset([
-    "kg", "g", "mg", "lb", "lbs", "oz", "t", "tonnes", "tons", "km", "m", "cm", "mm", "nm", "mi", "miles", "mile",
-    "metres", "meters", "metre", "meter", "feet", "foot", "ft", "inches", "inch", "yards", "%", "percent", "per",
-    "cent", "degrees", "degree", "°c", "°f", "c", "f", "hours", "hour", "h", "minutes", "minute", "min", "seconds",
-    "second", "s", "days", "day", "weeks", "week", "months", "month", "years", "year", "decades", "centuries",
-    "times", "wh", "kwh", "mwh", "gwh", "w", "kw", "mw", "v", "mah", "mph", "kmh", "km/h", "knots", "litres",
-    "liters", "ml", "l", "gallons", "people", "persons", "million", "billion", "thousand", "hundred", "dozen",
-    "gears", "speeds", "euros", "dollars", "pounds", "cents", "usd", "eur", "gbp", "points", "goals", "votes",
-    "seats", "members", "employees", "inhabitants", "residents", "acres", "hectares", "km²", "mi²"
-])  # fmt: skip
+_UNITS = frozenset(
+    [
+        "kg",
+        "g",
+        "mg",
+        "lb",
+        "lbs",
+        "oz",
+        "t",
+        "tonnes",
+        "tons",
+        "km",
+        "m",
+        "cm",
+        "mm",
+        "nm",
+        "mi",
+        "miles",
+        "mile",
+        "metres",
+        "meters",
+        "metre",
+        "meter",
+        "feet",
+        "foot",
+        "ft",
+        "inches",
+        "inch",
+        "yards",
+        "%",
+        "percent",
+        "per",
+        "cent",
+        "degrees",
+        "degree",
+        "°c",
+        "°f",
+        "c",
+        "f",
+        "hours",
+        "hour",
+        "h",
+        "minutes",
+        "minute",
+        "min",
+        "seconds",
+        "second",
+        "s",
+        "days",
+        "day",
+        "weeks",
+        "week",
+        "months",
+        "month",
+        "years",
+        "year",
+        "decades",
+        "centuries",
+        "times",
+        "wh",
+        "kwh",
+        "mwh",
+        "gwh",
+        "w",
+        "kw",
+        "mw",
+        "v",
+        "mah",
+        "mph",
+        "kmh",
+        "km/h",
+        "knots",
+        "litres",
+        "liters",
+        "ml",
+        "l",
+        "gallons",
+        "people",
+        "persons",
+        "million",
+        "billion",
+        "thousand",
+        "hundred",
+        "dozen",
+        "gears",
+        "speeds",
+        "euros",
+        "dollars",
+        "pounds",
+        "cents",
+        "usd",
+        "eur",
+        "gbp",
+        "points",
+        "goals",
+        "votes",
+        "seats",
+        "members",
+        "employees",
+        "inhabitants",
+        "residents",
+        "acres",
+        "hectares",
+        "km²",
+        "mi²",
+    ]
+)
 """Unit words and counted nouns a quantity's number is read with."""
 
 
 _MULTIPLIERS = frozenset({"hundred", "thousand", "million", "billion", "trillion"})
 
 _UNIT_CLASSES: dict[str, frozenset[str]] = {
-    "mass": frozenset({"kg", "g", "mg", "lb", "lbs", "oz", "t", "tonnes", "tons", "pounds", "grams", "kilograms",
-        "kilos"}),
-    "length": frozenset({"km", "m", "cm", "mm", "nm", "mi", "miles", "mile", "metres", "meters", "metre", "meter",
-        "feet", "foot", "ft", "inches", "inch", "yards", "kilometres", "kilometers"}),
-    "duration": frozenset({"hours", "hour", "h", "minutes", "minute", "min", "seconds", "second", "s", "days",
-        "day", "weeks", "week", "months", "month", "years", "year", "decades", "centuries"}),
+    "mass": frozenset(
+        {"kg", "g", "mg", "lb", "lbs", "oz", "t", "tonnes", "tons", "pounds", "grams", "kilograms", "kilos"}
+    ),
+    "length": frozenset(
+        {
+            "km",
+            "m",
+            "cm",
+            "mm",
+            "nm",
+            "mi",
+            "miles",
+            "mile",
+            "metres",
+            "meters",
+            "metre",
+            "meter",
+            "feet",
+            "foot",
+            "ft",
+            "inches",
+            "inch",
+            "yards",
+            "kilometres",
+            "kilometers",
+        }
+    ),
+    "duration": frozenset(
+        {
+            "hours",
+            "hour",
+            "h",
+            "minutes",
+            "minute",
+            "min",
+            "seconds",
+            "second",
+            "s",
+            "days",
+            "day",
+            "weeks",
+            "week",
+            "months",
+            "month",
+            "years",
+            "year",
+            "decades",
+            "centuries",
+        }
+    ),
     "speed": frozenset({"mph", "kmh", "km/h", "knots"}),
     "share": frozenset({"%", "percent", "per", "cent"}),
     "energy": frozenset({"wh", "kwh", "mwh", "gwh", "mah"}),
     "money": frozenset({"euros", "dollars", "pounds", "cents", "usd", "eur", "gbp", "$", "€"}),
-}  # fmt: skip
+}
 """Unit words by the kind of quantity a question asks for."""
 
 _QUANTITY_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -418,8 +617,9 @@ def _quantities(words: Sequence[str], cues: QuestionCues) -> list[tuple[int, str
             continue
         if lowered in wanted or (noun and _ANALYZER(lowered) == _ANALYZER(noun)):
             rank, end = 0, j + 2
-        elif lowered in _UNITS or (nxt.isalpha() and lowered not in _ANALYZER._stop
-                                   and not set(_ANALYZER(lowered)) & terms):  # fmt: skip
+        elif lowered in _UNITS or (
+            nxt.isalpha() and lowered not in _ANALYZER._stop and not set(_ANALYZER(lowered)) & terms
+        ):
             rank, end = (2 if wanted else 1), j + 2
         else:
             rank, end = 2, j + 1
@@ -441,9 +641,10 @@ def _names(words: Sequence[str], given: set[str]) -> list[tuple[int, str]]:
     while i < len(words):
         if i > 0 and words[i][:1].isupper() and not all(s in given for s in _ANALYZER(words[i]) or ["-"]):
             j = i
-            while j + 1 < len(words) and (words[j + 1][:1].isupper() or (words[j + 1].lower() in ("of", "de", "von")
-                                                                          and j + 2 < len(words)
-                                                                          and words[j + 2][:1].isupper())):
+            while j + 1 < len(words) and (
+                words[j + 1][:1].isupper()
+                or (words[j + 1].lower() in ("of", "de", "von") and j + 2 < len(words) and words[j + 2][:1].isupper())
+            ):
                 j += 1
             out.append((i, " ".join(words[i : j + 1])))
             i = j + 1
@@ -452,9 +653,12 @@ def _names(words: Sequence[str], given: set[str]) -> list[tuple[int, str]]:
     return out
 
 
-_CLAUSE_BREAK = re.compile(r"\s*(?:;|:|\s[-\u2013\u2014]\s|,\s*(?=(?:which|because|so|but|while|whereas|although|"
-                           r"and then|"
-                           r"or|and)\b))\s*", re.I)
+_CLAUSE_BREAK = re.compile(
+    r"\s*(?:;|:|\s[-\u2013\u2014]\s|,\s*(?=(?:which|because|so|but|while|whereas|although|"
+    r"and then|"
+    r"or|and)\b))\s*",
+    re.I,
+)
 
 
 def answer_clause(question: str, sentence: str) -> str:

@@ -114,8 +114,9 @@ class ClaimVerdict:
 
 # --- the cited sentences ------------------------------------------------------------------------------------------
 
-_ANAPHORS = frozenset({"it", "they", "he", "she", "this", "these", "that", "those", "such", "its", "their", "his",
-                       "her", "both"})  # fmt: skip
+_ANAPHORS = frozenset(
+    {"it", "they", "he", "she", "this", "these", "that", "those", "such", "its", "their", "his", "her", "both"}
+)
 _DEFINITE = frozenset({"the", "each", "every"})
 _NAME_JOINS = frozenset({"of", "de", "du", "von", "van", "la", "le", "del", "da"})
 
@@ -202,8 +203,11 @@ def _windows(entry: Evidence) -> tuple[Reading | None, list[_Window]]:
 
 # --- the answer sentence ------------------------------------------------------------------------------------------
 
-_AUXILIARY = re.compile(r"\b(?:is|are|was|were|be|been|being|has|have|had|do|does|did|can|could|will|would|shall|"
-                        r"should|may|might|must)\b", re.I)  # fmt: skip
+_AUXILIARY = re.compile(
+    r"\b(?:is|are|was|were|be|been|being|has|have|had|do|does|did|can|could|will|would|shall|"
+    r"should|may|might|must)\b",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -260,15 +264,17 @@ def _claim(text: str, cues: QuestionCues, context: frozenset[str]) -> _Claim:
     # a relation word of the question, an auxiliary or a negation: "Apollo 13", "Kublai Khan", "hold a set speed"
     # state none (their polarity is the question's)
     asserts = bool(own) or negated(text) or bool(_AUXILIARY.search(text))
-    return _Claim(reading, value, frozenset(frame), tuple(tuple(r) for r in runs), short,
-                  frozenset(_numbers(cues.text)), asserts)  # fmt: skip
+    return _Claim(
+        reading, value, frozenset(frame), tuple(tuple(r) for r in runs), short, frozenset(_numbers(cues.text)), asserts
+    )
 
 
 def _has_name(run: tuple[str, ...], parts: Sequence[Reading]) -> bool:
     """Whether a name is in one of the texts: a word (or a word it begins: "Victorians"), a run of words in order."""
     if len(run) == 1:
-        return any(run[0] in p.tokens or (len(run[0]) >= 4 and any(t.startswith(run[0]) for t in p.tokens))
-                   for p in parts)  # fmt: skip
+        return any(
+            run[0] in p.tokens or (len(run[0]) >= 4 and any(t.startswith(run[0]) for t in p.tokens)) for p in parts
+        )
     n = len(run)
     return any(p.tokens[i : i + n] == run for p in parts for i in range(len(p.tokens) - n + 1))
 
@@ -292,22 +298,38 @@ def _topic(claim: _Claim, missing: list[str], head: Reading | None, windows: lis
     if head is None or not all(_has_name(tuple(m.split()), [head]) or m in head.numbers for m in missing):
         return False
     lacking = claim.relation - at.main.terms
-    return not any(w.index != at.index and lacking & w.main.terms
-                   and any(_has_name(tuple(m.split()), w.parts) for m in missing) for w in windows)  # fmt: skip
+    return not any(
+        w.index != at.index and lacking & w.main.terms and any(_has_name(tuple(m.split()), w.parts) for m in missing)
+        for w in windows
+    )
 
 
 def _values(claim: _Claim) -> list[Quantity]:
     """The claim's numbers that are its value, with their units: not the question's, not part of a code ("AS-501")."""
-    return [q for q in quantities(claim.text.text) if q.number in claim.text.numbers and q.number not in claim.given
-            and not any(q.number in t for t in claim.name_tokens)]  # fmt: skip
+    return [
+        q
+        for q in quantities(claim.text.text)
+        if q.number in claim.text.numbers
+        and q.number not in claim.given
+        and not any(q.number in t for t in claim.name_tokens)
+    ]
 
 
 def _rivals(claim: _Claim, value: Quantity | None, found: Sequence[Quantity], kinds: set[str]) -> list[Quantity]:
     """The numbers of a cited sentence that could be the value instead: of the value's kind (and unit, when it has
     one: "0.5 m" is no rival of "50 cm"), in digits, neither the claim's nor the question's."""
-    return [q for q in found if q.number not in claim.text.numbers and q.number not in claim.given and not q.spelled
-            and (value_kind(q) in kinds if value is None else value_kind(q) == value_kind(value)
-                 and (value.unit is None or q.unit == value.unit))]  # fmt: skip
+    return [
+        q
+        for q in found
+        if q.number not in claim.text.numbers
+        and q.number not in claim.given
+        and not q.spelled
+        and (
+            value_kind(q) in kinds
+            if value is None
+            else value_kind(q) == value_kind(value) and (value.unit is None or q.unit == value.unit)
+        )
+    ]
 
 
 def _rival(claim: _Claim, at: _Window, windows: list[_Window], threshold: float) -> str | None:
@@ -366,8 +388,9 @@ def _nearest(claim: _Claim, at: _Window) -> str | None:
         if own and rivals:
             nearest = min(rivals, key=distance)
             if distance(nearest) < min(distance(q) for q in own):
-                return (f"binding: in the cited sentence {nearest}, not {value}, goes with the rest: "
-                        f"{_quote(at.main.text)}")  # fmt: skip
+                return (
+                    f"binding: in the cited sentence {nearest}, not {value}, goes with the rest: {_quote(at.main.text)}"
+                )
     return None
 
 
@@ -377,8 +400,12 @@ def _best_clause(part: Reading, claim: _Claim, clauses_: Sequence[Reading]) -> R
     words_ = part.terms | (claim.frame if claim.short else frozenset())
 
     def score(c: Reading) -> tuple[int, int, int, int]:
-        return (len(words_ & c.terms), len(claim.name_tokens & set(part.tokens) & set(c.tokens)),
-                len(claim.new & part.terms & c.terms), -len(c.terms))  # fmt: skip
+        return (
+            len(words_ & c.terms),
+            len(claim.name_tokens & set(part.tokens) & set(c.tokens)),
+            len(claim.new & part.terms & c.terms),
+            -len(c.terms),
+        )
 
     best = max(clauses_, key=score, default=None)
     return best if best is not None and score(best)[0] > 0 else None
@@ -394,9 +421,12 @@ def _units(claim: _Claim, window: _Window, cues: QuestionCues) -> str | None:
         if claim.short and kind and asked and asked != kind:
             return f"unit: the question asks for a {asked}, the answer gives a {kind} ({q})"
         same = [h for h in have if h.number == q.number]
-        if same and not any((q.unit is None or h.unit is None or h.unit == q.unit)
-                            and (q.scale is None or h.scale is None or h.scale == q.scale) for h in same):
-            return f"unit: the answer has {q}, the cited sentence {same[0]}"  # fmt: skip
+        if same and not any(
+            (q.unit is None or h.unit is None or h.unit == q.unit)
+            and (q.scale is None or h.scale is None or h.scale == q.scale)
+            for h in same
+        ):
+            return f"unit: the answer has {q}, the cited sentence {same[0]}"
     return None
 
 
@@ -413,16 +443,19 @@ def _ends(run: tuple[str, ...], tokens: Sequence[str]) -> tuple[int, int] | None
     return next(((i, i + n - 1) for i in range(len(tokens) - n + 1) if tuple(tokens[i : i + n]) == run), None)
 
 
-_VERB = re.compile(r"[a-z]+(?:ed|es|s)|won|beat|led|took|gave|sold|bought|wrote|built|made|met|lost|left|hit|ran|"
-                   r"bore|fought|overthrew|succeeded|preceded|followed|married|founded|replaced")  # fmt: skip
+_VERB = re.compile(
+    r"[a-z]+(?:ed|es|s)|won|beat|led|took|gave|sold|bought|wrote|built|made|met|lost|left|hit|ran|"
+    r"bore|fought|overthrew|succeeded|preceded|followed|married|founded|replaced"
+)
 """Words read as the verb relating two names (a past or a third-person form)."""
 
 
 def _roles(claim: _Claim, window: _Window) -> str | None:
     """Rule 8: two names around a relating verb in the opposite roles, or None."""
     tokens, main = list(claim.text.tokens), list(window.main.tokens)
-    placed = sorted((here, there, run) for run in claim.names
-                    if (here := _ends(run, tokens)) and (there := _ends(run, main)))  # fmt: skip
+    placed = sorted(
+        (here, there, run) for run in claim.names if (here := _ends(run, tokens)) and (there := _ends(run, main))
+    )
     for (a, pa, run_a), (b, pb, run_b) in zip(placed, placed[1:], strict=False):
         if pa[1] == pb[1]:
             continue
@@ -436,8 +469,10 @@ def _roles(claim: _Claim, window: _Window) -> str | None:
             ours = run_a if _agent(tokens, a[1], b[1], v) == a[1] else run_b
             theirs = run_a if _agent(main, pa[1], pb[1], at[0]) == pa[1] else run_b
             if ours != theirs:
-                return (f"roles: the answer has {' '.join(run_a)} {verb} {' '.join(run_b)}, the cited sentence the "
-                        f"other way round: {_quote(window.main.text)}")  # fmt: skip
+                return (
+                    f"roles: the answer has {' '.join(run_a)} {verb} {' '.join(run_b)}, the cited sentence the "
+                    f"other way round: {_quote(window.main.text)}"
+                )
     return None
 
 
@@ -458,12 +493,19 @@ def _relations(claim: _Claim, window: _Window, cues: QuestionCues) -> str | None
     return _units(claim, window, cues) or _roles(claim, window)
 
 
-def _bound(claim: _Claim, cues: QuestionCues, head: Reading | None, windows: list[_Window], threshold: float,
-           close: Callable[[str], set[int]]) -> tuple[_Window | None, str]:  # fmt: skip
+def _bound(
+    claim: _Claim,
+    cues: QuestionCues,
+    head: Reading | None,
+    windows: list[_Window],
+    threshold: float,
+    close: Callable[[str], set[int]],
+) -> tuple[_Window | None, str]:
     """The window that carries the claim under rules 2-8, or None and why not; ``close`` gives the sentences an
     embedding puts near a text (asked only when no sentence holds enough of the claim's value)."""
-    scored = sorted(((sum(t in w.main.terms for t in claim.new) / len(claim.new), w) for w in windows),
-                    key=lambda s: -s[0])  # fmt: skip
+    scored = sorted(
+        ((sum(t in w.main.terms for t in claim.new) / len(claim.new), w) for w in windows), key=lambda s: -s[0]
+    )
     candidates = [w for s, w in scored if s >= threshold]
     if not candidates:
         near = close(claim.text.text)
@@ -475,22 +517,33 @@ def _bound(claim: _Claim, cues: QuestionCues, head: Reading | None, windows: lis
         missing = _missing(claim, window)
         borrowed = set() if claim.short else claim.relation & (window.terms - window.main.terms)
         if missing and not _topic(claim, missing, head, windows, window):
-            problem = (0, f"binding: the cited sentence that says it does not name {missing[0]!r}: "
-                          f"{_quote(window.text)}")  # fmt: skip
+            problem = (
+                0,
+                f"binding: the cited sentence that says it does not name {missing[0]!r}: {_quote(window.text)}",
+            )
         elif borrowed:
-            problem = (0, f"binding: the cited sentence says {sorted(borrowed)[0]!r} only of what it refers back "
-                          f"to: {_quote(window.text)}")  # fmt: skip
+            problem = (
+                0,
+                f"binding: the cited sentence says {sorted(borrowed)[0]!r} only of what it refers back "
+                f"to: {_quote(window.text)}",
+            )
         else:
-            problem = (1, _rival(claim, window, windows, threshold) or _nearest(claim, window)
-                       or _relations(claim, window, cues) or "")  # fmt: skip
+            problem = (
+                1,
+                _rival(claim, window, windows, threshold)
+                or _nearest(claim, window)
+                or _relations(claim, window, cues)
+                or "",
+            )
         if not problem[1]:
             return window, ""
         why = max(why, problem, key=lambda p: p[0])
     return None, why[1]
 
 
-def _close(text: str, windows: list[_Window], providers: Providers | None, threshold: float | None,
-           chunk_id: str = "") -> set[int]:  # fmt: skip
+def _close(
+    text: str, windows: list[_Window], providers: Providers | None, threshold: float | None, chunk_id: str = ""
+) -> set[int]:
     """The sentences an embedding puts within ``threshold`` cosine of the claim (the paraphrase fallback); the
     sentences' vectors are the ones the index stored for the cited chunk when it has them."""
     if threshold is None or providers is None or not windows or not _has_encoder(providers):
@@ -514,8 +567,14 @@ def _has_encoder(providers: Providers) -> bool:
 _Support = tuple[bool, str, float, list[_Window]]
 
 
-def _support(text: str, cues: QuestionCues, entry: Evidence, threshold: float, providers: Providers | None,
-             semantic_threshold: float | None) -> _Support:  # fmt: skip
+def _support(
+    text: str,
+    cues: QuestionCues,
+    entry: Evidence,
+    threshold: float,
+    providers: Providers | None,
+    semantic_threshold: float | None,
+) -> _Support:
     """Whether an entry supports a claim: ``(ok, reason, share of its new words in the entry, windows carrying it)``."""
     source = entry["text"]
     missing_numbers = _numbers(text) - _numbers(source) - _numbers(cues.text)
@@ -596,8 +655,11 @@ def check_claims(
             best = max(ok, key=lambda v: v[3])
             by = (best[0]["ref"],) if attributed else tuple(v[0]["ref"] for v in ok)
             carried = tuple((w.ref, w.text) for v in ok if v[0]["ref"] in by for w in v[4])
-            out.append(ClaimVerdict(claim, by if attributed else tuple(e["ref"] for e in cited), True, best[2],
-                                    attributed, by, carried))  # fmt: skip
+            out.append(
+                ClaimVerdict(
+                    claim, by if attributed else tuple(e["ref"] for e in cited), True, best[2], attributed, by, carried
+                )
+            )
         elif not pool:
             out.append(ClaimVerdict(claim, (), False, "no evidence to cite"))
         else:

@@ -42,8 +42,19 @@ from operators.generation import (
 )
 from operators.multihop import HopWeights, hits_by_id, multihop_rank, named_by_question
 
-__all__ = ["rrf", "score_fusion", "normalise_scores", "fuse", "replug_weights", "replug_token_level",
-           "document_prompt", "pack_of", "Partial", "partials", "fused_evidence"]
+__all__ = [
+    "rrf",
+    "score_fusion",
+    "normalise_scores",
+    "fuse",
+    "replug_weights",
+    "replug_token_level",
+    "document_prompt",
+    "pack_of",
+    "Partial",
+    "partials",
+    "fused_evidence",
+]
 
 Norm = Literal["minmax", "zscore"]
 
@@ -62,10 +73,15 @@ def _merged(first: dict[str, Hit], scores: dict[str, float], k: int | None, chan
     if k is not None:
         ordered = ordered[:k]
     return [
-        Hit(chunk_id=cid, text=first[cid]["text"], score=float(score), channel=channel,
-            metadata=dict(first[cid]["metadata"]))
+        Hit(
+            chunk_id=cid,
+            text=first[cid]["text"],
+            score=float(score),
+            channel=channel,
+            metadata=dict(first[cid]["metadata"]),
+        )
         for cid, score in ordered
-    ]  # fmt: skip
+    ]
 
 
 def rrf(
@@ -188,8 +204,9 @@ def rrf_fusion(params: RRFParams, providers: Providers) -> Operator:
 
 class WeightedParams(OperatorParams):
     k: int = Field(10, gt=0, le=1000, description="hits kept after fusion")
-    weights: list[float] = Field([1.0, 0.95, 0.9], description="per-branch weights in branch order (extra branches "
-                                                               "get the last)")  # fmt: skip
+    weights: list[float] = Field(
+        [1.0, 0.95, 0.9], description="per-branch weights in branch order (extra branches get the last)"
+    )
     norm: Literal["minmax", "zscore"] = Field("minmax", description="score normalisation within each branch")
 
 
@@ -199,8 +216,9 @@ def weighted_fusion(params: WeightedParams, providers: Providers) -> Operator:
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         lists = [b["candidates"] for b in _branches(state)]
-        return {"candidates": score_fusion(lists, k=params.k, weights=params.weights, norm=params.norm,
-                                           channel="weighted")}  # fmt: skip
+        return {
+            "candidates": score_fusion(lists, k=params.k, weights=params.weights, norm=params.norm, channel="weighted")
+        }
 
     return run
 
@@ -214,11 +232,13 @@ def replug_weights(similarities: Sequence[float], temperature: float) -> np.ndar
 
 class ReplugParams(OperatorParams):
     level: Literal["auto", "token", "answer"] = Field(
-        "auto", description="token: mix next-token distributions (needs prefill + logprobs); answer: weighted vote; "
-                            "auto: token when the model allows it"
-    )  # fmt: skip
-    temperature: float = Field(0.1, gt=0.0, le=100.0, description="softmax temperature over the query-document "
-                                                                   "embedding cosines")  # fmt: skip
+        "auto",
+        description="token: mix next-token distributions (needs prefill + logprobs); answer: weighted vote; "
+        "auto: token when the model allows it",
+    )
+    temperature: float = Field(
+        0.1, gt=0.0, le=100.0, description="softmax temperature over the query-document embedding cosines"
+    )
     max_tokens: int = Field(64, gt=0, le=1024, description="token-level decoding length cap")
     top_logprobs: int = Field(10, gt=0, le=20, description="alternatives read per document and step")
 
@@ -263,10 +283,16 @@ def _decode(providers: Providers, prompts: list[str], weights: np.ndarray, param
     with ThreadPoolExecutor(max_workers=max(1, len(prompts)), thread_name_prefix="replug") as pool:
         for _ in range(params.max_tokens):
             futures = [
-                pool.submit(contextvars.copy_context().run, providers.llm.next_token, p, prefix, system=SYSTEM,
-                            top_logprobs=params.top_logprobs)
+                pool.submit(
+                    contextvars.copy_context().run,
+                    providers.llm.next_token,
+                    p,
+                    prefix,
+                    system=SYSTEM,
+                    top_logprobs=params.top_logprobs,
+                )
                 for p in prompts
-            ]  # fmt: skip
+            ]
             mixture: dict[str, float] = {}
             for weight, fut in zip(weights, futures, strict=True):
                 for token, logprob in fut.result():
@@ -283,8 +309,16 @@ def _replug_cost(params: ReplugParams, ctx: CostContext) -> Cost:
     return llm((docs.lo, docs.hi * params.max_tokens)) if replug_token_level(params, ctx.prefill) else ZERO
 
 
-@operator("orchestration", "fusion", "replug", port=Port.FUSE, needs_llm=True, tags=("answer",), cost=_replug_cost,
-          answers_itself=lambda params, prefill: replug_token_level(params, prefill))
+@operator(
+    "orchestration",
+    "fusion",
+    "replug",
+    port=Port.FUSE,
+    needs_llm=True,
+    tags=("answer",),
+    cost=_replug_cost,
+    answers_itself=lambda params, prefill: replug_token_level(params, prefill),
+)
 def replug(params: ReplugParams, providers: Providers) -> Operator:
     """REPLUG ensemble of per-document branches, weighted by lambda = softmax(s(d, q) / temperature) with s the
     query-document embedding cosine, whatever the retriever (Eq. 23-24): mixes next-token distributions when the
@@ -300,8 +334,10 @@ def replug(params: ReplugParams, providers: Providers) -> Operator:
         docs = [b["candidates"][0] for b in branches]
         similarities = chunk_vectors(providers, docs) @ providers.encoder.encode_query(str(state.get("query", "")))
         weights = replug_weights(similarities.tolist(), params.temperature)
-        evidence = [Evidence(ref=i + 1, chunk_id=d["chunk_id"], text=d["text"], score=float(w),
-                             metadata=dict(d["metadata"])) for i, (d, w) in enumerate(zip(docs, weights, strict=True))]
+        evidence = [
+            Evidence(ref=i + 1, chunk_id=d["chunk_id"], text=d["text"], score=float(w), metadata=dict(d["metadata"]))
+            for i, (d, w) in enumerate(zip(docs, weights, strict=True))
+        ]
         if replug_token_level(params, providers.llm.prefill, providers.llm.logprobs):
             prompts = [document_prompt(ev, str(state.get("query", ""))) for ev in evidence]
             text = _decode(providers, prompts, weights, params)
@@ -314,8 +350,9 @@ def replug(params: ReplugParams, providers: Providers) -> Operator:
         answer = make_answer(text, evidence)
         refs = {evidence[i]["ref"] for i, b in enumerate(branches) if b["branch"] in members}
         cited = {c["ref"] for c in answer["citations"]}
-        answer["citations"] += [Citation(ref=r, chunk_id=evidence[r - 1]["chunk_id"], method="attributed")
-                                for r in sorted(refs - cited)]  # fmt: skip
+        answer["citations"] += [
+            Citation(ref=r, chunk_id=evidence[r - 1]["chunk_id"], method="attributed") for r in sorted(refs - cited)
+        ]
         return {"answer": answer, "evidence": evidence}
 
     return run
@@ -325,20 +362,21 @@ class LLMFusionParams(OperatorParams):
     max_tokens: int = Field(256, gt=0, le=4096)
     max_evidence: int = Field(8, gt=0, le=50, description="passages given to the model with the branch answers")
     style: Literal["short", "long_form"] = Field(
-        "short", description="short: one answer combining the partial answers; long_form: an answer covering every "
-                             "interpretation with its answer (Tree of Clarifications)"
-    )  # fmt: skip
+        "short",
+        description="short: one answer combining the partial answers; long_form: an answer covering every "
+        "interpretation with its answer (Tree of Clarifications)",
+    )
 
 
 FUSION_PROMPTS = {
     "short": "{passages}\n\nPartial answers found for parts of the question:\n{partials}\n\nQuestion: {query}\n"
-             "Write one short answer to the question that combines the partial answers, using only the passages, "
-             "citing them like [1].\nAnswer:",
+    "Write one short answer to the question that combines the partial answers, using only the passages, "
+    "citing them like [1].\nAnswer:",
     "long_form": "{passages}\n\nThe question may be ambiguous. Its interpretations, each with the answer found for "
-                 "it:\n{partials}\n\nQuestion: {query}\nWrite a long-form answer that covers every interpretation: "
-                 "for each, say which reading it is and give its answer, citing the passages like [1]. Use only the "
-                 "passages.\nAnswer:",
-}  # fmt: skip
+    "it:\n{partials}\n\nQuestion: {query}\nWrite a long-form answer that covers every interpretation: "
+    "for each, say which reading it is and give its answer, citing the passages like [1]. Use only the "
+    "passages.\nAnswer:",
+}
 
 
 class Partial(TypedDict):
@@ -357,13 +395,25 @@ def partials(state: Mapping[str, Any]) -> list[Partial]:
     for b in _branches(state):
         ans = b.get("answer")
         if ans and not ans.get("refused"):
-            out.append(Partial(question=b["query"], answer=ans["text"], hits=list(b["candidates"]),
-                               local={c["ref"]: c["chunk_id"] for c in ans.get("citations") or []}))  # fmt: skip
+            out.append(
+                Partial(
+                    question=b["query"],
+                    answer=ans["text"],
+                    hits=list(b["candidates"]),
+                    local={c["ref"]: c["chunk_id"] for c in ans.get("citations") or []},
+                )
+            )
     dropped = {v.get("target") for v in state.get("verdicts") or [] if v["decision"] == "stop" and v.get("target")}
     for node in state.get("tree") or []:
         if node["node_id"] not in dropped and node.get("answer") and not node.get("refused"):
-            out.append(Partial(question=node["question"], answer=node["answer"], hits=list(node.get("evidence") or []),
-                               local={e["ref"]: e["chunk_id"] for e in pack_of(node)}))  # fmt: skip
+            out.append(
+                Partial(
+                    question=node["question"],
+                    answer=node["answer"],
+                    hits=list(node.get("evidence") or []),
+                    local={e["ref"]: e["chunk_id"] for e in pack_of(node)},
+                )
+            )
     return out
 
 
@@ -378,13 +428,27 @@ def fused_evidence(parts: Sequence[Partial], limit: int) -> list[Evidence]:
         if len(evidence) >= limit:
             break
         h = texts[cid]
-        evidence.append(Evidence(ref=len(evidence) + 1, chunk_id=cid, text=h["text"], score=float(h.get("score", 0.0)),
-                                 metadata=dict(h["metadata"])))  # fmt: skip
+        evidence.append(
+            Evidence(
+                ref=len(evidence) + 1,
+                chunk_id=cid,
+                text=h["text"],
+                score=float(h.get("score", 0.0)),
+                metadata=dict(h["metadata"]),
+            )
+        )
     return evidence
 
 
-@operator("orchestration", "fusion", "llm_fusion", port=Port.FUSE, needs_llm=True, tags=("answer",),
-          cost=lambda params, ctx: llm((0, 1)))
+@operator(
+    "orchestration",
+    "fusion",
+    "llm_fusion",
+    port=Port.FUSE,
+    needs_llm=True,
+    tags=("answer",),
+    cost=lambda params, ctx: llm((0, 1)),
+)
 def llm_fusion(params: LLMFusionParams, providers: Providers) -> Operator:
     """LLM fusion: one answer synthesised from the branch (or tree-node) answers and their passages, with citations;
     each partial answer's own ``[n]`` are renumbered to the passages as the fusion numbers them."""
@@ -396,8 +460,9 @@ def llm_fusion(params: LLMFusionParams, providers: Providers) -> Operator:
             return {"answer": Answer(text=REFUSAL, citations=[], refused=True), "evidence": evidence}
         refs = {e["chunk_id"]: e["ref"] for e in evidence}
         listing = "\n".join(f"- {p['question']} -> {renumber(p['answer'], p['local'], refs)}" for p in parts)
-        prompt = FUSION_PROMPTS[params.style].format(passages=format_evidence(evidence), partials=listing,
-                                                     query=state.get("query", ""))  # fmt: skip
+        prompt = FUSION_PROMPTS[params.style].format(
+            passages=format_evidence(evidence), partials=listing, query=state.get("query", "")
+        )
         completion = yield providers.llm.ask(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
         return {"answer": make_answer(completion.text, evidence), "evidence": evidence}
 
@@ -439,9 +504,19 @@ def pairs_fusion(params: PairsParams, providers: Providers) -> Operator:
         sources = {h["chunk_id"]: h for h in first}
         seeds += [sources[c] for c in second if c in sources and c not in {h["chunk_id"] for h in seeds}]
         named = named_by_question(providers, question) if params.question_titles else []
-        ranked = multihop_rank(providers, question, first, named=named, second=second, pool=params.pool,
-                               pair_slots=params.pair_slots, weights=params.weights, follow_links=False, k=params.k,
-                               sources=[h["chunk_id"] for h in seeds])  # fmt: skip
+        ranked = multihop_rank(
+            providers,
+            question,
+            first,
+            named=named,
+            second=second,
+            pool=params.pool,
+            pair_slots=params.pair_slots,
+            weights=params.weights,
+            follow_links=False,
+            k=params.k,
+            sources=[h["chunk_id"] for h in seeds],
+        )
         return {"candidates": ranked}
 
     return run
@@ -463,13 +538,17 @@ def sentences(params: NoParams, providers: Providers) -> Operator:
                 if cid not in refs and cid in shown:
                     refs[cid] = len(evidence) + 1
                     h = shown[cid]
-                    evidence.append(Evidence(ref=refs[cid], chunk_id=cid, text=h["text"], score=h["score"],
-                                             metadata=h["metadata"]))  # fmt: skip
+                    evidence.append(
+                        Evidence(ref=refs[cid], chunk_id=cid, text=h["text"], score=h["score"], metadata=h["metadata"])
+                    )
         written: list[str] = []
         citations: list[Citation] = []
         for r in rounds:
-            pack = [Evidence(ref=i + 1, chunk_id=cid, text=shown[cid]["text"], score=0.0, metadata={})
-                    for i, cid in enumerate(r["chunk_ids"]) if cid in shown]  # fmt: skip
+            pack = [
+                Evidence(ref=i + 1, chunk_id=cid, text=shown[cid]["text"], score=0.0, metadata={})
+                for i, cid in enumerate(r["chunk_ids"])
+                if cid in shown
+            ]
             text, cited = cite_pack(r["answer"], pack, refs)
             written.append(text)
             citations += [c for c in cited if c["ref"] not in {k["ref"] for k in citations}]

@@ -61,6 +61,8 @@ __all__ = [
 
 _ANALYZER = Analyzer()
 _CITE = re.compile(r"\[(\d+(?:\s*[,;]\s*\d+)*)\]")
+
+
 def format_evidence(evidence: Sequence[Evidence]) -> str:
     """Evidence as a delimited, numbered block of data for a prompt."""
     lines = ["<passages>"]
@@ -149,13 +151,17 @@ def renumber(text: str, local: Mapping[int, str], refs: Mapping[str, int]) -> st
     return re.sub(r" ?" + _CITE.pattern, swap, text)
 
 
-def cite_pack(text: str, pack: Sequence[Evidence], refs: Mapping[str, int],
-              threshold: float | None = 0.5) -> tuple[str, list[Citation]]:  # fmt: skip
+def cite_pack(
+    text: str, pack: Sequence[Evidence], refs: Mapping[str, int], threshold: float | None = 0.5
+) -> tuple[str, list[Citation]]:
     """A text written against its own evidence pack, renumbered into a larger evidence list (``refs``: chunk id ->
     reference there), and its citations: the markers it wrote, then (at or above ``threshold`` term overlap) its
     uncited sentences attributed within its own pack, never to a chunk it did not see."""
-    citations = [Citation(ref=refs[c["chunk_id"]], chunk_id=c["chunk_id"], method="model")
-                 for c in parse_citations(text, pack) if c["chunk_id"] in refs]  # fmt: skip
+    citations = [
+        Citation(ref=refs[c["chunk_id"]], chunk_id=c["chunk_id"], method="model")
+        for c in parse_citations(text, pack)
+        if c["chunk_id"] in refs
+    ]
     if threshold is not None:
         seen = {c["ref"] for c in citations}
         for c in attribute(text, pack, threshold):
@@ -246,8 +252,9 @@ def ask_model_yes_no(providers: Providers, prompt: str, *, max_tokens: int = 4) 
     return run_blocking(yes_no_asked(providers, prompt, max_tokens=max_tokens))
 
 
-def yes_no_asked(providers: Providers, prompt: str, *,
-                 max_tokens: int = 4) -> Generator[Wait, Completion, tuple[str | None, float | None]]:  # fmt: skip
+def yes_no_asked(
+    providers: Providers, prompt: str, *, max_tokens: int = 4
+) -> Generator[Wait, Completion, tuple[str | None, float | None]]:
     """:func:`ask_model_yes_no` for a :func:`~modular_rag.steps.waiting` body (``yield from``): the call is yielded,
     so an async run awaits it."""
     completion = yield providers.llm.ask(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
@@ -258,20 +265,27 @@ def yes_no_asked(providers: Providers, prompt: str, *,
 class CheckParams(OperatorParams):
     """How an answer is checked against what it cites (:func:`check_answer`)."""
 
-    support_threshold: float = Field(0.6, ge=0.0, le=1.0, description="share of a sentence's new content words one "
-                                                                       "cited sentence must contain")  # fmt: skip
-    semantic_threshold: float | None = Field(0.8, ge=-1.0, le=1.0, description="or an embedding cosine this close to "
-                                                                                "one cited sentence (null: words "
-                                                                                "only)")  # fmt: skip
+    support_threshold: float = Field(
+        0.6, ge=0.0, le=1.0, description="share of a sentence's new content words one cited sentence must contain"
+    )
+    semantic_threshold: float | None = Field(
+        0.8, ge=-1.0, le=1.0, description="or an embedding cosine this close to one cited sentence (null: words only)"
+    )
     judge: Literal["rules", "llm"] = Field(
-        "rules", description="rules: the model-free attribution check (operators/claims.py: relations, not bags of "
-                             "words); llm: then also ask the chat model, per answer sentence the rules support, "
-                             "whether the sentences it cites support it (one call each, at most judge_max_sentences; "
-                             "a quoted, extractive answer is not asked)"
-    )  # fmt: skip
-    judge_max_sentences: int = Field(4, gt=0, le=32, description="judge: llm asks about at most this many sentences "
-                                                                  "of an answer (the rules' verdict stands for the "
-                                                                  "rest)")  # fmt: skip
+        "rules",
+        description="rules: the model-free attribution check (operators/claims.py: relations, not bags of "
+        "words); llm: then also ask the chat model, per answer sentence the rules support, "
+        "whether the sentences it cites support it (one call each, at most judge_max_sentences; "
+        "a quoted, extractive answer is not asked)",
+    )
+    judge_max_sentences: int = Field(
+        4,
+        gt=0,
+        le=32,
+        description="judge: llm asks about at most this many sentences "
+        "of an answer (the rules' verdict stands for the "
+        "rest)",
+    )
 
 
 def _judge_cost(params: CheckParams) -> Cost:
@@ -280,33 +294,42 @@ def _judge_cost(params: CheckParams) -> Cost:
 
 class CitedAnswerParams(CheckParams):
     mode: Literal["llm", "extractive", "checked"] = Field(
-        "llm", description="llm: the model answers; extractive: quote the best span or sentence of the evidence, no "
-                           "LLM call; checked: the model answers, and an answer the attribution check does not fully "
-                           "support is replaced by the extractive one"
-    )  # fmt: skip
+        "llm",
+        description="llm: the model answers; extractive: quote the best span or sentence of the evidence, no "
+        "LLM call; checked: the model answers, and an answer the attribution check does not fully "
+        "support is replaced by the extractive one",
+    )
     extract: Literal["typed", "span", "sentence"] = Field(
-        "typed", description="what the extractive answer quotes: span (the part of the best sentence the question "
-                             "does not say), sentence, or typed (the span when the question asks for a quantity, date "
-                             "or name, else the sentence)"
-    )  # fmt: skip
+        "typed",
+        description="what the extractive answer quotes: span (the part of the best sentence the question "
+        "does not say), sentence, or typed (the span when the question asks for a quantity, date "
+        "or name, else the sentence)",
+    )
     max_tokens: int = Field(256, gt=0, le=32768, description="completion cap")
     instructions: str = Field("", description="extra instructions appended to the system prompt")
     unsupported: Literal["refuse", "mark"] = Field(
-        "refuse", description="an answer none of whose sentences is supported: refuse, or keep it marked "
-                              "(answer.supported 0, answer.unsupported)"
-    )  # fmt: skip
+        "refuse",
+        description="an answer none of whose sentences is supported: refuse, or keep it marked "
+        "(answer.supported 0, answer.unsupported)",
+    )
     min_relevance: float | None = Field(
-        1.4, description="refuse, without calling the model, when no evidence sentence answers the question: the "
-                         "best sentence scores below this (SentenceWeights scale) and none is within min_cosine of "
-                         "the question (null: never)"
-    )  # fmt: skip
+        1.4,
+        description="refuse, without calling the model, when no evidence sentence answers the question: the "
+        "best sentence scores below this (SentenceWeights scale) and none is within min_cosine of "
+        "the question (null: never)",
+    )
     min_cosine: float = Field(
-        0.45, ge=-1.0, le=1.0, description="see min_relevance: a sentence this close to the question (embedding "
-                                           "cosine) is an answer"
-    )  # fmt: skip
+        0.45,
+        ge=-1.0,
+        le=1.0,
+        description="see min_relevance: a sentence this close to the question (embedding cosine) is an answer",
+    )
     weights: SentenceWeights = Field(default_factory=SentenceWeights, description="how evidence sentences are scored")
-    follow_bridges: bool = Field(True, description="extractive: when the best sentence names another passage's title "
-                                                   "(a bridge), answer from that passage (multi-hop)")  # fmt: skip
+    follow_bridges: bool = Field(
+        True,
+        description="extractive: when the best sentence names another passage's title "
+        "(a bridge), answer from that passage (multi-hop)",
+    )
     max_evidence: int = Field(8, gt=0, le=100, description="evidence entries used when no context builder ran")
     without_evidence: Literal["refuse", "answer"] = Field(
         "refuse", description="with no evidence: refuse without calling the model, or answer from the model alone"
@@ -316,8 +339,10 @@ class CitedAnswerParams(CheckParams):
     @model_validator(mode="after")
     def _judged_answers_are_written(self) -> CitedAnswerParams:
         if self.judge == "llm" and self.mode == "extractive":
-            raise ValueError("judge: llm judges the model's answers; mode extractive quotes the evidence and asks no "
-                             "model (use mode checked or llm, or judge: rules)")
+            raise ValueError(
+                "judge: llm judges the model's answers; mode extractive quotes the evidence and asks no "
+                "model (use mode checked or llm, or judge: rules)"
+            )
         return self
 
 
@@ -335,8 +360,14 @@ def _answer_cost(params: CitedAnswerParams, ctx: CostContext) -> Cost:
     return llm((0 if may_skip else 1, 1)) + _judge_cost(params)
 
 
-def judge_claims(providers: Providers, question: str, verdicts: Sequence[ClaimVerdict], evidence: Sequence[Evidence],
-                 *, max_sentences: int = 4) -> list[ClaimVerdict]:  # fmt: skip
+def judge_claims(
+    providers: Providers,
+    question: str,
+    verdicts: Sequence[ClaimVerdict],
+    evidence: Sequence[Evidence],
+    *,
+    max_sentences: int = 4,
+) -> list[ClaimVerdict]:
     """The judge on top of the rules: for each answer sentence the rules support (the first ``max_sentences``), ask
     the chat model whether the cited sentences that carry it (:attr:`ClaimVerdict.evidence`) support it, with the
     ``llm_judge``'s question (:data:`SUPPORTED_QUESTION`); a "no" makes the sentence unsupported, an unclear reply
@@ -351,16 +382,35 @@ def judge_claims(providers: Providers, question: str, verdicts: Sequence[ClaimVe
             out.append(v)
             continue
         carried = v.evidence or tuple((ref, by_ref[ref]["text"]) for ref in v.supported_by)
-        passages = [Evidence(ref=ref, chunk_id=by_ref[ref]["chunk_id"], text=text, score=by_ref[ref]["score"],
-                             metadata={"title": by_ref[ref]["metadata"].get("title", "")}) for ref, text in carried]
-        prompt = JUDGE_PROMPT.format(context=f"{format_evidence(passages)}\n{DATA_RULE}\n\n", query=question,
-                                     answer=f"Answer: {v.sentence}", ask=SUPPORTED_QUESTION)  # fmt: skip
+        passages = [
+            Evidence(
+                ref=ref,
+                chunk_id=by_ref[ref]["chunk_id"],
+                text=text,
+                score=by_ref[ref]["score"],
+                metadata={"title": by_ref[ref]["metadata"].get("title", "")},
+            )
+            for ref, text in carried
+        ]
+        prompt = JUDGE_PROMPT.format(
+            context=f"{format_evidence(passages)}\n{DATA_RULE}\n\n",
+            query=question,
+            answer=f"Answer: {v.sentence}",
+            ask=SUPPORTED_QUESTION,
+        )
         reply, p_yes = ask_model_yes_no(providers, prompt)
         asked += 1
         if reply == "no":
             p = f" (P(yes) {p_yes:.2f})" if p_yes is not None else ""
-            out.append(dataclasses.replace(v, supported=False, supported_by=(), evidence=(),
-                                           reason=f"judge: the model says the cited sentences do not support it{p}"))
+            out.append(
+                dataclasses.replace(
+                    v,
+                    supported=False,
+                    supported_by=(),
+                    evidence=(),
+                    reason=f"judge: the model says the cited sentences do not support it{p}",
+                )
+            )
         else:
             if reply is None:
                 note(f"judge: unclear reply about {v.sentence[:60]!r}; the rules' verdict stands")
@@ -368,9 +418,17 @@ def judge_claims(providers: Providers, question: str, verdicts: Sequence[ClaimVe
     return out
 
 
-def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], providers: Providers | None = None, *,
-                 support_threshold: float = 0.6, semantic_threshold: float | None = 0.8,
-                 judge: Literal["rules", "llm"] = "rules", judge_max_sentences: int = 4) -> Answer:  # fmt: skip
+def check_answer(
+    answer: Answer,
+    question: str,
+    evidence: Sequence[Evidence],
+    providers: Providers | None = None,
+    *,
+    support_threshold: float = 0.6,
+    semantic_threshold: float | None = 0.8,
+    judge: Literal["rules", "llm"] = "rules",
+    judge_max_sentences: int = 4,
+) -> Answer:
     """The attribution check of an answer (:func:`~operators.claims.check_claims`): each sentence against the
     entries it cites, then, with ``judge="llm"``, the chat model on each sentence the rules support
     (:func:`judge_claims`; not for an extractive answer, a quote). Returns the answer with a verdict on every
@@ -382,8 +440,14 @@ def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], pr
     """
     if answer.get("refused"):
         return answer
-    verdicts = check_claims(str(answer["text"]), question, evidence, lexical_threshold=support_threshold,
-                            semantic_threshold=semantic_threshold, providers=providers)  # fmt: skip
+    verdicts = check_claims(
+        str(answer["text"]),
+        question,
+        evidence,
+        lexical_threshold=support_threshold,
+        semantic_threshold=semantic_threshold,
+        providers=providers,
+    )
     if judge == "llm" and answer.get("source") != "extractive":
         if providers is None:
             raise ValueError("check_answer: judge='llm' needs the providers whose chat model judges (or judge='rules')")
@@ -406,12 +470,20 @@ def check_answer(answer: Answer, question: str, evidence: Sequence[Evidence], pr
     return out
 
 
-def _check(providers: Providers, params: CheckParams, answer: Answer, question: str,
-           evidence: Sequence[Evidence]) -> Answer:  # fmt: skip
+def _check(
+    providers: Providers, params: CheckParams, answer: Answer, question: str, evidence: Sequence[Evidence]
+) -> Answer:
     """:func:`check_answer` as an operator's params say."""
-    return check_answer(answer, question, evidence, providers, support_threshold=params.support_threshold,
-                        semantic_threshold=params.semantic_threshold, judge=params.judge,
-                        judge_max_sentences=params.judge_max_sentences)  # fmt: skip
+    return check_answer(
+        answer,
+        question,
+        evidence,
+        providers,
+        support_threshold=params.support_threshold,
+        semantic_threshold=params.semantic_threshold,
+        judge=params.judge,
+        judge_max_sentences=params.judge_max_sentences,
+    )
 
 
 def _with_marker(text: str, ref: int) -> str:
@@ -422,28 +494,48 @@ def _with_marker(text: str, ref: int) -> str:
     return f"{text} [{ref}]"
 
 
-def extractive_answer(question: str, best: ScoredSentence, evidence: Sequence[Evidence],
-                      extract: Literal["typed", "span", "sentence"] = "typed") -> Answer:  # fmt: skip
+def extractive_answer(
+    question: str,
+    best: ScoredSentence,
+    evidence: Sequence[Evidence],
+    extract: Literal["typed", "span", "sentence"] = "typed",
+) -> Answer:
     """An answer quoting the best-scored evidence sentence (or its answer span), citing the entry it comes from."""
     expects = question_cues(question).expects
     use_span = extract == "span" or (extract == "typed" and expects in ("number", "date", "person", "place"))
     text = best_span(question, best.sentence) if use_span else best.sentence
     chunk = next(e["chunk_id"] for e in evidence if e["ref"] == best.ref)
-    return Answer(text=_with_marker(text, best.ref), citations=[Citation(ref=best.ref, chunk_id=chunk,
-                                                                         method="quoted")],
-                  refused=False, source="extractive", quote=best.sentence)  # fmt: skip
+    return Answer(
+        text=_with_marker(text, best.ref),
+        citations=[Citation(ref=best.ref, chunk_id=chunk, method="quoted")],
+        refused=False,
+        source="extractive",
+        quote=best.sentence,
+    )
 
 
-def _quotable(scorer: SentenceScorer, question: str, evidence: Sequence[Evidence], scored: Sequence[ScoredSentence],
-              *, follow_bridges: bool) -> ScoredSentence:  # fmt: skip
+def _quotable(
+    scorer: SentenceScorer,
+    question: str,
+    evidence: Sequence[Evidence],
+    scored: Sequence[ScoredSentence],
+    *,
+    follow_bridges: bool,
+) -> ScoredSentence:
     """The sentence an extractive answer quotes from ``scored`` (non-empty, best first): the best one, or the
     sentence across the bridge it names (:meth:`~operators.attribution.SentenceScorer.bridge`)."""
     across = scorer.bridge(question, scored[0], evidence) if follow_bridges else None
     return across if across is not None else scored[0]
 
 
-def quoted_sentence(providers: Providers, question: str, evidence: Sequence[Evidence], *,
-                    weights: SentenceWeights | None = None, follow_bridges: bool = True) -> str | None:  # fmt: skip
+def quoted_sentence(
+    providers: Providers,
+    question: str,
+    evidence: Sequence[Evidence],
+    *,
+    weights: SentenceWeights | None = None,
+    follow_bridges: bool = True,
+) -> str | None:
     """The evidence sentence ``cited_answer``'s extractive mode would quote for the question (the best-scored one,
     or across the bridge it names), whether or not an answer quoted it; ``None`` when the evidence has no sentence.
 
@@ -475,8 +567,10 @@ def _refusal(why: str, **extra: Any) -> Answer:
 
 
 def _verdict_note(answer: Answer) -> str:
-    parts = [f"[{c['ref']}] {c.get('verdict', '?')}" + (f" ({c['reason']})" if c.get("reason") else "")
-             for c in answer.get("citations") or []]  # fmt: skip
+    parts = [
+        f"[{c['ref']}] {c.get('verdict', '?')}" + (f" ({c['reason']})" if c.get("reason") else "")
+        for c in answer.get("citations") or []
+    ]
     share = answer.get("supported")
     head = f"attribution: {share:.0%} of sentences supported" if share is not None else "attribution: not checked"
     return head + (f"; {', '.join(parts)}" if parts else "; no citations")
@@ -506,16 +600,23 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
         evidence = evidence_of(state, params.max_evidence)
         if not evidence and params.without_evidence == "refuse":
             return {"answer": _refusal("no evidence")}
-        scored = scorer.score(query, evidence) if evidence and (params.mode != "llm" or params.min_relevance
-                                                                 is not None) else []  # fmt: skip
+        scored = (
+            scorer.score(query, evidence)
+            if evidence and (params.mode != "llm" or params.min_relevance is not None)
+            else []
+        )
         if scorer.lexical_only and params.min_relevance is not None:
             note("no embedder: the answerability check (min_relevance) is skipped")
         elif evidence and params.min_relevance is not None and not _answers(scored, params):
             top = f"{scored[0].score:.2f}" if scored else "none"
             closest = f"{max(s.cosine for s in scored):.2f}" if scored else "none"
-            return {"answer": _refusal(f"no evidence sentence answers the question (the best scores {top} < "
-                                       f"min_relevance {params.min_relevance}, the closest is at cosine {closest} < "
-                                       f"min_cosine {params.min_cosine})")}  # fmt: skip
+            return {
+                "answer": _refusal(
+                    f"no evidence sentence answers the question (the best scores {top} < "
+                    f"min_relevance {params.min_relevance}, the closest is at cosine {closest} < "
+                    f"min_cosine {params.min_cosine})"
+                )
+            }
         best = _best(scored, query, evidence) if scored else None
         if params.mode == "extractive":
             if best is None:
@@ -525,8 +626,9 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
             return {"answer": answer}
         if evidence:
             prompt = f"{format_evidence(evidence)}\n\nQuestion: {query}\nAnswer:"
-            completion = yield providers.llm.ask(prompt, system=system, max_tokens=params.max_tokens,
-                                                 logprobs=params.logprobs)  # fmt: skip
+            completion = yield providers.llm.ask(
+                prompt, system=system, max_tokens=params.max_tokens, logprobs=params.logprobs
+            )
         else:
             prompt = f"Question: {query}\nAnswer briefly.\nAnswer:"
             completion = yield providers.llm.ask(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
@@ -540,13 +642,20 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
         note(_verdict_note(answer))
         if params.mode == "checked" and answer.get("supported", 0.0) < 1.0 and best is not None:
             fallback = check(extractive_answer(query, best, evidence, params.extract), query, evidence)
-            note(f"the model's answer is not fully supported: replaced by the extractive answer "
-                 f"({_verdict_note(fallback)})")
+            note(
+                f"the model's answer is not fully supported: replaced by the extractive answer "
+                f"({_verdict_note(fallback)})"
+            )
             return {"answer": {**fallback, "unsupported": answer.get("unsupported", [])}}
         if not answer.get("supported"):
             if params.unsupported == "refuse":
-                return {"answer": _refusal("no sentence of the answer is supported by what it cites",
-                                           unsupported=answer.get("unsupported", []), supported=0.0)}
+                return {
+                    "answer": _refusal(
+                        "no sentence of the answer is supported by what it cites",
+                        unsupported=answer.get("unsupported", []),
+                        supported=0.0,
+                    )
+                }
             note("marked: no sentence of the answer is supported by what it cites")
             answer["reason"] = "no sentence of the answer is supported by what it cites"
         return {"answer": answer}
@@ -577,8 +686,9 @@ def _first_sentence(tokens: Sequence[Any], text: str) -> tuple[str, list[str], l
     return text[:end].strip(), kept_tokens, kept_lp, bool(text[end:].strip())
 
 
-@operator("generation", "generator", "draft_sentence", port=Port.GENERATE, needs_llm=True,
-          cost=lambda params, ctx: llm(1))
+@operator(
+    "generation", "generator", "draft_sentence", port=Port.GENERATE, needs_llm=True, cost=lambda params, ctx: llm(1)
+)
 def draft_sentence(params: DraftParams, providers: Providers) -> Operator:
     """FLARE's look-ahead: the next sentence of the answer, with its token log-probabilities, continuing the answer
     accepted so far (by prefill when the model allows it); ``done`` when the model ends the answer."""
@@ -588,8 +698,10 @@ def draft_sentence(params: DraftParams, providers: Providers) -> Operator:
         so_far = (state.get("answer") or {}).get("text", "")
         passages = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
         if providers.llm.prefill and so_far:
-            prompt: Any = [("human", DRAFT_PROMPT.format(passages=passages, query=state.get("query", ""), so_far="")),
-                           ("ai", so_far + " ")]  # fmt: skip
+            prompt: Any = [
+                ("human", DRAFT_PROMPT.format(passages=passages, query=state.get("query", ""), so_far="")),
+                ("ai", so_far + " "),
+            ]
         else:
             tail = f"\nAnswer so far: {so_far}\nContinue with the next sentence only." if so_far else ""
             prompt = DRAFT_PROMPT.format(passages=passages, query=state.get("query", ""), so_far=tail)
@@ -600,8 +712,7 @@ def draft_sentence(params: DraftParams, providers: Providers) -> Operator:
         tokens = completion.tokens or ()
         sentence, toks, lps, more = _first_sentence(tokens, text.lstrip())
         ended = completion.meta.get("finish") == "stop" and not more
-        return {"draft": {"text": trim_loops(sentence), "tokens": toks, "logprobs": lps,
-                          "done": ended or not sentence}}  # fmt: skip
+        return {"draft": {"text": trim_loops(sentence), "tokens": toks, "logprobs": lps, "done": ended or not sentence}}
 
     return waiting(run)
 
@@ -635,8 +746,13 @@ class AbstainParams(VerifyParams):
     ask_model: bool = Field(False, description="also ask the model whether the passages contain the answer")
 
 
-@operator("generation", "verification", "abstain", port=Port.VERIFY,
-          cost=lambda params, ctx: llm((0, 1 if params.ask_model else 0)) + _judge_cost(params))
+@operator(
+    "generation",
+    "verification",
+    "abstain",
+    port=Port.VERIFY,
+    cost=lambda params, ctx: llm((0, 1 if params.ask_model else 0)) + _judge_cost(params),
+)
 def abstain(params: AbstainParams, providers: Providers) -> Operator:
     """Refusal when the evidence does not contain the answer: replaces an answer whose share of sentences the
     attribution check supports is below min_supported (or that the model says the passages do not contain) by a
@@ -653,8 +769,10 @@ def abstain(params: AbstainParams, providers: Providers) -> Operator:
         share, unsupported = checked.get("supported", 0.0), checked.get("unsupported", [])
         contains = True
         if params.ask_model and evidence:
-            prompt = (f"{format_evidence(evidence)}\n{DATA_RULE}\n\nQuestion: {state.get('query', '')}\n"
-                      "Do the passages contain the answer to the question? Reply with yes or no.")  # fmt: skip
+            prompt = (
+                f"{format_evidence(evidence)}\n{DATA_RULE}\n\nQuestion: {state.get('query', '')}\n"
+                "Do the passages contain the answer to the question? Reply with yes or no."
+            )
             reply, _ = ask_model_yes_no(providers, prompt, max_tokens=3)
             contains = reply != "no"
         if share < params.min_supported or not contains:

@@ -41,8 +41,17 @@ from modular_rag.trace import Wait, note
 from operators.generation import DATA_RULE, evidence_of, format_evidence, is_refusal, quoted_sentence, strip_citations
 from operators.multihop import HopParams, hop, linked_from, multihop_rank, named_by_question
 
-__all__ = ["EvidenceHopParams", "ThoughtParams", "answer", "query", "links", "evidence", "thought", "thought_prompt",
-           "THOUGHT_PROMPT"]  # fmt: skip
+__all__ = [
+    "EvidenceHopParams",
+    "ThoughtParams",
+    "answer",
+    "query",
+    "links",
+    "evidence",
+    "thought",
+    "thought_prompt",
+    "THOUGHT_PROMPT",
+]
 
 
 def _question(state: Mapping[str, Any]) -> str:
@@ -107,12 +116,30 @@ def _found_first(state: Mapping[str, Any]) -> list[Hit]:
     return [h for h in state.get("candidates") or [] if h["chunk_id"] not in earlier]
 
 
-def _rank(providers: Providers, question: str, first: Sequence[Hit], params: HopParams, *,
-          second: Mapping[str, Sequence[Hit]], sources: Sequence[str] | None,
-          named: Sequence[Hit] = ()) -> list[Hit]:  # fmt: skip
-    return multihop_rank(providers, question, first, named=named, second=second, beam=params.beam, pool=params.pool,
-                         pair_slots=params.pair_slots, weights=params.weights, follow_links=False, k=params.k,
-                         sources=sources)  # fmt: skip
+def _rank(
+    providers: Providers,
+    question: str,
+    first: Sequence[Hit],
+    params: HopParams,
+    *,
+    second: Mapping[str, Sequence[Hit]],
+    sources: Sequence[str] | None,
+    named: Sequence[Hit] = (),
+) -> list[Hit]:
+    return multihop_rank(
+        providers,
+        question,
+        first,
+        named=named,
+        second=second,
+        beam=params.beam,
+        pool=params.pool,
+        pair_slots=params.pair_slots,
+        weights=params.weights,
+        follow_links=False,
+        k=params.k,
+        sources=sources,
+    )
 
 
 def _links_cost(params: HopParams, ctx: CostContext) -> Cost:
@@ -141,16 +168,22 @@ def links(params: HopParams, providers: Providers) -> Hop:
         sources = list(dict.fromkeys(h["chunk_id"] for h in [*previous[: params.beam], *new]))
         by_id = {h["chunk_id"]: h for h in previous}
         second = linked_from(providers, [by_id[c] for c in sources])
-        return {"queries": [question],
-                "candidates": _rank(providers, question, previous, params, second=second, sources=sources)}
+        return {
+            "queries": [question],
+            "candidates": _rank(providers, question, previous, params, second=second, sources=sources),
+        }
 
     def follow(state: Mapping[str, Any], search: Search) -> dict[str, Any]:
         sources = list(state.get("candidates") or [])
         found = linked_from(providers, sources)
         by_id = {h["chunk_id"]: h for h in sources}
         order = [*found, *(c for c in by_id if c not in found)]  # the link table's order, then passages it lacks
-        return {"branches": [Branch(branch=i, query=_question(state), weight=1.0,
-                                    candidates=[by_id[c], *found.get(c, [])]) for i, c in enumerate(order)]}
+        return {
+            "branches": [
+                Branch(branch=i, query=_question(state), weight=1.0, candidates=[by_id[c], *found.get(c, [])])
+                for i, c in enumerate(order)
+            ]
+        }
 
     return Hop(next_round, follow=follow)
 
@@ -194,16 +227,18 @@ def evidence(params: EvidenceHopParams, providers: Providers) -> Hop:
         runs = [_search(search, state, text) for text in seeds]
         second = {seed: list(run.get("candidates") or []) for seed, run in zip(seeds.values(), runs, strict=True)}
         named = named_by_question(providers, question) if step_of(state) == 1 and params.question_titles else []
-        ranked = _rank(providers, question, previous, params, second=second, sources=list(seeds.values()),
-                       named=named)  # fmt: skip
+        ranked = _rank(providers, question, previous, params, second=second, sources=list(seeds.values()), named=named)
         return {"queries": list(seeds), "candidates": ranked, **trace_and_ledger(*runs)}
 
     def follow(state: Mapping[str, Any], search: Search) -> Generator[Wait, Any, dict[str, Any]]:
         seeds = list(state.get("candidates") or [])
         # one search per seed: in turn in sync runs, awaited together in async ones
-        runs = yield gathered([search.ask({**state, "queries": [f"{_question(state)} "
-                                                                f"{_words(seed['text'], params.passage_words)}"]})
-                               for seed in seeds])  # fmt: skip
+        runs = yield gathered(
+            [
+                search.ask({**state, "queries": [f"{_question(state)} {_words(seed['text'], params.passage_words)}"]})
+                for seed in seeds
+            ]
+        )
         branches = []
         for i, (seed, run) in enumerate(zip(seeds, runs, strict=True)):
             hits = [h for h in run.get("candidates") or [] if h["chunk_id"] != seed["chunk_id"]]
@@ -260,8 +295,9 @@ def thought(params: ThoughtParams, providers: Providers) -> Hop:
 
     def think(state: Mapping[str, Any]) -> str:
         collected = evidence_of(state, default_k=len(state.get("candidates") or []) or 5)  # every paragraph
-        completion = providers.llm.complete(thought_prompt(_question(state), collected, _chain(state)),
-                                            max_tokens=params.max_tokens)  # fmt: skip
+        completion = providers.llm.complete(
+            thought_prompt(_question(state), collected, _chain(state)), max_tokens=params.max_tokens
+        )
         return _sentence(completion.text)
 
     def finished(text: str) -> bool:
@@ -271,7 +307,9 @@ def thought(params: ThoughtParams, providers: Providers) -> Hop:
         previous = list(state.get("candidates") or [])
         update = _search(search, state, (_chain(state) or [_question(state)])[-1])
         seen = {h["chunk_id"] for h in previous}
-        return {**update, "candidates": previous + [h for h in update.get("candidates") or []
-                                                    if h["chunk_id"] not in seen]}  # fmt: skip
+        return {
+            **update,
+            "candidates": previous + [h for h in update.get("candidates") or [] if h["chunk_id"] not in seen],
+        }
 
     return Hop(next_round, think=think, finished=finished)

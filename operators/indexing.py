@@ -115,8 +115,11 @@ def _front_matter(text: str) -> tuple[dict[str, Any], str]:
         return {}, text
     body = text[end + 4 :].lstrip("\n")
     scalar = str | int | float | bool
-    lists = {str(k): ", ".join(map(str, v)) for k, v in meta.items()  # "aliases: [TW-550, TW-550 Gravel]"
-             if isinstance(v, list) and v and all(isinstance(x, scalar) for x in v)}  # fmt: skip
+    lists = {
+        str(k): ", ".join(map(str, v))
+        for k, v in meta.items()  # "aliases: [TW-550, TW-550 Gravel]"
+        if isinstance(v, list) and v and all(isinstance(x, scalar) for x in v)
+    }
     return {**{str(k): v for k, v in meta.items() if isinstance(v, scalar)}, **lists}, body
 
 
@@ -204,16 +207,20 @@ def _jsonl_rows(path: Path, notes: list[str]) -> Iterator[Document]:
                 continue
             seen.add(rid)
             meta = {
-                k: v for k, v in row.items()
+                k: v
+                for k, v in row.items()
                 if k not in ("id", "_id", "text") and isinstance(v, str | int | float | bool)
-            }  # fmt: skip
+            }
             meta.setdefault("title", "")
             kept += 1
             yield Document(doc_id=rid, text=body.strip(), metadata=meta)
     if latin1:
         notes.append("not UTF-8 in places: those lines read as cp1252")
-    for count, what in ((broken, "broken lines skipped"), (duplicates, "duplicate ids skipped (first kept)"),
-                        (empty, "rows with empty text skipped")):  # fmt: skip
+    for count, what in (
+        (broken, "broken lines skipped"),
+        (duplicates, "duplicate ids skipped (first kept)"),
+        (empty, "rows with empty text skipped"),
+    ):
         if count:
             notes.append(f"{count} {what}")
     if not kept:
@@ -258,8 +265,11 @@ def pdf_loader(params: LoaderParams, providers: Providers) -> Loader:
             raise
         except Exception as exc:  # pypdf raises many types for damaged files
             raise _Skip(f"unreadable PDF: {type(exc).__name__}: {exc}") from None
-        docs = [Document(doc_id=doc_id, text=text, metadata={"title": title, "page": n})
-                for n, text in enumerate(pages, 1) if text]  # fmt: skip
+        docs = [
+            Document(doc_id=doc_id, text=text, metadata={"title": title, "page": n})
+            for n, text in enumerate(pages, 1)
+            if text
+        ]
         if not docs:
             raise _Skip(f"no extractable text in {len(pages)} page(s): an image-only PDF needs OCR first")
         notes = [f"{len(pages) - len(docs)} page(s) without text left out"] if len(docs) < len(pages) else []
@@ -284,8 +294,11 @@ def html_loader(params: LoaderParams, providers: Providers) -> Loader:
         raw, notes = _read_text(path)
         soup = bs4.BeautifulSoup(raw, "html.parser")
         heading = soup.find("h1")
-        title = (soup.title.get_text(" ", strip=True) if soup.title else "") or (
-            heading.get_text(" ", strip=True) if heading else "") or readable_title(path)  # fmt: skip
+        title = (
+            (soup.title.get_text(" ", strip=True) if soup.title else "")
+            or (heading.get_text(" ", strip=True) if heading else "")
+            or readable_title(path)
+        )
         for tag in soup.find_all(_HTML_NOISE):
             tag.decompose()
         body = soup.find("main") or soup.find("article") or soup.body or soup
@@ -326,9 +339,17 @@ def docx_loader(params: LoaderParams, providers: Providers) -> Loader:
     return load
 
 
-LOADER_BY_SUFFIX: dict[str, str] = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown",
-                                    ".jsonl": "jsonl", ".pdf": "pdf", ".html": "html", ".htm": "html",
-                                    ".docx": "docx"}  # fmt: skip
+LOADER_BY_SUFFIX: dict[str, str] = {
+    ".txt": "text",
+    ".text": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".jsonl": "jsonl",
+    ".pdf": "pdf",
+    ".html": "html",
+    ".htm": "html",
+    ".docx": "docx",
+}
 """Which loader reads which file suffix."""
 
 
@@ -433,8 +454,9 @@ def _with_title(title: str, piece: str) -> str:
     return body if body.startswith(title) else f"{title}\n{body}"
 
 
-def _make_chunks(doc: Document, pieces: Sequence[str], prepend_title: bool,
-                 extra: Sequence[dict[str, Any]] | None = None) -> list[Chunk]:  # fmt: skip
+def _make_chunks(
+    doc: Document, pieces: Sequence[str], prepend_title: bool, extra: Sequence[dict[str, Any]] | None = None
+) -> list[Chunk]:
     title = str(doc["metadata"].get("title") or "")
     chunks = []
     for i, piece in enumerate(p for p in pieces if p.strip()):
@@ -466,8 +488,10 @@ def recursive_chunker(params: SizeParams, providers: Providers) -> Chunker:
 
     splitter = RecursiveCharacterTextSplitter(
         separators=["\n\n", "\n", ". ", "? ", "! ", "; ", " ", ""],
-        chunk_size=params.chunk_size, chunk_overlap=params.chunk_overlap, keep_separator="end",
-    )  # fmt: skip
+        chunk_size=params.chunk_size,
+        chunk_overlap=params.chunk_overlap,
+        keep_separator="end",
+    )
 
     def chunk(doc: Document) -> list[Chunk]:
         return _make_chunks(doc, splitter.split_text(doc["text"]), params.prepend_title)
@@ -606,8 +630,18 @@ def index_paths(
                 continue
             yield from stream_file(path, root, providers, report, max_file_mb=max_file_mb)
 
-    summary = _index(documents(), reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress,
-                     sync=sync, before=before, kept=kept)  # fmt: skip
+    summary = _index(
+        documents(),
+        reports,
+        chunk_fn,
+        providers,
+        start,
+        batch_size=batch_size,
+        progress=progress,
+        sync=sync,
+        before=before,
+        kept=kept,
+    )
     marks.record(reports, sync=sync)
     return summary
 
@@ -643,8 +677,12 @@ class _FileMarks:
         try:
             stat = path.stat()
             content, mtime, taken = held.rsplit("|", 2) if held.count("|") >= 4 else ("", "", "")
-            if (content.startswith(f"{self.chunker}|{stat.st_size}|") and mtime == str(stat.st_mtime_ns)
-                    and taken.isdigit() and stat.st_mtime_ns < int(taken) - 1_000_000_000):  # fmt: skip
+            if (
+                content.startswith(f"{self.chunker}|{stat.st_size}|")
+                and mtime == str(stat.st_mtime_ns)
+                and taken.isdigit()
+                and stat.st_mtime_ns < int(taken) - 1_000_000_000
+            ):
                 self.seen[rel] = held  # size and modification time as marked: not read
                 return True
             self.seen[rel] = mark = self._mark(path, stat)
@@ -724,8 +762,10 @@ def _as_document(item: Any, position: int) -> Document:
         return Document(doc_id=str(item.get("doc_id") or position), text=item["text"], metadata=meta)
     text = getattr(item, "page_content", None)
     if not isinstance(text, str):
-        raise IndexingError(f"item {position} is a {type(item).__name__}, not a LangChain Document or a kit document "
-                            "dict (doc_id, text, metadata)")  # fmt: skip
+        raise IndexingError(
+            f"item {position} is a {type(item).__name__}, not a LangChain Document or a kit document "
+            "dict (doc_id, text, metadata)"
+        )
     given = dict(getattr(item, "metadata", None) or {})
     meta = {k: v for k, v in given.items() if isinstance(v, str | int | float | bool)}
     source = meta.get("source")
@@ -733,16 +773,19 @@ def _as_document(item: Any, position: int) -> Document:
         meta.setdefault("path", str(source))
         meta.setdefault("title", readable_title(str(source)))
     doc_id = getattr(item, "id", None) or (f"{source}#{meta['page']}" if source and "page" in meta else source)
-    return Document(doc_id=str(doc_id or hashlib.sha256(text.encode()).hexdigest()[:16]), text=text.strip(),
-                    metadata=meta)  # fmt: skip
+    return Document(
+        doc_id=str(doc_id or hashlib.sha256(text.encode()).hexdigest()[:16]), text=text.strip(), metadata=meta
+    )
 
 
 def _chunker(chunker: OperatorSpec | Any | None, providers: Providers) -> Chunker:
     """A registered chunker from its spec, or a LangChain text splitter wrapped as one."""
     if chunker is not None and not isinstance(chunker, OperatorSpec):
         if not callable(getattr(chunker, "split_text", None)):
-            raise IndexingError(f"chunker must be an OperatorSpec or a LangChain text splitter (with split_text), "
-                                f"not {type(chunker).__name__}")  # fmt: skip
+            raise IndexingError(
+                f"chunker must be an OperatorSpec or a LangChain text splitter (with split_text), "
+                f"not {type(chunker).__name__}"
+            )
         return lambda doc: _make_chunks(doc, chunker.split_text(doc["text"]), prepend_title=True)
     spec = chunker or OperatorSpec(name="recursive")
     info = get_operator(Port.CHUNK, spec.name)
@@ -756,10 +799,18 @@ this, whatever the corpus size."""
 
 
 def _index(
-    docs: Iterable[Document], reports: list[FileReport], chunk_fn: Chunker, providers: Providers, start: float, *,
-    batch_size: int, progress: bool, sync: bool, before: Mapping[str, set[str]] | None = None,
+    docs: Iterable[Document],
+    reports: list[FileReport],
+    chunk_fn: Chunker,
+    providers: Providers,
+    start: float,
+    *,
+    batch_size: int,
+    progress: bool,
+    sync: bool,
+    before: Mapping[str, set[str]] | None = None,
     kept: Mapping[str, set[str]] | None = None,
-) -> IndexSummary:  # fmt: skip
+) -> IndexSummary:
     """Chunk the documents as they are read and add them to the index every :data:`FLUSH_CHUNKS` chunks (the shared
     end of both indexing entry points); with ``sync``, remove afterwards what the index held and the run did not
     bring. ``before`` (the stored chunk ids by file, read before ``docs`` is consumed) and ``kept`` (files the run
@@ -818,11 +869,20 @@ def _index(
     read, skipped = len(reports), sum(1 for r in reports if r.skipped)
     synced = _sync_statuses(reports, now, before) if sync else {}
     return IndexSummary(
-        files_read=read, files_indexed=read - skipped, files_skipped=skipped, documents=counts["documents"],
-        chunks=counts["chunks"], added=counts["added"], existing=counts["existing"],
-        seconds=time.perf_counter() - start, files=reports, index_chunks=providers.index.count(), stages=stages,
-        removed=removed, synced=synced,
-    )  # fmt: skip
+        files_read=read,
+        files_indexed=read - skipped,
+        files_skipped=skipped,
+        documents=counts["documents"],
+        chunks=counts["chunks"],
+        added=counts["added"],
+        existing=counts["existing"],
+        seconds=time.perf_counter() - start,
+        files=reports,
+        index_chunks=providers.index.count(),
+        stages=stages,
+        removed=removed,
+        synced=synced,
+    )
 
 
 _STATUSES = ("added", "replaced", "unchanged", "removed")

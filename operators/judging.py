@@ -42,8 +42,9 @@ from operators.generation import (
 __all__ = ["verdict", "ask_yes_no", "yes_no_about", "CRITERIA"]
 
 
-def verdict(judge: str, decision: Literal["stop", "continue"], reason: str, state: Mapping[str, Any],
-            score: float | None = None) -> dict[str, Any]:  # fmt: skip
+def verdict(
+    judge: str, decision: Literal["stop", "continue"], reason: str, state: Mapping[str, Any], score: float | None = None
+) -> dict[str, Any]:
     """The update a judge returns: one verdict for the state's current step."""
     v = Verdict(judge=judge, decision=decision, reason=reason, step=step_of(state))
     if score is not None:
@@ -102,22 +103,24 @@ def _answer_text(state: Mapping[str, Any]) -> str:
     return str((state.get("answer") or {}).get("text") or (state.get("draft") or {}).get("text") or "")
 
 
-def ask_yes_no(providers: Providers, state: Mapping[str, Any], ask: str, *, passages: bool,
-               max_tokens: int = 4) -> tuple[str | None, float | None]:  # fmt: skip
+def ask_yes_no(
+    providers: Providers, state: Mapping[str, Any], ask: str, *, passages: bool, max_tokens: int = 4
+) -> tuple[str | None, float | None]:
     """Ask the model a yes/no question about the state's question and answer (with the evidence as delimited data
     when ``passages``): ``(yes | no | None, P(yes) from the first token's alternatives, or None)``."""
-    return run_blocking(yes_no_about(providers, state, ask, passages=passages,
-                                     max_tokens=max_tokens))  # fmt: skip
+    return run_blocking(yes_no_about(providers, state, ask, passages=passages, max_tokens=max_tokens))
 
 
-def yes_no_about(providers: Providers, state: Mapping[str, Any], ask: str, *, passages: bool,
-                 max_tokens: int = 4) -> Generator[Wait, Completion, tuple[str | None, float | None]]:  # fmt: skip
+def yes_no_about(
+    providers: Providers, state: Mapping[str, Any], ask: str, *, passages: bool, max_tokens: int = 4
+) -> Generator[Wait, Completion, tuple[str | None, float | None]]:
     """:func:`ask_yes_no` for a :func:`~modular_rag.steps.waiting` body (``yield from``): an async run awaits it."""
     evidence = evidence_of(state) if passages else []
     context = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
     answer = _answer_text(state)
-    prompt = JUDGE_PROMPT.format(context=context, query=state.get("query", ""),
-                                 answer=f"Answer: {answer}" if answer else "", ask=ask)  # fmt: skip
+    prompt = JUDGE_PROMPT.format(
+        context=context, query=state.get("query", ""), answer=f"Answer: {answer}" if answer else "", ask=ask
+    )
     return (yield from yes_no_asked(providers, prompt, max_tokens=max_tokens))
 
 
@@ -142,8 +145,9 @@ def llm_judge(params: LLMJudgeParams, providers: Providers) -> Operator:
     def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
         if params.criterion == "supported" and not evidence_of(state):
             return verdict("llm_judge", "stop", "supported:no_passages", state)
-        reply, p_yes = yield from yes_no_about(providers, state, ask, max_tokens=params.max_tokens,
-                                                passages=params.criterion != "needs_retrieval")  # fmt: skip
+        reply, p_yes = yield from yes_no_about(
+            providers, state, ask, max_tokens=params.max_tokens, passages=params.criterion != "needs_retrieval"
+        )
         if reply is None:
             return verdict("llm_judge", params.on_unclear, "unclear", state)
         decision: Literal["stop", "continue"] = "continue" if reply == continue_on else "stop"
@@ -153,8 +157,9 @@ def llm_judge(params: LLMJudgeParams, providers: Providers) -> Operator:
 
 
 class ReflectionParams(OperatorParams):
-    supported: bool = Field(True, description="ask whether the answer is supported by the passages (IsSup); "
-                                              "skipped when there are none")  # fmt: skip
+    supported: bool = Field(
+        True, description="ask whether the answer is supported by the passages (IsSup); skipped when there are none"
+    )
     useful: bool = Field(True, description="ask whether the answer is useful for the question (IsUse)")
     on_unclear: Literal["stop", "continue"] = Field("stop", description="decision when a reply is neither yes nor no")
     max_tokens: int = Field(4, gt=0, le=64)
@@ -182,18 +187,21 @@ def reflection(params: ReflectionParams, providers: Providers) -> Operator:
         parts: list[str] = []
         if params.supported:
             if evidence_of(state):
-                reply, p = yield from yes_no_about(providers, state, CRITERIA["supported"][0], passages=True,
-                                                   max_tokens=params.max_tokens)  # fmt: skip
+                reply, p = yield from yes_no_about(
+                    providers, state, CRITERIA["supported"][0], passages=True, max_tokens=params.max_tokens
+                )
                 asked.append(("supported", reply, p))
             else:
                 parts.append("supported:no_passages")
         if params.useful:
-            reply, p = yield from yes_no_about(providers, state, CRITERIA["useful"][0], passages=False,
-                                               max_tokens=params.max_tokens)  # fmt: skip
+            reply, p = yield from yes_no_about(
+                providers, state, CRITERIA["useful"][0], passages=False, max_tokens=params.max_tokens
+            )
             asked.append(("useful", reply, p))
         parts += [f"{name}:{reply or 'unclear'}" for name, reply, _ in asked]
-        decisions = [params.on_unclear if reply is None else ("continue" if reply == "no" else "stop")
-                     for _, reply, _ in asked]  # fmt: skip
+        decisions = [
+            params.on_unclear if reply is None else ("continue" if reply == "no" else "stop") for _, reply, _ in asked
+        ]
         decision: Literal["stop", "continue"] = "continue" if "continue" in decisions else "stop"
         scores = [p for _, _, p in asked if p is not None]
         return verdict("reflection", decision, ",".join(parts), state, min(scores) if scores else None)
@@ -227,8 +235,9 @@ def budget(params: BudgetParams, providers: Providers) -> Operator:
 
 
 class NoProgressParams(OperatorParams):
-    threshold: float = Field(0.9, gt=0.0, le=1.0, description="token F1 between the last two answers that counts "
-                                                                "as unchanged")  # fmt: skip
+    threshold: float = Field(
+        0.9, gt=0.0, le=1.0, description="token F1 between the last two answers that counts as unchanged"
+    )
 
 
 @operator("orchestration", "scheduling", "no_progress", port=Port.JUDGE, cost=lambda params, ctx: ZERO)
@@ -248,10 +257,12 @@ def no_progress(params: NoProgressParams, providers: Providers) -> Operator:
 
 
 class PruneParams(OperatorParams):
-    min_relevance: float = Field(0.25, ge=-1.0, le=1.0, description="drop a node whose question's cosine with the "
-                                                                     "root question is below this")  # fmt: skip
-    max_similarity: float = Field(0.95, ge=0.0, le=1.0, description="drop a node whose question is this close to an "
-                                                                    "earlier node's (duplicate)")  # fmt: skip
+    min_relevance: float = Field(
+        0.25, ge=-1.0, le=1.0, description="drop a node whose question's cosine with the root question is below this"
+    )
+    max_similarity: float = Field(
+        0.95, ge=0.0, le=1.0, description="drop a node whose question is this close to an earlier node's (duplicate)"
+    )
     drop_unanswered: bool = Field(True, description="drop a node whose answer is a refusal")
 
 
@@ -284,8 +295,16 @@ def prune(params: PruneParams, providers: Providers) -> Operator:
             else:
                 decision, reason = "continue", "kept"
                 kept.append(i)
-            out.append(Verdict(judge="prune", decision=decision, reason=reason, step=level, target=node["node_id"],
-                               score=round(relevance, 4)))  # fmt: skip
+            out.append(
+                Verdict(
+                    judge="prune",
+                    decision=decision,
+                    reason=reason,
+                    step=level,
+                    target=node["node_id"],
+                    score=round(relevance, 4),
+                )
+            )
         return {"verdicts": out}
 
     return run
@@ -305,8 +324,9 @@ SELF_VERIFY_PROMPT = (
 )
 
 
-@operator("orchestration", "scheduling", "self_verify", port=Port.JUDGE, needs_llm=True,
-          cost=lambda params, ctx: llm((0, 1)))
+@operator(
+    "orchestration", "scheduling", "self_verify", port=Port.JUDGE, needs_llm=True, cost=lambda params, ctx: llm((0, 1))
+)
 def self_verify(params: SelfVerifyParams, providers: Providers) -> Operator:
     """Tree of Clarifications' pruning by self-verification: each node of the newest level below the root is kept
     (``continue``) when the model says its interpretation is a reasonable reading of the question with an answer its
@@ -324,20 +344,30 @@ def self_verify(params: SelfVerifyParams, providers: Providers) -> Operator:
             if node["depth"] != level or level == 0 or node["node_id"] in dropped:
                 continue
             if node.get("refused") or not node.get("answer"):
-                out.append(Verdict(judge="self_verify", decision="stop", reason="unanswered", step=level,
-                                   target=node["node_id"]))  # fmt: skip
+                out.append(
+                    Verdict(
+                        judge="self_verify", decision="stop", reason="unanswered", step=level, target=node["node_id"]
+                    )
+                )
                 continue
             pack = pack_of(node)
             passages = f"{format_evidence(pack)}\n{DATA_RULE}\n\n" if pack else ""
-            prompt = SELF_VERIFY_PROMPT.format(passages=passages, root=state.get("query", ""),
-                                               question=node["question"], answer=node["answer"])  # fmt: skip
+            prompt = SELF_VERIFY_PROMPT.format(
+                passages=passages, root=state.get("query", ""), question=node["question"], answer=node["answer"]
+            )
             completion = yield providers.llm.ask(prompt, max_tokens=params.max_tokens, logprobs=True, top_logprobs=10)
             first = next((t for t in completion.tokens or () if t.token.strip()), None)
             reply, p_yes = parse_yes_no(completion.text, first.top if first is not None else ())
-            decision: Literal["stop", "continue"] = (params.on_unclear if reply is None
-                                                     else "continue" if reply == "yes" else "stop")  # fmt: skip
-            v = Verdict(judge="self_verify", decision=decision, reason=f"verified:{reply or 'unclear'}", step=level,
-                        target=node["node_id"])  # fmt: skip
+            decision: Literal["stop", "continue"] = (
+                params.on_unclear if reply is None else "continue" if reply == "yes" else "stop"
+            )
+            v = Verdict(
+                judge="self_verify",
+                decision=decision,
+                reason=f"verified:{reply or 'unclear'}",
+                step=level,
+                target=node["node_id"],
+            )
             if p_yes is not None:
                 v["score"] = round(float(p_yes), 6)
             out.append(v)

@@ -63,8 +63,10 @@ def linked_from(providers: Providers, sources: Sequence[Hit]) -> dict[str, list[
     index = providers.index
     links = index.links.outlinks([h["chunk_id"] for h in sources])
     found = index.chunks(sorted({c for targets in links.values() for c in targets}))
-    return {source: [Hit(**{**found[c], "channel": "link"}) for c in targets if c in found]
-            for source, targets in links.items()}  # fmt: skip
+    return {
+        source: [Hit(**{**found[c], "channel": "link"}) for c in targets if c in found]
+        for source, targets in links.items()
+    }
 
 
 def _context_share(providers: Providers, question: str, source: Hit, target: Hit) -> float:
@@ -135,8 +137,10 @@ def multihop_rank(
         q = providers.encoder.encode_query(question)
         cos = chunk_vectors(providers, new) @ q
         bm = providers.index.score(question, new)
-        return {h["chunk_id"]: float(w.dense * c + w.sparse * b / top_bm25 + w.named * (h["chunk_id"] in named_ids))
-                for h, c, b in zip(new, cos.tolist(), bm.tolist(), strict=True)}  # fmt: skip
+        return {
+            h["chunk_id"]: float(w.dense * c + w.sparse * b / top_bm25 + w.named * (h["chunk_id"] in named_ids))
+            for h, c, b in zip(new, cos.tolist(), bm.tolist(), strict=True)
+        }
 
     first = list(hits.values())
     top_bm25 = max(float(providers.index.score(question, first).max(initial=0.0)), 1e-9)
@@ -154,8 +158,10 @@ def multihop_rank(
     order = sorted(u, key=lambda c: (-u[c], c))
     p2s = list(dict.fromkeys([*order[:pool], *sorted({t for ts in targets.values() for t in ts})]))
     if not p1s or len(p2s) < 2:
-        return [Hit(**{**hits[c], "score": float(len(order) - i), "channel": "multihop"}) for i, c in
-                enumerate(order[:k] if k else order)]
+        return [
+            Hit(**{**hits[c], "score": float(len(order) - i), "channel": "multihop"})
+            for i, c in enumerate(order[:k] if k else order)
+        ]
     vectors = chunk_vectors(providers, [hits[c] for c in p2s])
     at = {c: i for i, c in enumerate(p2s)}
     v1 = np.vstack([vectors[at[c]] if c in at else chunk_vectors(providers, [hits[c]])[0] for c in p1s])
@@ -169,8 +175,12 @@ def multihop_rank(
             pair[i, at[c2]] += bonus
         if c1 in at:
             pair[i, at[c1]] = -np.inf
-    flat = sorted((-float(pair[i, j]), p1s[i], p2s[j]) for i in range(len(p1s)) for j in range(len(p2s))
-                   if np.isfinite(pair[i, j]))  # fmt: skip
+    flat = sorted(
+        (-float(pair[i, j]), p1s[i], p2s[j])
+        for i in range(len(p1s))
+        for j in range(len(p2s))
+        if np.isfinite(pair[i, j])
+    )
     ranked: list[str] = []
     for _, a, b in flat:
         for c in (a, b):
@@ -180,8 +190,7 @@ def multihop_rank(
             break
     ranked += [c for c in order if c not in ranked]
     ranked = ranked[:k] if k else ranked
-    return [Hit(**{**hits[c], "score": float(len(ranked) - i), "channel": "multihop"})
-            for i, c in enumerate(ranked)]
+    return [Hit(**{**hits[c], "score": float(len(ranked) - i), "channel": "multihop"}) for i, c in enumerate(ranked)]
 
 
 class HopParams(OperatorParams):
@@ -195,15 +204,29 @@ class HopParams(OperatorParams):
     weights: HopWeights = Field(default_factory=HopWeights)
 
 
-def hop(providers: Providers, question: str, first: Sequence[Hit], params: HopParams, *,
-        second: Mapping[str, Sequence[Hit]] | None = None) -> list[Hit]:  # fmt: skip
+def hop(
+    providers: Providers,
+    question: str,
+    first: Sequence[Hit],
+    params: HopParams,
+    *,
+    second: Mapping[str, Sequence[Hit]] | None = None,
+) -> list[Hit]:
     """One multi-hop step after a first retrieval: the chunks the question names (``question_titles``, one lookup),
     then the second hop: ``second`` when given (hits found from a first-hop passage, for example by searching with
     the question and that passage), else the chunks the best first-hop passages link to (one lookup); everything
     ranked by pairs (:func:`multihop_rank`)."""
     named = named_by_question(providers, question) if params.question_titles else []
-    return multihop_rank(providers, question, first, named=named, second=second, beam=params.beam, pool=params.pool,
-                         pair_slots=params.pair_slots, weights=params.weights, follow_links=second is None,
-                         k=params.k)  # fmt: skip
-
-
+    return multihop_rank(
+        providers,
+        question,
+        first,
+        named=named,
+        second=second,
+        beam=params.beam,
+        pool=params.pool,
+        pair_slots=params.pair_slots,
+        weights=params.weights,
+        follow_links=second is None,
+        k=params.k,
+    )

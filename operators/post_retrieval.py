@@ -140,8 +140,9 @@ class BudgetParams(OperatorParams):
     max_chunks: int = Field(5, gt=0, le=1000, description="at most this many chunks")
     use_window: bool = Field(True, description="give a sentence chunk's surrounding window instead of the sentence")
     min_tail_tokens: int = Field(60, ge=0, description="truncate the chunk that overflows if this much budget is left")
-    order: Literal["rank", "ends"] = Field("rank", description="rank: best first; ends: best at both ends "
-                                                               "(lost in the middle)")  # fmt: skip
+    order: Literal["rank", "ends"] = Field(
+        "rank", description="rank: best first; ends: best at both ends (lost in the middle)"
+    )
 
 
 def _evidence(hits: list[Hit], params: BudgetParams) -> list[Evidence]:
@@ -158,8 +159,15 @@ def _evidence(hits: list[Hit], params: BudgetParams) -> list[Evidence]:
                 break
             text = text[: left * 4].rsplit(" ", 1)[0] + " ..."
             cost = estimate_tokens(text)
-        pack.append(Evidence(ref=len(pack) + 1, chunk_id=hit["chunk_id"], text=text, score=hit["score"],
-                             metadata=dict(hit["metadata"])))  # fmt: skip
+        pack.append(
+            Evidence(
+                ref=len(pack) + 1,
+                chunk_id=hit["chunk_id"],
+                text=text,
+                score=hit["score"],
+                metadata=dict(hit["metadata"]),
+            )
+        )
         used += cost
         if used >= params.max_tokens:
             break
@@ -187,8 +195,9 @@ RELEVANCE_PROMPT = (
 def _asked(providers: Providers, query: str, text: str) -> Wait:
     """The relevance question about one passage, as a call to make or await."""
     passage = " ".join(text.replace("</passage>", "").split())[:2000]
-    return providers.llm.ask(RELEVANCE_PROMPT.format(text=passage, query=query), max_tokens=3, logprobs=True,
-                             top_logprobs=10)  # fmt: skip
+    return providers.llm.ask(
+        RELEVANCE_PROMPT.format(text=passage, query=query), max_tokens=3, logprobs=True, top_logprobs=10
+    )
 
 
 def _verdict(completion: Completion) -> tuple[str | None, float | None]:
@@ -203,8 +212,9 @@ def relevance(providers: Providers, query: str, text: str) -> tuple[str | None, 
     return _verdict(_asked(providers, query, text).call())
 
 
-def _judge_all(providers: Providers, query: str, hits: list[Hit],
-               concurrency: int) -> Generator[Wait, Any, list[tuple[str | None, float | None]]]:  # fmt: skip
+def _judge_all(
+    providers: Providers, query: str, hits: list[Hit], concurrency: int
+) -> Generator[Wait, Any, list[tuple[str | None, float | None]]]:
     """The relevance verdict on every hit, for a waiting body (``yield from``): ``concurrency`` calls in flight, in
     as many threads in sync runs, awaited on the loop in async ones."""
     completions = yield gathered([_asked(providers, query, h["text"]) for h in hits], in_flight=concurrency)
@@ -227,8 +237,11 @@ def llm_critique(params: CritiqueParams, providers: Providers) -> Operator:
 
         hits = list(state.get("candidates") or [])[: params.max_candidates]
         verdicts = yield from _judge_all(providers, _query(state), hits, params.concurrency)
-        kept = [h for h, (reply, _) in zip(hits, verdicts, strict=True)
-                if reply == "yes" or (reply is None and params.keep_unclear)]  # fmt: skip
+        kept = [
+            h
+            for h, (reply, _) in zip(hits, verdicts, strict=True)
+            if reply == "yes" or (reply is None and params.keep_unclear)
+        ]
         if len(kept) < params.min_keep:
             kept = hits[: params.min_keep]
         note(f"kept {len(kept)} of {len(hits)}")
@@ -306,11 +319,20 @@ def mmr(params: MMRParams, providers: Providers) -> Operator:
         prior = None
         if params.relevance == "score":
             prior = normalise_scores(np.asarray([float(h.get("score", 0.0)) for h in hits]), "minmax")
-        order = mmr_order(providers.encoder.encode_query(_query(state)), chunk_vectors(providers, hits), params.k,
-                          params.lambda_mult, prior)  # fmt: skip
+        order = mmr_order(
+            providers.encoder.encode_query(_query(state)),
+            chunk_vectors(providers, hits),
+            params.k,
+            params.lambda_mult,
+            prior,
+        )
         n = len(order)
-        return {"candidates": [Hit(**{**hits[i], "score": float(n - rank), "channel": "mmr"})  # type: ignore[typeddict-item]
-                               for rank, i in enumerate(order)]}  # fmt: skip
+        return {
+            "candidates": [
+                Hit(**{**hits[i], "score": float(n - rank), "channel": "mmr"})  # type: ignore[typeddict-item]
+                for rank, i in enumerate(order)
+            ]
+        }
 
     return run
 
@@ -325,8 +347,7 @@ def _norm_text(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-@operator("post_retrieval", "selection", "dedup", port=Port.REFINE,
-          cost=lambda params, ctx: _drop_some(ctx))
+@operator("post_retrieval", "selection", "dedup", port=Port.REFINE, cost=lambda params, ctx: _drop_some(ctx))
 def dedup(params: DedupParams, providers: Providers) -> Operator:
     """Deduplication: drop exact duplicates (same normalised text) and near-duplicates (embedding cosine at or
     above the threshold), keeping the better-ranked copy."""
@@ -362,8 +383,14 @@ class CompressParams(OperatorParams):
     min_similarity: float | None = Field(None, ge=-1.0, le=1.0, description="also drop sentences below this cosine")
 
 
-def compress_text(providers: Providers, query_vec: np.ndarray, text: str, max_sentences: int,
-                  min_similarity: float | None = None, chunk_id: str = "") -> str:  # fmt: skip
+def compress_text(
+    providers: Providers,
+    query_vec: np.ndarray,
+    text: str,
+    max_sentences: int,
+    min_similarity: float | None = None,
+    chunk_id: str = "",
+) -> str:
     """Extractive compression: the sentences most similar to the query, in their original order. The sentences'
     vectors are the ones the index stored for chunk ``chunk_id`` when it has them (headings and sentences of one
     content term, which it does not store, are embedded now)."""
@@ -389,9 +416,19 @@ def extractive(params: CompressParams, providers: Providers) -> Operator:
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         q = providers.encoder.encode_query(_query(state))
         hits: list[Hit] = list(state.get("candidates") or [])
-        return {"candidates": [Hit(**{**h, "text": compress_text(providers, q, h["text"], params.max_sentences,
-                                                                   params.min_similarity, h["chunk_id"])})
-                               for h in hits]}  # fmt: skip
+        return {
+            "candidates": [
+                Hit(
+                    **{
+                        **h,
+                        "text": compress_text(
+                            providers, q, h["text"], params.max_sentences, params.min_similarity, h["chunk_id"]
+                        ),
+                    }
+                )
+                for h in hits
+            ]
+        }
 
     return run
 
@@ -432,8 +469,10 @@ def evidence_first(params: EvidenceFirstParams, providers: Providers) -> Operato
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         hits = list(state.get("candidates") or [])[: params.max_chunks]
-        numbered = [Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"],
-                             metadata=dict(h["metadata"])) for i, h in enumerate(hits)]  # fmt: skip
+        numbered = [
+            Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"], metadata=dict(h["metadata"]))
+            for i, h in enumerate(hits)
+        ]
         per_chunk: dict[int, list[ScoredSentence]] = {}
         for sentence in scorer.score(_query(state), numbered):
             per_chunk.setdefault(sentence.ref, []).append(sentence)
@@ -446,8 +485,15 @@ def evidence_first(params: EvidenceFirstParams, providers: Providers) -> Operato
                 break
             used += estimate_tokens(text)
             source = numbered[ref - 1]
-            pack.append(Evidence(ref=len(pack) + 1, chunk_id=source["chunk_id"], text=text, score=source["score"],
-                                 metadata={**source["metadata"], "relevance": round(ranked[0].score, 4)}))  # fmt: skip
+            pack.append(
+                Evidence(
+                    ref=len(pack) + 1,
+                    chunk_id=source["chunk_id"],
+                    text=text,
+                    score=source["score"],
+                    metadata={**source["metadata"], "relevance": round(ranked[0].score, 4)},
+                )
+            )
         return {"evidence": pack}
 
     return run
@@ -467,11 +513,24 @@ def compress_budget(params: CompressBudgetParams, providers: Providers) -> Opera
         hits = list(state.get("candidates") or [])
         if len(hits) > params.keep_whole:
             q = providers.encoder.encode_query(_query(state))
-            hits = hits[: params.keep_whole] + [
-                Hit(**{**h, "text": compress_text(providers, q, h["text"], params.max_sentences,  # type: ignore[typeddict-item]
-                                                  chunk_id=h["chunk_id"])})
-                for h in hits[params.keep_whole : params.max_chunks]
-            ]
+            hits = (
+                hits[: params.keep_whole]
+                + [
+                    Hit(
+                        **{
+                            **h,
+                            "text": compress_text(
+                                providers,
+                                q,
+                                h["text"],
+                                params.max_sentences,  # type: ignore[typeddict-item]
+                                chunk_id=h["chunk_id"],
+                            ),
+                        }
+                    )
+                    for h in hits[params.keep_whole : params.max_chunks]
+                ]
+            )
         return {"evidence": _evidence(hits, params)}
 
     return run

@@ -47,8 +47,9 @@ def usable_rewrite(rewrite: str, original: str, max_ratio: float = 4.0) -> bool:
 
 
 class RewriteParams(OperatorParams):
-    keep_original: bool = Field(False, description="also search with the original query (RRF-merged); the paper "
-                                                   "searches with the rewrite alone")  # fmt: skip
+    keep_original: bool = Field(
+        False, description="also search with the original query (RRF-merged); the paper searches with the rewrite alone"
+    )
     max_tokens: int = Field(48, gt=0, le=1024)
 
 
@@ -170,8 +171,10 @@ def multi_query(params: MultiQueryParams, providers: Providers) -> Operator:
         query = str(state.get("query", ""))
         queries = [query] if params.include_original else []
         for style in params.styles:
-            prompt = f"{MULTI_QUERY_STYLES[style]} Keep names, codes and numbers. Reply with the query only.\n\n" \
-                     f"Question: {query}\nQuery:"  # fmt: skip
+            prompt = (
+                f"{MULTI_QUERY_STYLES[style]} Keep names, codes and numbers. Reply with the query only.\n\n"
+                f"Question: {query}\nQuery:"
+            )
             new = first_line((yield providers.llm.ask(prompt, max_tokens=params.max_tokens)).text)
             if usable_rewrite(new, query) and new.lower() not in {q.lower() for q in queries}:
                 queries.append(new)
@@ -186,20 +189,23 @@ class DecomposeParams(OperatorParams):
     )
     max_questions: int = Field(3, ge=1, le=10, description="at most this many questions")
     include_original: bool = Field(False, description="also keep the original question")
-    with_passages: bool = Field(True, description="clarify: write the interpretations from the passages retrieved "
-                                                  "for the question (state evidence), when there are any")  # fmt: skip
+    with_passages: bool = Field(
+        True,
+        description="clarify: write the interpretations from the passages retrieved "
+        "for the question (state evidence), when there are any",
+    )
     max_tokens: int = Field(120, gt=0, le=2048)
 
 
 DECOMPOSE_PROMPTS = {
     "decompose": "Break the question below into at most {n} simpler sub-questions, ordered from the most basic to "
-                 "the one that answers it (least-to-most). Write one sub-question per line, nothing else.",
+    "the one that answers it (least-to-most). Write one sub-question per line, nothing else.",
     "clarify": "The question below may be ambiguous. Write at most {n} more specific versions of it, each a "
-               "different interpretation. Write one question per line, nothing else.",
+    "different interpretation. Write one question per line, nothing else.",
     "clarify_passages": "The question below may be ambiguous. Using the passages, write at most {n} more specific "
-                        "versions of it, each a different interpretation that the passages can answer. Write one "
-                        "question per line, nothing else.",
-}  # fmt: skip
+    "versions of it, each a different interpretation that the passages can answer. Write one "
+    "question per line, nothing else.",
+}
 
 
 def question_lines(text: str, original: str, limit: int) -> list[str]:
@@ -247,8 +253,10 @@ class HydeParams(OperatorParams):
     keep_original: bool = Field(False, description="also search with the original question (RRF-merged)")
 
 
-HYDE_PROMPT = "Write a short passage, in the style of a manual or encyclopedia, that answers the question.\n\n" \
-              "Question: {query}\nPassage:"  # fmt: skip
+HYDE_PROMPT = (
+    "Write a short passage, in the style of a manual or encyclopedia, that answers the question.\n\n"
+    "Question: {query}\nPassage:"
+)
 
 
 def _hyde_cost(params: HydeParams, ctx: CostContext) -> Cost:
@@ -268,8 +276,11 @@ def hyde(params: HydeParams, providers: Providers) -> Operator:
         from operators.generation import clean_completion
 
         query = str(state.get("query", ""))
-        passage = " ".join(clean_completion((yield providers.llm.ask(HYDE_PROMPT.format(query=query),
-                                                                  max_tokens=params.max_tokens)).text).split())
+        passage = " ".join(
+            clean_completion(
+                (yield providers.llm.ask(HYDE_PROMPT.format(query=query), max_tokens=params.max_tokens)).text
+            ).split()
+        )
         if not passage:
             return {"queries": [query]}
         update: dict[str, Any] = {"queries": [passage, query] if params.keep_original else [passage]}
@@ -371,13 +382,18 @@ def _fields_of(where: Mapping[str, Any]) -> set[str]:
 
 FILTER_PROMPT = (
     "Metadata fields and some of their values:\n{fields}\n\nIf the question below restricts the documents to "
-    "certain field values, write them as JSON like {{\"field\": value}}; if not, write {{}}. JSON only.\n\n"
+    'certain field values, write them as JSON like {{"field": value}}; if not, write {{}}. JSON only.\n\n'
     "Question: {query}\nJSON:"
 )
 
 
-@operator("pre_retrieval", "query_construction", "filter_extract", port=Port.QUERY,
-          cost=lambda params, ctx: llm(1 if params.mode == "llm" else 0))
+@operator(
+    "pre_retrieval",
+    "query_construction",
+    "filter_extract",
+    port=Port.QUERY,
+    cost=lambda params, ctx: llm(1 if params.mode == "llm" else 0),
+)
 def filter_extract(params: FilterParams, providers: Providers) -> Operator:
     """Metadata filter extraction into a Chroma where filter (years, sources ...), validated against the fields and
     value types the index actually has; invalid parts are dropped and noted in the trace."""
@@ -403,8 +419,9 @@ def filter_extract(params: FilterParams, providers: Providers) -> Operator:
                     proposed[field] = hits[0]
         else:
             listing = "\n".join(f"- {f}: {', '.join(map(str, sorted(v, key=str)[:8]))}" for f, v in known.items())
-            text = (yield providers.llm.ask(FILTER_PROMPT.format(fields=listing, query=query),
-                                          max_tokens=params.max_tokens)).text  # fmt: skip
+            text = (
+                yield providers.llm.ask(FILTER_PROMPT.format(fields=listing, query=query), max_tokens=params.max_tokens)
+            ).text
             match = re.search(r"\{.*\}", text, re.S)
             try:
                 parsed = json.loads(match.group(0)) if match else {}

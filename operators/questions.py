@@ -37,13 +37,19 @@ from modular_rag.text import ENGLISH_STOPWORDS, normalize_answer
 __all__ = ["typed_spans", "surface", "find_answer", "linked_share", "AnswerType"]
 
 AnswerType = str
-_MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
-           "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec")  # fmt: skip
-_DATE = re.compile(rf"\b(?:\d{{1,2}}\s+)?(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?)?,?\s+\d{{4}}\b"
-                   r"|\b(?:1[5-9]\d\d|20[0-4]\d)s?\b")  # fmt: skip
-_NUMBER = re.compile(r"(?<![^\s(\"'])\d+(?:[.,]\d+)*(?:\s?%|\s(?:percent|per cent|km|kg|mg|ml|cm|mm|m|h)\b|"
-                     r"\s(?:million|billion|thousand|hundred)(?:\s[a-z]{3,}s\b)?|\s(?!was\b|has\b|is\b)[a-z]{2,}s\b)?"
-                     r"(?![^\s.,;:)\"'])")  # fmt: skip
+_MONTHS = (
+    "January|February|March|April|May|June|July|August|September|October|November|December|"
+    "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec"
+)
+_DATE = re.compile(
+    rf"\b(?:\d{{1,2}}\s+)?(?:{_MONTHS})\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?)?,?\s+\d{{4}}\b"
+    r"|\b(?:1[5-9]\d\d|20[0-4]\d)s?\b"
+)
+_NUMBER = re.compile(
+    r"(?<![^\s(\"'])\d+(?:[.,]\d+)*(?:\s?%|\s(?:percent|per cent|km|kg|mg|ml|cm|mm|m|h)\b|"
+    r"\s(?:million|billion|thousand|hundred)(?:\s[a-z]{3,}s\b)?|\s(?!was\b|has\b|is\b)[a-z]{2,}s\b)?"
+    r"(?![^\s.,;:)\"'])"
+)
 _NAME = re.compile(r"(?<![^\s(\"'])[A-Z][\w'-]*(?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][\w'-]*){0,3}(?![^\s.,;:)\"'])")
 _TOKEN = re.compile(r"[^\W_]+(?:[-'./][^\W_]+)*")
 _PART = re.compile(r"\w+")  # how the link table splits a name into words ("TW-550" -> "tw", "550")
@@ -81,10 +87,19 @@ def typed_spans(sentence: str, types: Sequence[str], exclude: str = "") -> list[
 
 
 def surface(
-    text: str, rng: random.Random, *, answer: tuple[int, int] | None = None, blank: bool = False,
-    forbid: frozenset[str] = frozenset(), drop: float = 0.3, max_words: int = 16, min_content: int = 3,
-    rarity: Mapping[str, int] | None = None, swap: float = 0.0, synonym: Callable[[str], str | None] | None = None,
-) -> str:  # fmt: skip
+    text: str,
+    rng: random.Random,
+    *,
+    answer: tuple[int, int] | None = None,
+    blank: bool = False,
+    forbid: frozenset[str] = frozenset(),
+    drop: float = 0.3,
+    max_words: int = 16,
+    min_content: int = 3,
+    rarity: Mapping[str, int] | None = None,
+    swap: float = 0.0,
+    synonym: Callable[[str], str | None] | None = None,
+) -> str:
     """A sentence reworded as a query: the ``answer`` span cut out (or replaced by ``___`` with ``blank``), words
     whose lower case is in ``forbid`` removed, cut to ``max_words`` words around the answer (or from a seeded start),
     and each content word left out with probability ``drop`` while more than ``min_content`` remain; with ``rarity``
@@ -150,20 +165,33 @@ def _alias_words(title: str) -> frozenset[str]:
 
 
 class SurfaceParams(OperatorParams):
-    drop: float = Field(0.5, ge=0.0, lt=1.0, description="share of the sentence's content words left out (seeded); "
-                        "0.5 ranked flows closest to SciFact's training claims (benchmarks/testset.py --fit)")
+    drop: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description="share of the sentence's content words left out (seeded); "
+        "0.5 ranked flows closest to SciFact's training claims (benchmarks/testset.py --fit)",
+    )
     max_words: int = Field(16, ge=4, le=100, description="the question keeps at most this many words of the sentence")
     min_words: int = Field(6, ge=3, description="sentences with fewer words are not used")
-    focus: str = Field("random", pattern="^(random|rare)$",
-                       description="which content words are left out: random ones, or the rarest in the corpus")
+    focus: str = Field(
+        "random",
+        pattern="^(random|rare)$",
+        description="which content words are left out: random ones, or the rarest in the corpus",
+    )
     lead: int = Field(0, ge=0, description="use only the passage's first this many sentences (0: any sentence)")
-    title_words: int = Field(0, ge=0, le=20, description="words of the passage's title the question also says (after "
-                                                         "the same leaving out)")  # fmt: skip
-    swap: float = Field(0.0, ge=0.0, le=1.0, description="share of the kept content words replaced by their nearest "
-                        "neighbour in the corpus vocabulary by the embedder (another word, another stem): the "
-                        "vocabulary mismatch of a question written in other words")  # fmt: skip
-    vocabulary: int = Field(10000, ge=100, description="swap: the most frequent corpus words a neighbour is taken "
-                                                       "from")  # fmt: skip
+    title_words: int = Field(
+        0, ge=0, le=20, description="words of the passage's title the question also says (after the same leaving out)"
+    )
+    swap: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of the kept content words replaced by their nearest "
+        "neighbour in the corpus vocabulary by the embedder (another word, another stem): the "
+        "vocabulary mismatch of a question written in other words",
+    )
+    vocabulary: int = Field(10000, ge=100, description="swap: the most frequent corpus words a neighbour is taken from")
 
 
 def _rarity(passages: PassageSet, params: SurfaceParams) -> Mapping[str, int] | None:
@@ -216,12 +244,17 @@ def _titled(text: str, title: str, params: SurfaceParams, rng: random.Random, ra
 
 
 class ClozeParams(SurfaceParams):
-    remove: float = Field(0.9, ge=0.0, le=1.0, description="share of the questions whose sentence is removed from its "
-                          "passage in the set's corpus (held out, as in Lee et al. 2019's inverse cloze task, which "
-                          "removes it in 90% of cases): the passage must then be found by its other sentences, not "
-                          "by a copy of the query; only passages of two sentences or more are held out from. 0.9 "
-                          "with drop 0.5 ranked flows closest to real questions on fit data "
-                          "(benchmarks/results/testset-fit.txt)")
+    remove: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="share of the questions whose sentence is removed from its "
+        "passage in the set's corpus (held out, as in Lee et al. 2019's inverse cloze task, which "
+        "removes it in 90% of cases): the passage must then be found by its other sentences, not "
+        "by a copy of the query; only passages of two sentences or more are held out from. 0.9 "
+        "with drop 0.5 ranked flows closest to real questions on fit data "
+        "(benchmarks/results/testset-fit.txt)",
+    )
 
 
 @operator("testset", "question_making", "inverse_cloze", port=Port.QUESTION)
@@ -244,9 +277,15 @@ def inverse_cloze(params: ClozeParams, providers: Providers) -> QuestionMaker:
             held = params.remove > 0 and rng.random() < params.remove
             if held and len(passages.sentences(i)) < 2:
                 continue  # holding out its only sentence would leave the passage empty
-            text = surface(p.text[s:e], rng, drop=params.drop, max_words=params.max_words,
-                           rarity=_rarity(passages, params), swap=params.swap,
-                           synonym=_synonyms(passages, params, providers))  # fmt: skip
+            text = surface(
+                p.text[s:e],
+                rng,
+                drop=params.drop,
+                max_words=params.max_words,
+                rarity=_rarity(passages, params),
+                swap=params.swap,
+                synonym=_synonyms(passages, params, providers),
+            )
             text = _titled(text, p.title, params, rng, _rarity(passages, params))
             meta: dict[str, Any] = {"sentence": p.text[s:e], **({"held_out": True} if held else {})}
             out.append(Question(text, "inverse_cloze", (p.id,), "", "sentence", (Span(p.id, s, e),), meta))
@@ -260,8 +299,9 @@ class FactParams(SurfaceParams):
     types: list[str] = Field(["number", "date", "name"], min_length=1, description="answer types asked for")
 
 
-def _fact(p_text: str, sentences: Sequence[tuple[int, int]], params: FactParams, rng: random.Random,
-          exclude: str = "") -> tuple[int, int, str, int, int] | None:  # fmt: skip
+def _fact(
+    p_text: str, sentences: Sequence[tuple[int, int]], params: FactParams, rng: random.Random, exclude: str = ""
+) -> tuple[int, int, str, int, int] | None:
     """A sentence of a passage with a typed span: ``(sentence start, end, type, span start, end)`` in passage
     offsets, or ``None``."""
     options: list[tuple[int, int, str, int, int]] = []
@@ -292,27 +332,52 @@ def fact_question(params: FactParams, providers: Providers) -> QuestionMaker:
             if fact is None:
                 continue
             s, e, kind, a, b = fact
-            body = surface(p.text[s:e], rng, answer=(a - s, b - s), blank=params.form == "cloze", drop=params.drop,
-                           max_words=params.max_words, rarity=_rarity(passages, params), swap=params.swap,
-                           synonym=_synonyms(passages, params, providers))  # fmt: skip
+            body = surface(
+                p.text[s:e],
+                rng,
+                answer=(a - s, b - s),
+                blank=params.form == "cloze",
+                drop=params.drop,
+                max_words=params.max_words,
+                rarity=_rarity(passages, params),
+                swap=params.swap,
+                synonym=_synonyms(passages, params, providers),
+            )
             body = _titled(body, p.title, params, rng, _rarity(passages, params))
-            out.append(Question(_ask(body, kind, params.form), params.form, (p.id,), p.text[a:b], kind,
-                                (Span(p.id, a, b),), {"sentence": p.text[s:e]}))  # fmt: skip
+            out.append(
+                Question(
+                    _ask(body, kind, params.form),
+                    params.form,
+                    (p.id,),
+                    p.text[a:b],
+                    kind,
+                    (Span(p.id, a, b),),
+                    {"sentence": p.text[s:e]},
+                )
+            )
         return out
 
     return make
 
 
 class BridgeParams(FactParams):
-    max_words: int = Field(6, ge=3, le=100, description="words of passage B's fact sentence kept (few: the question "
-                                                         "points at B through A, not by B's own words)")  # fmt: skip
+    max_words: int = Field(
+        6,
+        ge=3,
+        le=100,
+        description="words of passage B's fact sentence kept (few: the question "
+        "points at B through A, not by B's own words)",
+    )
     context_words: int = Field(8, ge=2, le=40, description="words of the bridge sentence (passage A) kept")
     name_first: bool = Field(True, description="name passage A's title in the question (as HotpotQA does)")
-    anchor: str = Field("title", pattern="^(title|any)$",
-                        description="title: cross only links whose anchor is passage B's whole title (an entity "
-                                    "named as it is titled: Wikipedia-like corpora have many, abstracts titled by a "
-                                    "sentence almost none); any: every anchor of the link table (acronyms, names "
-                                    "inside a passage, the subject a first sentence defines)")  # fmt: skip
+    anchor: str = Field(
+        "title",
+        pattern="^(title|any)$",
+        description="title: cross only links whose anchor is passage B's whole title (an entity "
+        "named as it is titled: Wikipedia-like corpora have many, abstracts titled by a "
+        "sentence almost none); any: every anchor of the link table (acronyms, names "
+        "inside a passage, the subject a first sentence defines)",
+    )
 
 
 def _targets(passages: PassageSet, i: int, anchor: str) -> list[tuple[tuple[str, ...], int]]:
@@ -369,9 +434,14 @@ class _BridgeMaker:
                 forbid = _alias_words(b.title) | frozenset(alias)
                 fact = _fact(b.text, passages.sentences(j), self.wh, rng, exclude=b.title)
                 named = f" {' '.join(alias)} "
-                bridge_sentence = next((a.text[s:e] for s, e in passages.sentences(i)
-                                        if named in f" {' '.join(_PART.findall(a.text[s:e].lower()))} "),
-                                       None)  # fmt: skip
+                bridge_sentence = next(
+                    (
+                        a.text[s:e]
+                        for s, e in passages.sentences(i)
+                        if named in f" {' '.join(_PART.findall(a.text[s:e].lower()))} "
+                    ),
+                    None,
+                )
                 if fact is None or bridge_sentence is None:
                     continue
                 s, e, kind, x, y = fact
@@ -379,19 +449,47 @@ class _BridgeMaker:
                     continue  # the answer is the bridge entity itself: a one-hop question
                 rarity = _rarity(passages, params)
                 synonym = _synonyms(passages, params, providers)
-                asked = surface(b.text[s:e], rng, answer=(x - s, y - s), forbid=forbid, drop=params.drop,
-                                max_words=params.max_words, min_content=2, rarity=rarity, swap=params.swap,
-                                synonym=synonym)  # fmt: skip
-                context = surface(bridge_sentence, rng, forbid=forbid, drop=params.drop, max_words=params.context_words,
-                                  min_content=2, rarity=rarity, swap=params.swap, synonym=synonym)  # fmt: skip
-                where = f" in {a.title}" if params.name_first and a.title and a.title.lower() not in context.lower() \
-                    else ""  # fmt: skip
+                asked = surface(
+                    b.text[s:e],
+                    rng,
+                    answer=(x - s, y - s),
+                    forbid=forbid,
+                    drop=params.drop,
+                    max_words=params.max_words,
+                    min_content=2,
+                    rarity=rarity,
+                    swap=params.swap,
+                    synonym=synonym,
+                )
+                context = surface(
+                    bridge_sentence,
+                    rng,
+                    forbid=forbid,
+                    drop=params.drop,
+                    max_words=params.context_words,
+                    min_content=2,
+                    rarity=rarity,
+                    swap=params.swap,
+                    synonym=synonym,
+                )
+                where = (
+                    f" in {a.title}" if params.name_first and a.title and a.title.lower() not in context.lower() else ""
+                )
                 text = f"{WH[kind]} {asked}, the one{where} {context}?"
                 if forbid & set(_PART.findall(text.lower())):
                     continue
                 used.add((i, j))
-                out.append(Question(text, "bridge", (a.id, b.id), b.text[x:y], kind, (Span(b.id, x, y),),
-                                    {"bridge": b.title, "sentence": b.text[s:e], "via": bridge_sentence}))  # fmt: skip
+                out.append(
+                    Question(
+                        text,
+                        "bridge",
+                        (a.id, b.id),
+                        b.text[x:y],
+                        kind,
+                        (Span(b.id, x, y),),
+                        {"bridge": b.title, "sentence": b.text[s:e], "via": bridge_sentence},
+                    )
+                )
                 break
         return out
 
@@ -410,14 +508,20 @@ def bridge(params: BridgeParams, providers: Providers) -> QuestionMaker:
 
 
 class AnswerParams(OperatorParams):
-    method: str = Field("span", pattern="^(span|attribution)$",
-                        description="span: the normalised answer occurs in a gold passage; attribution: the kit's "
-                                    "attribution check supports the answer against a gold passage")  # fmt: skip
+    method: str = Field(
+        "span",
+        pattern="^(span|attribution)$",
+        description="span: the normalised answer occurs in a gold passage; attribution: the kit's "
+        "attribution check supports the answer against a gold passage",
+    )
 
 
 def _in_passage(q: Question, passages: PassageSet, method: str) -> bool:
-    texts = [f"{passages[passages.position[g]].title}\n{passages[passages.position[g]].text}" for g in q.gold
-             if g in passages.position]  # fmt: skip
+    texts = [
+        f"{passages[passages.position[g]].title}\n{passages[passages.position[g]].text}"
+        for g in q.gold
+        if g in passages.position
+    ]
     if not texts:
         return False
     if method == "attribution":
@@ -426,8 +530,9 @@ def _in_passage(q: Question, passages: PassageSet, method: str) -> bool:
         except ImportError:  # the attribution check before it moved to its own module
             from operators.attribution import check_claims  # type: ignore[attr-defined,no-redef]
 
-        evidence: list[Any] = [{"ref": n, "text": t, "chunk_id": str(n), "metadata": {}}
-                               for n, t in enumerate(texts, 1)]  # fmt: skip
+        evidence: list[Any] = [
+            {"ref": n, "text": t, "chunk_id": str(n), "metadata": {}} for n, t in enumerate(texts, 1)
+        ]
         verdicts = check_claims(q.answer, q.text, evidence, semantic_threshold=None)
         return bool(verdicts) and all(v.supported for v in verdicts)
     answer = normalize_answer(q.answer)
@@ -442,9 +547,12 @@ def answer_in_passage(params: AnswerParams, providers: Providers) -> QuestionChe
     def check(questions: Sequence[Question], passages: PassageSet) -> list[Verdict]:
         out = []
         for q in questions:
-            spans_ok = all(s.doc in q.gold and s.doc in passages.position and
-                           0 <= s.start < s.end <= len(passages[passages.position[s.doc]].text)
-                           for s in q.evidence)  # fmt: skip
+            spans_ok = all(
+                s.doc in q.gold
+                and s.doc in passages.position
+                and 0 <= s.start < s.end <= len(passages[passages.position[s.doc]].text)
+                for s in q.evidence
+            )
             if not spans_ok:
                 out.append(Verdict(False, "evidence span outside its passage"))
             elif q.answer and not _in_passage(q, passages, params.method):

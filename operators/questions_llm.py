@@ -25,15 +25,15 @@ __all__ = ["PROMPTS", "parse_question"]
 
 PROMPTS = {
     "single": "Passage:\n{a}\n\nWrite one question that the passage answers, and its short answer copied from the "
-              "passage. Reply in two lines:\nQuestion: ...\nAnswer: ...",
+    "passage. Reply in two lines:\nQuestion: ...\nAnswer: ...",
     "multi": "Passage 1:\n{a}\n\nPassage 2:\n{b}\n\nPassage 1 mentions {bridge}. Write one question that needs both "
-             "passages: ask about a fact of passage 2, naming {bridge} only through what passage 1 says. Give its "
-             "short answer copied from passage 2. Reply in two lines:\nQuestion: ...\nAnswer: ...",
+    "passages: ask about a fact of passage 2, naming {bridge} only through what passage 1 says. Give its "
+    "short answer copied from passage 2. Reply in two lines:\nQuestion: ...\nAnswer: ...",
     "comparison": "Passage 1:\n{a}\n\nPassage 2:\n{b}\n\nWrite one question that compares {ta} and {tb} (which is "
-                  "older, larger, first ...), and its short answer. Reply in two lines:\nQuestion: ...\nAnswer: ...",
+    "older, larger, first ...), and its short answer. Reply in two lines:\nQuestion: ...\nAnswer: ...",
     "unanswerable": "Passage:\n{a}\n\nWrite one question about the same topic that the passage does NOT answer. "
-                    "Reply in one line:\nQuestion: ...",
-}  # fmt: skip
+    "Reply in one line:\nQuestion: ...",
+}
 """The prompt of each kind (``{a}``, ``{b}``: passage texts; ``{bridge}``, ``{ta}``, ``{tb}``: titles)."""
 ANSWER_PROMPT = "{passages}\n\nQuestion: {question}\nAnswer with a few words copied from the passages.\nAnswer:"
 """Asked when the model wrote a question without its answer (small models often do)."""
@@ -50,12 +50,16 @@ def parse_question(reply: str) -> tuple[str, str]:
 
 
 class LLMMakerParams(OperatorParams):
-    kinds: list[str] = Field(["single", "multi", "comparison", "unanswerable"], min_length=1,
-                             description="kinds to write, in turn: single, multi, comparison, unanswerable")
+    kinds: list[str] = Field(
+        ["single", "multi", "comparison", "unanswerable"],
+        min_length=1,
+        description="kinds to write, in turn: single, multi, comparison, unanswerable",
+    )
     max_tokens: int = Field(96, gt=0, le=1024, description="completion cap per question")
     max_chars: int = Field(1200, ge=100, description="each passage is cut to this many characters in the prompt")
-    ask_answer: bool = Field(True, description="when a reply has a question but no answer, ask for the answer in a "
-                                               "second call")  # fmt: skip
+    ask_answer: bool = Field(
+        True, description="when a reply has a question but no answer, ask for the answer in a second call"
+    )
 
 
 def _cut(p: Passage, max_chars: int) -> str:
@@ -103,8 +107,9 @@ def llm_questions(params: LLMMakerParams, providers: Providers) -> QuestionMaker
                     continue
             if b is not None:
                 slots.update(b=_cut(b, params.max_chars), tb=b.title)
-            reply = providers.llm.complete(PROMPTS[kind].format(**{"b": "", "bridge": "", "tb": "", **slots}),
-                                           max_tokens=params.max_tokens).text  # fmt: skip
+            reply = providers.llm.complete(
+                PROMPTS[kind].format(**{"b": "", "bridge": "", "tb": "", **slots}), max_tokens=params.max_tokens
+            ).text
             question, answer = parse_question(reply)
             if not question:
                 question = reply.strip().splitlines()[0].strip() if reply.strip() else ""
@@ -112,8 +117,11 @@ def llm_questions(params: LLMMakerParams, providers: Providers) -> QuestionMaker
                 continue
             if not answer and kind != "unanswerable" and params.ask_answer:
                 shown = "\n\n".join(slots[k] for k in ("a", "b") if slots.get(k))
-                lines = providers.llm.complete(ANSWER_PROMPT.format(passages=shown, question=question),
-                                               max_tokens=24).text.strip().splitlines()[0:1]  # fmt: skip
+                lines = (
+                    providers.llm.complete(ANSWER_PROMPT.format(passages=shown, question=question), max_tokens=24)
+                    .text.strip()
+                    .splitlines()[0:1]
+                )
                 answer = lines[0].strip().strip('"').rstrip(".") if lines else ""
             gold = () if kind == "unanswerable" else (a.id,) if b is None else (a.id, b.id)
             answer = "" if kind == "unanswerable" else answer

@@ -62,9 +62,12 @@ def read(text: str) -> Reading:
     return Reading(text, terms(text), tuple(_TOKEN.findall(fold(text))), frozenset(_numbers(text)))
 
 
-_CLAUSE = re.compile(r"\s*(?:;|:|[()\[\]]|\s[-\u2013\u2014]\s|,\s*(?=(?:which|who|whose|because|so|but|while|"
-                     r"whereas|although|though|despite|and|or|since|when|if|unless|it|he|she|they|we)\b)|\s(?=(?:"
-                     r"because|while|whereas|although|though|despite|unless|but)\b))\s*", re.I)  # fmt: skip
+_CLAUSE = re.compile(
+    r"\s*(?:;|:|[()\[\]]|\s[-\u2013\u2014]\s|,\s*(?=(?:which|who|whose|because|so|but|while|"
+    r"whereas|although|though|despite|and|or|since|when|if|unless|it|he|she|they|we)\b)|\s(?=(?:"
+    r"because|while|whereas|although|though|despite|unless|but)\b))\s*",
+    re.I,
+)
 
 
 def clauses(text: str) -> list[Reading]:
@@ -75,26 +78,75 @@ def clauses(text: str) -> list[Reading]:
 
 # --- negation and comparison --------------------------------------------------------------------------------------
 
-_PHRASES = ((re.compile(r"\b(?:no|not) (?:more|greater|higher|later|longer) than\b"), " atmost "),
-            (re.compile(r"\b(?:no|not) (?:less|fewer|lower|earlier|shorter) than\b"), " atleast "),
-            (re.compile(r"\bat least\b"), " atleast "), (re.compile(r"\bat most\b"), " atmost "),
-            (re.compile(r"\bnot (?:only|just|merely|until)\b|\bno doubt\b|\bnothing but\b"), " "),
-            (re.compile(r"\bover (?=\d)"), " above "), (re.compile(r"\bunder (?=\d)"), " below "))  # fmt: skip
-_NEGATION = re.compile(r"\b(?:not|no|never|none|nobody|nothing|neither|nor|cannot|nowhere|except|exceptions? of)\b"
-                       r"|n't\b")  # fmt: skip
+_PHRASES = (
+    (re.compile(r"\b(?:no|not) (?:more|greater|higher|later|longer) than\b"), " atmost "),
+    (re.compile(r"\b(?:no|not) (?:less|fewer|lower|earlier|shorter) than\b"), " atleast "),
+    (re.compile(r"\bat least\b"), " atleast "),
+    (re.compile(r"\bat most\b"), " atmost "),
+    (re.compile(r"\bnot (?:only|just|merely|until)\b|\bno doubt\b|\bnothing but\b"), " "),
+    (re.compile(r"\bover (?=\d)"), " above "),
+    (re.compile(r"\bunder (?=\d)"), " below "),
+)
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|none|nobody|nothing|neither|nor|cannot|nowhere|except|exceptions? of)\b"
+    r"|n't\b"
+)
 
 SCALES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "amount": (("more", "greater", "above", "exceed", "exceeds", "exceeded", "exceeding", "most", "maximum",
-                "atleast"), ("less", "fewer", "below", "least", "minimum", "atmost")),
-    "time": (("before", "earlier", "earliest", "prior", "previously", "preceded", "precedes", "predates"),
-             ("after", "later", "latest", "subsequently", "afterwards", "followed")),
+    "amount": (
+        ("more", "greater", "above", "exceed", "exceeds", "exceeded", "exceeding", "most", "maximum", "atleast"),
+        ("less", "fewer", "below", "least", "minimum", "atmost"),
+    ),
+    "time": (
+        ("before", "earlier", "earliest", "prior", "previously", "preceded", "precedes", "predates"),
+        ("after", "later", "latest", "subsequently", "afterwards", "followed"),
+    ),
     "order": (("first",), ("last", "final")),
     "age": (("older", "oldest", "elder", "eldest"), ("younger", "youngest", "newer", "newest")),
-    "level": (("higher", "highest", "raise", "raised", "raises", "rise", "rises", "rose", "risen", "increase",
-               "increased", "increases", "increasing", "grew", "grow", "grows", "growing", "gain", "gained"),
-              ("lower", "lowest", "reduce", "reduced", "reduces", "reducing", "fall", "fell", "falls", "decrease",
-               "decreased", "decreases", "decreasing", "decline", "declined", "declines", "drop", "dropped",
-               "drops")),
+    "level": (
+        (
+            "higher",
+            "highest",
+            "raise",
+            "raised",
+            "raises",
+            "rise",
+            "rises",
+            "rose",
+            "risen",
+            "increase",
+            "increased",
+            "increases",
+            "increasing",
+            "grew",
+            "grow",
+            "grows",
+            "growing",
+            "gain",
+            "gained",
+        ),
+        (
+            "lower",
+            "lowest",
+            "reduce",
+            "reduced",
+            "reduces",
+            "reducing",
+            "fall",
+            "fell",
+            "falls",
+            "decrease",
+            "decreased",
+            "decreases",
+            "decreasing",
+            "decline",
+            "declined",
+            "declines",
+            "drop",
+            "dropped",
+            "drops",
+        ),
+    ),
     "size": (("larger", "largest", "bigger", "biggest"), ("smaller", "smallest")),
     "width": (("wider", "widest", "broader"), ("narrower", "narrowest")),
     "length": (("longer", "longest"), ("shorter", "shortest")),
@@ -111,14 +163,17 @@ SCALES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "inside": (("inside", "indoors", "internal", "interior"), ("outside", "outdoors", "external", "exterior")),
     "outcome": (("win", "wins", "won", "winning", "victory"), ("lose", "loses", "lost", "losing")),
     "inclusion": (("include", "includes", "included", "including"), ("exclude", "excludes", "excluded", "excluding")),
-    "permission": (("allow", "allows", "allowed", "permit", "permits", "permitted"),
-                   ("forbid", "forbids", "forbidden", "ban", "bans", "banned", "prohibit", "prohibits", "prohibited")),
+    "permission": (
+        ("allow", "allows", "allowed", "permit", "permits", "permitted"),
+        ("forbid", "forbids", "forbidden", "ban", "bans", "banned", "prohibit", "prohibits", "prohibited"),
+    ),
     "acceptance": (("accept", "accepts", "accepted"), ("reject", "rejects", "rejected")),
     "state": (("open", "opened", "opens"), ("closed", "closes", "shut")),
-}  # fmt: skip
+}
 """Scales whose two sides an answer must not swap: dimension -> (words of one side, words of the other)."""
-_SIDE = {w: (dim, sign) for dim, pair in SCALES.items() for sign, words in zip((1, -1), pair, strict=True)
-         for w in words}  # fmt: skip
+_SIDE = {
+    w: (dim, sign) for dim, pair in SCALES.items() for sign, words in zip((1, -1), pair, strict=True) for w in words
+}
 
 
 def _normalised(text: str) -> str:
@@ -144,29 +199,68 @@ def sides(text: str) -> set[tuple[str, int]]:
 # --- numbers with units --------------------------------------------------------------------------------------------
 
 _UNIT_NAMES: dict[str, tuple[str, ...]] = {
-    "km": ("km", "kilometre", "kilometres", "kilometer", "kilometers"), "m": ("m", "metre", "metres", "meter",
-    "meters"), "cm": ("cm", "centimetre", "centimetres", "centimeter", "centimeters"), "mm": ("mm", "millimetre",
-    "millimetres", "millimeter", "millimeters"), "mi": ("mi", "mile", "miles"), "ft": ("ft", "foot", "feet"),
-    "inch": ("inch", "inches"), "yd": ("yd", "yard", "yards"), "kg": ("kg", "kilogram", "kilograms", "kilo", "kilos"),
-    "g": ("g", "gram", "grams"), "mg": ("mg",), "t": ("tonne", "tonnes", "ton", "tons"), "lb": ("lb", "lbs"),
-    "s": ("s", "sec", "secs", "second", "seconds"), "min": ("min", "mins", "minute", "minutes"),
-    "h": ("h", "hr", "hrs", "hour", "hours"), "day": ("day", "days"), "week": ("week", "weeks"),
-    "month": ("month", "months"), "year": ("year", "years"), "decade": ("decade", "decades"),
-    "century": ("century", "centuries"), "km/h": ("km/h", "kmh", "kph"), "mph": ("mph",), "knot": ("knot", "knots"),
-    "%": ("%", "percent", "pct"), "w": ("w", "watt", "watts"), "kw": ("kw",), "wh": ("wh",), "kwh": ("kwh",),
-    "mah": ("mah",), "v": ("v", "volt", "volts"), "nm": ("nm",), "bar": ("bar",), "psi": ("psi",),
-    "°c": ("°c", "celsius"), "°f": ("°f", "fahrenheit"), "degree": ("degree", "degrees"),
-    "usd": ("$", "usd", "dollar", "dollars"), "eur": ("€", "eur", "euro", "euros"), "gbp": ("£", "gbp"),
-    "l": ("l", "litre", "litres", "liter", "liters"), "ml": ("ml",), "ha": ("ha", "hectare", "hectares"),
-    "acre": ("acre", "acres"), "people": ("people", "persons", "inhabitants", "residents"),
-}  # fmt: skip
+    "km": ("km", "kilometre", "kilometres", "kilometer", "kilometers"),
+    "m": ("m", "metre", "metres", "meter", "meters"),
+    "cm": ("cm", "centimetre", "centimetres", "centimeter", "centimeters"),
+    "mm": ("mm", "millimetre", "millimetres", "millimeter", "millimeters"),
+    "mi": ("mi", "mile", "miles"),
+    "ft": ("ft", "foot", "feet"),
+    "inch": ("inch", "inches"),
+    "yd": ("yd", "yard", "yards"),
+    "kg": ("kg", "kilogram", "kilograms", "kilo", "kilos"),
+    "g": ("g", "gram", "grams"),
+    "mg": ("mg",),
+    "t": ("tonne", "tonnes", "ton", "tons"),
+    "lb": ("lb", "lbs"),
+    "s": ("s", "sec", "secs", "second", "seconds"),
+    "min": ("min", "mins", "minute", "minutes"),
+    "h": ("h", "hr", "hrs", "hour", "hours"),
+    "day": ("day", "days"),
+    "week": ("week", "weeks"),
+    "month": ("month", "months"),
+    "year": ("year", "years"),
+    "decade": ("decade", "decades"),
+    "century": ("century", "centuries"),
+    "km/h": ("km/h", "kmh", "kph"),
+    "mph": ("mph",),
+    "knot": ("knot", "knots"),
+    "%": ("%", "percent", "pct"),
+    "w": ("w", "watt", "watts"),
+    "kw": ("kw",),
+    "wh": ("wh",),
+    "kwh": ("kwh",),
+    "mah": ("mah",),
+    "v": ("v", "volt", "volts"),
+    "nm": ("nm",),
+    "bar": ("bar",),
+    "psi": ("psi",),
+    "°c": ("°c", "celsius"),
+    "°f": ("°f", "fahrenheit"),
+    "degree": ("degree", "degrees"),
+    "usd": ("$", "usd", "dollar", "dollars"),
+    "eur": ("€", "eur", "euro", "euros"),
+    "gbp": ("£", "gbp"),
+    "l": ("l", "litre", "litres", "liter", "liters"),
+    "ml": ("ml",),
+    "ha": ("ha", "hectare", "hectares"),
+    "acre": ("acre", "acres"),
+    "people": ("people", "persons", "inhabitants", "residents"),
+}
 """Unit words by the unit they name (``kilometres`` is ``km``)."""
 _UNIT = {name: unit for unit, names in _UNIT_NAMES.items() for name in names}
-_KIND_OF_UNIT = {unit: kind for kind, units in {
-    "mass": ("kg", "g", "mg", "t", "lb"), "length": ("km", "m", "cm", "mm", "mi", "ft", "inch", "yd"),
-    "duration": ("s", "min", "h", "day", "week", "month", "year", "decade", "century"),
-    "speed": ("km/h", "mph", "knot"), "share": ("%",), "energy": ("wh", "kwh", "mah"), "money": ("usd", "eur", "gbp"),
-}.items() for unit in units}  # fmt: skip
+_KIND_OF_UNIT = {
+    unit: kind
+    for kind, units in {
+        "mass": ("kg", "g", "mg", "t", "lb"),
+        "length": ("km", "m", "cm", "mm", "mi", "ft", "inch", "yd"),
+        "duration": ("s", "min", "h", "day", "week", "month", "year", "decade", "century"),
+        "speed": ("km/h", "mph", "knot"),
+        "share": ("%",),
+        "energy": ("wh", "kwh", "mah"),
+        "money": ("usd", "eur", "gbp"),
+    }.items()
+    for unit in units
+}
 _MULTIPLIERS = frozenset({"hundred", "thousand", "million", "billion", "trillion"})
 _WORDS = re.compile(r"[a-z]+\d[a-z\d]*|\d+(?:[.,]\d+)*|km/h|[$€£%]|°[cf]|[a-z]+")  # a code ("e07") is one word
 
@@ -217,11 +311,13 @@ def quantities(text: str) -> tuple[Quantity, ...]:
     return tuple(out)
 
 
-_ASKED_KINDS = ((re.compile(r"\b(weigh|weighs|weighed|weight|how heavy)\b", re.I), "mass"),
-                (re.compile(r"\bhow (far|tall|wide|deep)\b", re.I), "length"),
-                (re.compile(r"\bhow fast\b", re.I), "speed"),
-                (re.compile(r"\bwhat (percentage|percent|share|proportion)\b", re.I), "share"),
-                (re.compile(r"\b(cost|price)\b", re.I), "money"))  # fmt: skip
+_ASKED_KINDS = (
+    (re.compile(r"\b(weigh|weighs|weighed|weight|how heavy)\b", re.I), "mass"),
+    (re.compile(r"\bhow (far|tall|wide|deep)\b", re.I), "length"),
+    (re.compile(r"\bhow fast\b", re.I), "speed"),
+    (re.compile(r"\bwhat (percentage|percent|share|proportion)\b", re.I), "share"),
+    (re.compile(r"\b(cost|price)\b", re.I), "money"),
+)
 
 
 def asked_kind(question: str) -> str | None:

@@ -49,8 +49,12 @@ class BM25Params(DenseParams):
 
 
 class HybridParams(DenseParams):
-    pool: int = Field(50, gt=0, le=5000, description="candidates taken from each channel before fusion (k can be up "
-                                                      "to 2 x pool: their union)")  # fmt: skip
+    pool: int = Field(
+        50,
+        gt=0,
+        le=5000,
+        description="candidates taken from each channel before fusion (k can be up to 2 x pool: their union)",
+    )
     fusion: Literal["rrf", "convex", "weighted"] = Field(
         "rrf", description="rrf: reciprocal rank; convex: min-max normalised scores; weighted: z-scored scores"
     )
@@ -60,8 +64,9 @@ class HybridParams(DenseParams):
     @model_validator(mode="after")
     def _pool_covers_k(self) -> HybridParams:
         if 2 * self.pool < self.k:
-            raise ValueError(f"k ({self.k}) can be at most 2 x pool ({2 * self.pool}): the union of the two channels' "
-                             "pools")  # fmt: skip
+            raise ValueError(
+                f"k ({self.k}) can be at most 2 x pool ({2 * self.pool}): the union of the two channels' pools"
+            )
         if min(self.weights) < 0 or sum(self.weights) <= 0:
             raise ValueError(f"weights must be >= 0 and not both 0 (got {self.weights})")
         return self
@@ -102,8 +107,13 @@ def dense(params: DenseParams, providers: Providers) -> Operator:
             hits = providers.index.search_dense(queries[0], params.k, where, vector=vec)
         else:
             vectors = yield from _query_vectors(providers, queries)
-            hits = _multi([providers.index.search_dense(q, params.k, where, vector=v)
-                           for q, v in zip(queries, vectors, strict=True)], params.k)  # fmt: skip
+            hits = _multi(
+                [
+                    providers.index.search_dense(q, params.k, where, vector=v)
+                    for q, v in zip(queries, vectors, strict=True)
+                ],
+                params.k,
+            )
         return {"candidates": hits}
 
     return waiting(run)  # a query embedded by an endpoint is awaited in async runs
@@ -141,12 +151,17 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
         both = store if isinstance(store, MilvusStore) and providers.index.bm25_in_store else None  # both rank there
         milvus = both if both is not None and both.fuses(params.fusion, params.weights) else None
         if both is not None:
-            note(f"hybrid: one Milvus hybrid_search per query (dense + BM25 and {params.fusion} fusion server-side)"
-                 if milvus else f"hybrid: dense and BM25 searched in Milvus, {params.fusion} fusion with weights "
-                 f"{params.weights} in the kit (Milvus has no such ranker)")  # fmt: skip
+            note(
+                f"hybrid: one Milvus hybrid_search per query (dense + BM25 and {params.fusion} fusion server-side)"
+                if milvus
+                else f"hybrid: dense and BM25 searched in Milvus, {params.fusion} fusion with weights "
+                f"{params.weights} in the kit (Milvus has no such ranker)"
+            )
         elif isinstance(store, MilvusStore):
-            note(f"hybrid: dense searched in Milvus, BM25 over the kit's postings (bm25: {store.bm25}), "
-                 f"{params.fusion} fusion in the kit")  # fmt: skip
+            note(
+                f"hybrid: dense searched in Milvus, BM25 over the kit's postings (bm25: {store.bm25}), "
+                f"{params.fusion} fusion in the kit"
+            )
         per_query = []
         for q, vec in zip(queries, embedded, strict=True):
             if milvus is not None:
@@ -156,9 +171,15 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
             dense_hits = providers.index.search_dense(q, params.pool, where, vector=vec, fill=False)
             sparse_hits = providers.index.search_sparse(q, params.pool, where, fill=False)
             per_query.append(
-                fuse([dense_hits, sparse_hits], params.fusion, k=params.pool, weights=params.weights,
-                     rrf_k=params.rrf_k, channel="hybrid")
-            )  # fmt: skip
+                fuse(
+                    [dense_hits, sparse_hits],
+                    params.fusion,
+                    k=params.pool,
+                    weights=params.weights,
+                    rrf_k=params.rrf_k,
+                    channel="hybrid",
+                )
+            )
         hits = per_query[0][: params.k] if len(per_query) == 1 else fuse(per_query, "rrf", k=params.k, channel="hybrid")
         return {"candidates": providers.index.fill(hits)}  # texts read for the hits kept, not for both pools
 
@@ -181,9 +202,14 @@ def _query_vectors(providers: Providers, queries: list[str]) -> Generator[Wait, 
 
 
 def _milvus_hybrid(
-    store: MilvusStore, providers: Providers, query: str, vector: np.ndarray | None, where: dict[str, Any] | None,
-    params: HybridParams, k: int | None,
-) -> list[Hit]:  # fmt: skip
+    store: MilvusStore,
+    providers: Providers,
+    query: str,
+    vector: np.ndarray | None,
+    where: dict[str, Any] | None,
+    params: HybridParams,
+    k: int | None,
+) -> list[Hit]:
     """One Milvus ``hybrid_search``: ``pool`` candidates per channel fused to ``k`` (``pool`` when ``None``). Counted as
     two retrievals, one per channel, as the kit's own hybrid is."""
     if vector is None:
@@ -191,8 +217,16 @@ def _milvus_hybrid(
             raise ProviderError("hybrid retrieval needs an embeddings provider")
         vector = providers.index.encoder.encode_query(query)
     record(retrievals=2)
-    return store.search_hybrid(vector, query, k or params.pool, pool=params.pool, fusion=params.fusion,
-                               weights=params.weights, rrf_k=params.rrf_k, where=where)  # fmt: skip
+    return store.search_hybrid(
+        vector,
+        query,
+        k or params.pool,
+        pool=params.pool,
+        fusion=params.fusion,
+        weights=params.weights,
+        rrf_k=params.rrf_k,
+        where=where,
+    )
 
 
 def _langchain_retriever(obj: Any, providers: Providers) -> Operator:
@@ -205,12 +239,18 @@ def _langchain_retriever(obj: Any, providers: Providers) -> Operator:
         for q in queries_of(state):
             record(retrievals=1)
             docs = obj.invoke(q)
-            lists.append([
-                Hit(chunk_id=d.id or d.metadata.get("chunk_id") or chunk_id("retriever", d.page_content),
-                    text=d.page_content, score=float(d.metadata.get("score", 1.0 / (rank + 1))),
-                    channel=type(obj).__name__, metadata=dict(d.metadata))
-                for rank, d in enumerate(docs)
-            ])  # fmt: skip
+            lists.append(
+                [
+                    Hit(
+                        chunk_id=d.id or d.metadata.get("chunk_id") or chunk_id("retriever", d.page_content),
+                        text=d.page_content,
+                        score=float(d.metadata.get("score", 1.0 / (rank + 1))),
+                        channel=type(obj).__name__,
+                        metadata=dict(d.metadata),
+                    )
+                    for rank, d in enumerate(docs)
+                ]
+            )
         return {"candidates": lists[0] if len(lists) == 1 else fuse(lists, "rrf", channel=type(obj).__name__)}
 
     return run
@@ -229,8 +269,9 @@ class GivenParams(OperatorParams):
     k: int = Field(10, gt=0, le=1000, description="the first k of the candidates already retrieved")
 
 
-@operator("retrieval", "shared", "given", port=Port.RETRIEVE, tags=("no_search",),
-          cost=lambda params, ctx: retrievals(0))
+@operator(
+    "retrieval", "shared", "given", port=Port.RETRIEVE, tags=("no_search",), cost=lambda params, ctx: retrievals(0)
+)
 def given(params: GivenParams, providers: Providers) -> Operator:
     """The candidates already in the state, cut to ``k``: a route of a conditional flow whose ``retrieve`` ran before
     the router (the router decided from that evidence; the route does not search again), or candidates the caller
@@ -238,9 +279,11 @@ def given(params: GivenParams, providers: Providers) -> Operator:
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         if "candidates" not in state:
-            raise ProviderError("retrieve: given reads the candidates already retrieved, and this run has none: give "
-                                "the conditional flow a retrieve operator (it runs before the router), or pass "
-                                "candidates in the input")  # fmt: skip
+            raise ProviderError(
+                "retrieve: given reads the candidates already retrieved, and this run has none: give "
+                "the conditional flow a retrieve operator (it runs before the router), or pass "
+                "candidates in the input"
+            )
         return {"candidates": list(state["candidates"])[: params.k]}
 
     return run
@@ -265,4 +308,3 @@ def link_hop(params: HopParams, providers: Providers) -> Operator:
         return {"candidates": hop(providers, str(state.get("query", "")), list(state.get("candidates") or []), params)}
 
     return run
-

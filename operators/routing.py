@@ -44,8 +44,16 @@ from modular_rag.steps import run_blocking, waiting
 from modular_rag.text import Analyzer, normalize_question
 from modular_rag.trace import Wait, note
 
-__all__ = ["RouteInfo", "RouterParams", "choose_route", "keyword_scores", "name_probability", "RouterModel",
-           "lexical_features", "LEXICAL_NAMES"]
+__all__ = [
+    "RouteInfo",
+    "RouterParams",
+    "choose_route",
+    "keyword_scores",
+    "name_probability",
+    "RouterModel",
+    "lexical_features",
+    "LEXICAL_NAMES",
+]
 
 _ANALYZER = Analyzer()
 
@@ -174,12 +182,15 @@ def _llm_scores_asked(
 
     Returns the scores and the raw model text (for the trace when it names no route).
     """
-    listing = "\n".join(f"- {name}: {info.description or ', '.join(info.examples[:2])}"
-                        for name, info in routes.items())  # fmt: skip
+    listing = "\n".join(
+        f"- {name}: {info.description or ', '.join(info.examples[:2])}" for name, info in routes.items()
+    )
     completion = yield providers.llm.ask(
         ROUTE_PROMPT.format(routes=listing, query=query.replace("</question>", "")),
-        max_tokens=max_tokens, logprobs=True, top_logprobs=10,
-    )  # fmt: skip
+        max_tokens=max_tokens,
+        logprobs=True,
+        top_logprobs=10,
+    )
     text = completion.text.strip()
     names = sorted(routes, key=len, reverse=True)
     found = next((n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.IGNORECASE)), None)
@@ -212,8 +223,7 @@ def name_probability(tokens: Sequence[TokenLogprob], name: str) -> float:
             break  # the path left the name earlier
         options = dict(tok.top) if tok.top else {}
         options.setdefault(tok.token, tok.logprob)
-        prob *= sum(math.exp(lp) for alt, lp in options.items() if _on_the_way((prefix + alt).lstrip().lower(),
-                                                                                target))  # fmt: skip
+        prob *= sum(math.exp(lp) for alt, lp in options.items() if _on_the_way((prefix + alt).lstrip().lower(), target))
         prefix += tok.token
     return prob
 
@@ -236,8 +246,9 @@ def llm_router(params: LLMRouterParams, providers: Providers) -> Operator:
     back and says so in the trace."""
 
     def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
-        scores, text = yield from _llm_scores_asked(providers, str(state.get("query", "")), params.routes,
-                                                    params.max_tokens)  # fmt: skip
+        scores, text = yield from _llm_scores_asked(
+            providers, str(state.get("query", "")), params.routes, params.max_tokens
+        )
         return choose_route(scores, params, why=f"model said {text[:60]!r}" if not scores else "")
 
     return waiting(run)
@@ -248,8 +259,13 @@ class HybridRouterParams(LLMRouterParams):
     semantic: Literal["embedding", "llm"] = Field("embedding", description="the semantic half")
 
 
-@operator("orchestration", "routing", "hybrid", port=Port.ROUTE,
-          cost=lambda params, ctx: llm(1 if params.semantic == "llm" else 0))
+@operator(
+    "orchestration",
+    "routing",
+    "hybrid",
+    port=Port.ROUTE,
+    cost=lambda params, ctx: llm(1 if params.semantic == "llm" else 0),
+)
 def hybrid_router(params: HybridRouterParams, providers: Providers) -> Operator:
     """Hybrid routing: alpha * keyword score + (1 - alpha) * semantic score (embedding or LLM), argmax (Eq. 22)."""
     vectors = _RouteVectors(providers, params.routes)
@@ -279,10 +295,31 @@ FEATURE_BLOCKS = ("question", "wording", "evidence")
 (the lexical features, no embedding; implied by ``question``) and the evidence
 (:func:`modular_rag.evidence.evidence_features` of the shared first retrieval)."""
 
-_QUESTION_WORDS = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "was", "were",
-                   "do", "does", "did", "can", "in", "the")  # fmt: skip
-_COMPARISON = re.compile(r"\b(both|either|neither|or|same|than|compared|difference|older|younger|first|earlier|"
-                         r"later)\b")
+_QUESTION_WORDS = (
+    "what",
+    "which",
+    "who",
+    "whom",
+    "whose",
+    "when",
+    "where",
+    "why",
+    "how",
+    "is",
+    "are",
+    "was",
+    "were",
+    "do",
+    "does",
+    "did",
+    "can",
+    "in",
+    "the",
+)
+_COMPARISON = re.compile(
+    r"\b(both|either|neither|or|same|than|compared|difference|older|younger|first|earlier|"
+    r"later)\b"
+)
 
 
 def lexical_features(query: str) -> list[float]:
@@ -388,8 +425,12 @@ class RouterModel:
         """The route chosen for each query (``encoder`` embeds their normalised forms, as the flow's embeddings
         provider does; ``hits``: each query's first-retrieval candidates, for a model that reads evidence)."""
         found = hits if hits is not None else [None] * len(queries)
-        rows = np.vstack([self.features(encoder.encode_query(normalize_question(q)) if "question" in self.blocks
-                                        else None, q, h) for q, h in zip(queries, found, strict=True)])  # fmt: skip
+        rows = np.vstack(
+            [
+                self.features(encoder.encode_query(normalize_question(q)) if "question" in self.blocks else None, q, h)
+                for q, h in zip(queries, found, strict=True)
+            ]
+        )
         return [self.routes[i] for i in self.decide(self.probabilities(rows)).tolist()]
 
     def save(self, path: str | Path) -> Path:
@@ -398,14 +439,26 @@ class RouterModel:
         if file.suffix != ".json":
             file.mkdir(parents=True, exist_ok=True)
             file = file / "router.json"
-        data = {"format": ROUTER_FORMAT, "version": ROUTER_VERSION, "routes": self.routes, "classes": self.classes,
-                "weights": self.weights.tolist(), "bias": self.bias.tolist(), "quality": self.quality.tolist(),
-                "lexical": LEXICAL_NAMES, "lexical_mean": self.lexical_mean.tolist(),
-                "lexical_scale": self.lexical_scale.tolist(), "costs": self.costs, "cost_weight": self.cost_weight,
-                "embeddings": self.embeddings, "trained": self.trained, "features": list(self.blocks),
-                "evidence": evidence_names() if self.reads_evidence else [],
-                "evidence_mean": self.evidence_mean.tolist(),
-                "evidence_scale": self.evidence_scale.tolist()}  # fmt: skip
+        data = {
+            "format": ROUTER_FORMAT,
+            "version": ROUTER_VERSION,
+            "routes": self.routes,
+            "classes": self.classes,
+            "weights": self.weights.tolist(),
+            "bias": self.bias.tolist(),
+            "quality": self.quality.tolist(),
+            "lexical": LEXICAL_NAMES,
+            "lexical_mean": self.lexical_mean.tolist(),
+            "lexical_scale": self.lexical_scale.tolist(),
+            "costs": self.costs,
+            "cost_weight": self.cost_weight,
+            "embeddings": self.embeddings,
+            "trained": self.trained,
+            "features": list(self.blocks),
+            "evidence": evidence_names() if self.reads_evidence else [],
+            "evidence_mean": self.evidence_mean.tolist(),
+            "evidence_scale": self.evidence_scale.tolist(),
+        }
         file.write_text(json.dumps(data, indent=1), encoding="utf-8")
         return file
 
@@ -424,21 +477,39 @@ class RouterModel:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ConfigError("operators.route.params.model", f"cannot read a router model at {file}: {exc}; "
-                              "write one with modular-rag train-router") from None  # fmt: skip
+            raise ConfigError(
+                "operators.route.params.model",
+                f"cannot read a router model at {file}: {exc}; write one with modular-rag train-router",
+            ) from None
         if data.get("format") != ROUTER_FORMAT or data.get("version") not in READS_VERSIONS:
-            raise ConfigError("operators.route.params.model", f"{file} is not a {ROUTER_FORMAT} model of version "
-                              f"{' or '.join(map(str, READS_VERSIONS))} (format {data.get('format')!r}, version "
-                              f"{data.get('version')!r}); train it again with modular-rag train-router")  # fmt: skip
+            raise ConfigError(
+                "operators.route.params.model",
+                f"{file} is not a {ROUTER_FORMAT} model of version "
+                f"{' or '.join(map(str, READS_VERSIONS))} (format {data.get('format')!r}, version "
+                f"{data.get('version')!r}); train it again with modular-rag train-router",
+            )
         blocks = tuple(data.get("features", ["question"]))
         if data.get("lexical") != LEXICAL_NAMES or ("evidence" in blocks and data.get("evidence") != evidence_names()):
-            raise ConfigError("operators.route.params.model", f"{file} was trained on other lexical or evidence "
-                              "features; train it again with this version")  # fmt: skip
-        return cls(list(data["routes"]), list(data["classes"]), np.asarray(data["weights"]),
-                   np.asarray(data["bias"]), np.asarray(data["quality"]), np.asarray(data["lexical_mean"]),
-                   np.asarray(data["lexical_scale"]), dict(data["costs"]), float(data["cost_weight"]),
-                   str(data.get("embeddings", "")), dict(data.get("trained", {})), blocks,
-                   np.asarray(data.get("evidence_mean", [])), np.asarray(data.get("evidence_scale", [])))  # fmt: skip
+            raise ConfigError(
+                "operators.route.params.model",
+                f"{file} was trained on other lexical or evidence features; train it again with this version",
+            )
+        return cls(
+            list(data["routes"]),
+            list(data["classes"]),
+            np.asarray(data["weights"]),
+            np.asarray(data["bias"]),
+            np.asarray(data["quality"]),
+            np.asarray(data["lexical_mean"]),
+            np.asarray(data["lexical_scale"]),
+            dict(data["costs"]),
+            float(data["cost_weight"]),
+            str(data.get("embeddings", "")),
+            dict(data.get("trained", {})),
+            blocks,
+            np.asarray(data.get("evidence_mean", [])),
+            np.asarray(data.get("evidence_scale", [])),
+        )
 
 
 def evidence_names() -> list[str]:
@@ -449,8 +520,11 @@ def evidence_names() -> list[str]:
 
 
 class LearnedRouterParams(RouterParams):
-    model: str = Field(..., min_length=1, description="the router model (router.json, or its folder) that "
-                                                      "modular-rag train-router wrote")  # fmt: skip
+    model: str = Field(
+        ...,
+        min_length=1,
+        description="the router model (router.json, or its folder) that modular-rag train-router wrote",
+    )
 
 
 @operator("orchestration", "routing", "learned", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
@@ -466,8 +540,10 @@ def learned_router(params: LearnedRouterParams, providers: Providers) -> Operato
     model = RouterModel.load(params.model)
     unknown = [r for r in model.routes if params.routes and r not in params.routes]
     if unknown:
-        raise ConfigError("operators.route.params.model", f"the model routes to {unknown}, which are not routes of "
-                          f"this flow ({', '.join(params.routes)})")  # fmt: skip
+        raise ConfigError(
+            "operators.route.params.model",
+            f"the model routes to {unknown}, which are not routes of this flow ({', '.join(params.routes)})",
+        )
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
@@ -481,8 +557,10 @@ def learned_router(params: LearnedRouterParams, providers: Providers) -> Operato
             )
         p = model.probabilities(model.features(vector, query, state.get("candidates"))[None, :])
         chosen = model.routes[int(model.decide(p)[0])]
-        note("learned: expected quality " + ", ".join(f"{r} {v:.2f}" for r, v in zip(model.routes, p[0].tolist(),
-                                                                                        strict=True)))  # fmt: skip
+        note(
+            "learned: expected quality "
+            + ", ".join(f"{r} {v:.2f}" for r, v in zip(model.routes, p[0].tolist(), strict=True))
+        )
         return choose_route({chosen: max(float(p[0][model.routes.index(chosen)]), 1e-9)}, params)
 
     return run

@@ -34,6 +34,6 @@ __all__ = ["PATTERNS", "PLUGIN_MODULES", "PROVIDES", *(f"build_{name}" for name 
 
 def __getattr__(name: str) -> Any:
     """``build_<pattern>`` imports the pattern's file on first use."""
-    if name.startswith("build_") and name[len("build_"):] in PATTERNS:
-        return getattr(importlib.import_module(f"{__name__}.{name[len('build_'):]}"), name)
+    if name.startswith("build_") and name[len("build_") :] in PATTERNS:
+        return getattr(importlib.import_module(f"{__name__}.{name[len('build_') :]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,11 +44,19 @@ SLOTS = {
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget"),
     DRAFT: SlotSpec(Port.GENERATE, default="draft_sentence", doc="flare: the tentative next sentence"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="self_rag: the answer"),
-    JUDGE: SlotSpec(Port.JUDGE, default=None, chain=True,
-                    doc="flare default: token_confidence; self_rag default: llm_judge (supported)"),
-    FINISH: SlotSpec(Port.FUSE, default="sentences", optional=False, doc="flare: the answer from the accepted "
-                                                                         "sentences and the packs they cite"),
-}  # fmt: skip
+    JUDGE: SlotSpec(
+        Port.JUDGE,
+        default=None,
+        chain=True,
+        doc="flare default: token_confidence; self_rag default: llm_judge (supported)",
+    ),
+    FINISH: SlotSpec(
+        Port.FUSE,
+        default="sentences",
+        optional=False,
+        doc="flare: the answer from the accepted sentences and the packs they cite",
+    ),
+}
 
 _DEFAULTS: dict[str, dict[str, str | OperatorSpec]] = {
     "flare": {JUDGE: "token_confidence", RERANK: "none"},
@@ -69,8 +77,9 @@ class AdaptiveParams(BaseModel):
 
     mode: Literal["flare", "self_rag"] = Field("flare", description="FLARE or Self-RAG-style control")
     max_steps: int = Field(4, ge=1, le=20, description="flare: sentences; self_rag: retrieval rounds")
-    mask_below: float = Field(0.4, gt=0.0, lt=1.0, description="flare: tokens below this probability are masked "
-                                                               "out of the retrieval query")  # fmt: skip
+    mask_below: float = Field(
+        0.4, gt=0.0, lt=1.0, description="flare: tokens below this probability are masked out of the retrieval query"
+    )
     initial_retrieval: bool = Field(True, description="flare: retrieve with the question before the first sentence")
 
 
@@ -89,23 +98,47 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
     def seen(update: Mapping[str, Any], branch: int, query: str) -> list[Branch]:
         """What a fetch showed the drafts: its evidence pack, as written, kept as the branch's candidates."""
         pack = evidence_of(update)
-        return [Branch(branch=branch, query=query, weight=1.0, candidates=[
-            Hit(chunk_id=e["chunk_id"], text=e["text"], score=e["score"], channel="evidence", metadata=e["metadata"])
-            for e in pack])]  # fmt: skip
+        return [
+            Branch(
+                branch=branch,
+                query=query,
+                weight=1.0,
+                candidates=[
+                    Hit(
+                        chunk_id=e["chunk_id"],
+                        text=e["text"],
+                        score=e["score"],
+                        channel="evidence",
+                        metadata=e["metadata"],
+                    )
+                    for e in pack
+                ],
+            )
+        ]
 
     def start(state: Mapping[str, Any]) -> WaitingBody:
         update = (yield fetch.ask(state)) if params.initial_retrieval else {}
-        return {**update, "step": 0, "answer": Answer(text="", citations=[], refused=False),
-                "branches": seen(update, 0, state["query"])}  # fmt: skip
+        return {
+            **update,
+            "step": 0,
+            "answer": Answer(text="", citations=[], refused=False),
+            "branches": seen(update, 0, state["query"]),
+        }
 
     def requery(state: Mapping[str, Any]) -> WaitingBody:
         d = state.get("draft") or {}
-        query = masked_query(state["query"], list(d.get("tokens") or []), list(d.get("logprobs") or []),
-                             params.mask_below)  # fmt: skip
+        query = masked_query(
+            state["query"], list(d.get("tokens") or []), list(d.get("logprobs") or []), params.mask_below
+        )
         update = yield fetch.ask({**state, "queries": [query]})
         again = yield draft.ask({**state, **{k: v for k, v in update.items() if k not in ("trace", "ledger")}})
-        return {**update, **trace_and_ledger(update, again), "draft": again["draft"], "queries": [query],
-                "branches": seen(update, step_of(state) + 1, query)}  # fmt: skip
+        return {
+            **update,
+            **trace_and_ledger(update, again),
+            "draft": again["draft"],
+            "queries": [query],
+            "branches": seen(update, step_of(state) + 1, query),
+        }
 
     def accept(state: Mapping[str, Any]) -> dict[str, Any]:
         d = state.get("draft") or {}
@@ -114,9 +147,18 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
         step = step_of(state) + 1
         # the sentence's [n] refer to the pack it was drafted from: keep that pack with it
         pack = [e["chunk_id"] for e in sorted(evidence_of(state), key=lambda e: e["ref"])]
-        return {"answer": Answer(text=text, citations=[], refused=False), "step": step,
-                "rounds": [Round(step=step, query=(state.get("queries") or [state["query"]])[0],
-                                 answer=d.get("text", ""), chunk_ids=pack)]}  # fmt: skip
+        return {
+            "answer": Answer(text=text, citations=[], refused=False),
+            "step": step,
+            "rounds": [
+                Round(
+                    step=step,
+                    query=(state.get("queries") or [state["query"]])[0],
+                    answer=d.get("text", ""),
+                    chunk_ids=pack,
+                )
+            ],
+        }
 
     def judged(state: RAGState) -> Literal["retrieve", "accept"]:
         return "accept" if should_stop(state) else "retrieve"
@@ -147,9 +189,17 @@ def _self_rag(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
 
     def advance(state: Mapping[str, Any]) -> dict[str, Any]:
         step = step_of(state) + 1
-        return {"step": step, "rounds": [Round(step=step, query=(state.get("queries") or [state["query"]])[-1],
-                                               answer=(state.get("answer") or {}).get("text", ""),
-                                               chunk_ids=[h["chunk_id"] for h in state.get("candidates") or []])]}
+        return {
+            "step": step,
+            "rounds": [
+                Round(
+                    step=step,
+                    query=(state.get("queries") or [state["query"]])[-1],
+                    answer=(state.get("answer") or {}).get("text", ""),
+                    chunk_ids=[h["chunk_id"] for h in state.get("candidates") or []],
+                )
+            ],
+        }
 
     gate = flow.add_slot(GATE, default=defaults[GATE])
     body = flow.chain([RETRIEVE, RERANK, CONTEXT], start=None, end=None, defaults=defaults)

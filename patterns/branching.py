@@ -38,8 +38,19 @@ from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
 from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import Branch, Evidence, RAGState, queries_of
 
-__all__ = ["build_branching", "BranchingParams", "SLOTS", "EXPAND", "RETRIEVE", "HOP", "BRANCH", "FUSE", "RERANK",
-           "CONTEXT", "GENERATE"]  # fmt: skip
+__all__ = [
+    "build_branching",
+    "BranchingParams",
+    "SLOTS",
+    "EXPAND",
+    "RETRIEVE",
+    "HOP",
+    "BRANCH",
+    "FUSE",
+    "RERANK",
+    "CONTEXT",
+    "GENERATE",
+]
 
 EXPAND, RETRIEVE, HOP, BRANCH, FUSE = "expand", "retrieve", "hop", "branch", "fuse"
 RERANK, CONTEXT, GENERATE = "rerank", "context", "generate"
@@ -63,11 +74,13 @@ class BranchingParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["queries", "documents", "passages"] = Field(
-        "queries", description="queries: pre-retrieval branching (multi-query); documents: post-retrieval (REPLUG); "
-                               "passages: one multi-hop branch per first-hop passage"
-    )  # fmt: skip
-    branches: int = Field(4, ge=1, le=16, description="queries fanned out, top documents generated from, or "
-                                                      "first-hop passages followed")  # fmt: skip
+        "queries",
+        description="queries: pre-retrieval branching (multi-query); documents: post-retrieval (REPLUG); "
+        "passages: one multi-hop branch per first-hop passage",
+    )
+    branches: int = Field(
+        4, ge=1, le=16, description="queries fanned out, top documents generated from, or first-hop passages followed"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -88,8 +101,11 @@ def _check_fuse(flow: FlowBuilder, mode: str) -> None:
         info = get_operator(Port.FUSE, spec.name)
         if _FUSE_MAKES[mode] not in info.tags:
             fits = [m for m, tag in _FUSE_MAKES.items() if tag in info.tags]
-            raise ConfigError(f"operators.{FUSE}.name", f"{spec.name!r} fuses {'/'.join(sorted(info.tags))}; mode "
-                              f"{mode!r} needs a {_FUSE_MAKES[mode]} fusion (it fits mode {', '.join(fits)})")
+            raise ConfigError(
+                f"operators.{FUSE}.name",
+                f"{spec.name!r} fuses {'/'.join(sorted(info.tags))}; mode "
+                f"{mode!r} needs a {_FUSE_MAKES[mode]} fusion (it fits mode {', '.join(fits)})",
+            )
 
 
 def _answers_itself(flow: ResolvedFlow[BranchingParams], prefill: bool) -> bool:
@@ -107,8 +123,12 @@ def cost(flow: ResolvedFlow[BranchingParams]) -> Cost:
     if params.mode == "passages":
         head = total(flow, [RETRIEVE, RERANK], ctx)
         n = Span(min(params.branches, ctx.candidates.lo), min(params.branches, ctx.candidates.hi))
-        one = CostContext(prefill=ctx.prefill, search=total(flow, [RETRIEVE], CostContext(prefill=ctx.prefill)),
-                          hop="follow", candidates=Span(1, 1))  # fmt: skip
+        one = CostContext(
+            prefill=ctx.prefill,
+            search=total(flow, [RETRIEVE], CostContext(prefill=ctx.prefill)),
+            hop="follow",
+            candidates=Span(1, 1),
+        )
         per_branch = total(flow, [HOP], one)
         fuse = slot_cost(flow, FUSE, ctx, default=fuse_default)
         return head + per_branch * n + fuse + total(flow, [CONTEXT, GENERATE], ctx)
@@ -133,8 +153,11 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
     params = flow.params
     hop = flow.hop(HOP, flow.runner([RETRIEVE], label=BRANCH + "[{branch}]"), node=BRANCH)
     if hop.follow is None:
-        raise ConfigError(f"operators.{HOP}.name", f"{hop.name!r} does not start from passages; mode 'passages' "
-                          "needs a hop that follows a passage (its Hop has follow), such as links or evidence")
+        raise ConfigError(
+            f"operators.{HOP}.name",
+            f"{hop.name!r} does not start from passages; mode 'passages' "
+            "needs a hop that follows a passage (its Hop has follow), such as links or evidence",
+        )
     follow_one = hop.follow
 
     def follow(state: Mapping[str, Any]) -> WaitingBody:
@@ -146,8 +169,10 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
         hits = list(state.get("candidates") or [])[: params.branches]
         if not hits:
             return "fuse"
-        return [Send(BRANCH, {"query": state["query"], "branch": i, "candidates": [h], "filter": state.get("filter")})
-                for i, h in enumerate(hits)]  # fmt: skip
+        return [
+            Send(BRANCH, {"query": state["query"], "branch": i, "candidates": [h], "filter": state.get("filter")})
+            for i, h in enumerate(hits)
+        ]
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
     flow.add_step(BRANCH, waiting(follow), operator=f"hop:{hop.name}")  # a search it waits on is awaited
@@ -194,8 +219,9 @@ def build_branching(
 
         def fan_out(state: RAGState) -> list[Send]:
             queries = queries_of(state)[: params.branches]
-            return [Send(BRANCH, {"query": q, "branch": i, "filter": state.get("filter")})
-                    for i, q in enumerate(queries)]  # fmt: skip
+            return [
+                Send(BRANCH, {"query": q, "branch": i, "filter": state.get("filter")}) for i, q in enumerate(queries)
+            ]
 
         head = flow.chain([EXPAND], end=None)
         flow.add_node(BRANCH, waiting(branch))  # async runs await each branch's search on the loop
@@ -209,8 +235,11 @@ def build_branching(
         return _passages(flow)
 
     # the token-level ensemble is the answer: its branches only carry their document, nothing is generated there
-    per_document = None if _answers_itself(flow.resolved, llm_continues(flow.env.config.llm)) else flow.runner(
-        [GENERATE], label=BRANCH + "[{branch}]")
+    per_document = (
+        None
+        if _answers_itself(flow.resolved, llm_continues(flow.env.config.llm))
+        else flow.runner([GENERATE], label=BRANCH + "[{branch}]")
+    )
 
     def generate_one(state: Mapping[str, Any]) -> WaitingBody:
         hit = state["candidates"][0]
@@ -227,11 +256,21 @@ def build_branching(
             return "fuse"  # nothing retrieved: the fusion refuses
         # each document keeps the number the fused answer gives it, so a branch's citation points at its document
         return [
-            Send(BRANCH, {"query": state["query"], "branch": i, "candidates": [h], "evidence": [
-                Evidence(ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"],
-                         metadata=h["metadata"])]})
+            Send(
+                BRANCH,
+                {
+                    "query": state["query"],
+                    "branch": i,
+                    "candidates": [h],
+                    "evidence": [
+                        Evidence(
+                            ref=i + 1, chunk_id=h["chunk_id"], text=h["text"], score=h["score"], metadata=h["metadata"]
+                        )
+                    ],
+                },
+            )
             for i, h in enumerate(hits)
-        ]  # fmt: skip
+        ]
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
     flow.add_node(BRANCH, waiting(generate_one))  # async runs await each document's generation on the loop

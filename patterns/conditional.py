@@ -31,11 +31,14 @@ __all__ = ["build_conditional", "ConditionalParams", "Route", "ROUTE", "RETRIEVE
 ROUTE, RETRIEVE = "route", "retrieve"
 
 SLOTS = {
-    RETRIEVE: SlotSpec(Port.RETRIEVE, doc="a retrieval shared by every route, run before the router (none: each "
-                                          "route retrieves itself)"),
-    ROUTE: SlotSpec(Port.ROUTE, default="keyword", optional=False, doc="router: keyword, llm, embedding, hybrid, "
-                                                                       "learned"),
-}  # fmt: skip
+    RETRIEVE: SlotSpec(
+        Port.RETRIEVE,
+        doc="a retrieval shared by every route, run before the router (none: each route retrieves itself)",
+    ),
+    ROUTE: SlotSpec(
+        Port.ROUTE, default="keyword", optional=False, doc="router: keyword, llm, embedding, hybrid, learned"
+    ),
+}
 
 
 class Route(BaseModel):
@@ -111,9 +114,12 @@ def _refuse_given(routes: dict[str, ResolvedFlow[Any]]) -> None:
     """Without a shared retrieval, a route whose retrieve is ``given`` would find no candidates: say so at build."""
     for name, sub in routes.items():
         if "retrieve" in sub.pattern.slots and any(step.name == "given" for step in sub.slot("retrieve")):
-            raise ConfigError(f"params.routes.{name}.flow.operators.retrieve", "retrieve: given takes the candidates "
-                              "of a retrieval shared before the router, and this flow has none: set operators.retrieve "
-                              "of the conditional flow (e.g. hybrid), or give the route its own retriever")  # fmt: skip
+            raise ConfigError(
+                f"params.routes.{name}.flow.operators.retrieve",
+                "retrieve: given takes the candidates "
+                "of a retrieval shared before the router, and this flow has none: set operators.retrieve "
+                "of the conditional flow (e.g. hybrid), or give the route its own retriever",
+            )
 
 
 @register_pattern("conditional", slots=SLOTS, params=ConditionalParams, check=_check, cost=cost)
@@ -142,11 +148,17 @@ def build_conditional(
     """
     flow = FlowBuilder[ConditionalParams](config, "conditional", **options)
     params = flow.params
-    flow.add_slot(ROUTE, inject={
-        "routes": {n: r.model_dump(include={"description", "keywords", "examples"}) for n, r in params.routes.items()},
-        "fallback": params.fallback,
-        "threshold": params.threshold,
-    }, fallback={"route": params.fallback, "route_confidence": 0.0})  # fmt: skip
+    flow.add_slot(
+        ROUTE,
+        inject={
+            "routes": {
+                n: r.model_dump(include={"description", "keywords", "examples"}) for n, r in params.routes.items()
+            },
+            "fallback": params.fallback,
+            "threshold": params.threshold,
+        },
+        fallback={"route": params.fallback, "route_confidence": 0.0},
+    )
     shared = flow.add_slot(RETRIEVE)
     if shared:
         flow.edge(START, RETRIEVE)

@@ -28,20 +28,32 @@ from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import RAGState, Round, should_stop, step_of
 
-__all__ = ["build_iterative", "IterativeParams", "SLOTS", "RETRIEVE", "HOP", "RERANK", "CONTEXT", "GENERATE",
-           "ADVANCE", "JUDGE"]  # fmt: skip
+__all__ = [
+    "build_iterative",
+    "IterativeParams",
+    "SLOTS",
+    "RETRIEVE",
+    "HOP",
+    "RERANK",
+    "CONTEXT",
+    "GENERATE",
+    "ADVANCE",
+    "JUDGE",
+]
 
 RETRIEVE, HOP, RERANK, CONTEXT, GENERATE = "retrieve", "hop", "rerank", "context", "generate"
 ADVANCE, JUDGE = "advance", "judge"
 
 SLOTS = {
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="round 1; the search the hop uses"),
-    HOP: SlotSpec(Port.HOP, default="answer", optional=False, doc="how round t+1 searches (runs in the retrieve "
-                                                                  "node)"),  # fmt: skip
+    HOP: SlotSpec(Port.HOP, default="answer", optional=False, doc="how round t+1 searches (runs in the retrieve node)"),
     RERANK: SlotSpec(Port.REFINE, chain=True),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget"),
-    GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="none: retrieval only (a hop that thinks: answers "
-                                                                  "once, after the loop)"),  # fmt: skip
+    GENERATE: SlotSpec(
+        Port.GENERATE,
+        default="cited_answer",
+        doc="none: retrieval only (a hop that thinks: answers once, after the loop)",
+    ),
     JUDGE: SlotSpec(Port.JUDGE, default="no_progress", chain=True, doc="ends the loop early; rounds is the bound"),
 }
 
@@ -93,8 +105,12 @@ def cost(flow: ResolvedFlow[IterativeParams]) -> Cost:
     second, later = _round_cost(flow, "first", search), _round_cost(flow, "later", search)
     n = flow.params.rounds
     lo = 1 if active(flow, JUDGE) or thinking else n
-    out = (search + body + (second + body) * Span(min(lo - 1, 1), min(n - 1, 1))
-           + (later + body) * Span(max(lo - 2, 0), max(n - 2, 0)))  # fmt: skip
+    out = (
+        search
+        + body
+        + (second + body) * Span(min(lo - 1, 1), min(n - 1, 1))
+        + (later + body) * Span(max(lo - 2, 0), max(n - 2, 0))
+    )
     if thinking:  # a thought after every round but the last at the bound; one answer from what was collected
         out = out + llm((min(1, n - 1), n - 1)) + total(flow, [GENERATE], context_for(flow))
     return out
@@ -156,8 +172,10 @@ def build_iterative(
 
     flow.add_node(RETRIEVE, retrieve)
     flow.edge(START, RETRIEVE)
-    body = [RETRIEVE, *flow.chain([RERANK, CONTEXT] if thinking else [RERANK, CONTEXT, GENERATE], start=RETRIEVE,
-                                  end=None)]  # fmt: skip
+    body = [
+        RETRIEVE,
+        *flow.chain([RERANK, CONTEXT] if thinking else [RERANK, CONTEXT, GENERATE], start=RETRIEVE, end=None),
+    ]
     flow.add_step(ADVANCE, advance)
     flow.edge(body[-1], ADVANCE)
     tail = flow.optional(JUDGE, after=ADVANCE)

@@ -36,17 +36,26 @@ EXPAND, NODE, PRUNE, FUSE, HOP = "expand", "node", "prune", "fuse", "hop"
 CLARIFY, RETRIEVE, RERANK, CONTEXT, GENERATE = "clarify", "retrieve", "rerank", "context", "generate"
 
 SLOTS = {
-    CLARIFY: SlotSpec(Port.QUERY, default="decompose", default_params={"mode": "clarify"}, optional=False,
-                      doc="proposes a node's children (its queries)"),
+    CLARIFY: SlotSpec(
+        Port.QUERY,
+        default="decompose",
+        default_params={"mode": "clarify"},
+        optional=False,
+        doc="proposes a node's children (its queries)",
+    ),
     RETRIEVE: SlotSpec(Port.RETRIEVE, default="hybrid", optional=False, doc="per node (hop: the root's)"),
     HOP: SlotSpec(Port.HOP, default="links", optional=False, doc="expand: hop: what a node's passages lead to"),
     RERANK: SlotSpec(Port.REFINE, chain=True, doc="per node"),
     CONTEXT: SlotSpec(Port.CONTEXT, default="budget", doc="per node"),
     GENERATE: SlotSpec(Port.GENERATE, default="cited_answer", doc="per node (clarify); once, after fuse (hop)"),
     PRUNE: SlotSpec(Port.JUDGE, default="prune", chain=True, doc="drops nodes (verdicts with a target)"),
-    FUSE: SlotSpec(Port.FUSE, default="llm_fusion", optional=False, doc="composes the answer from the tree "
-                                                                        "(hop: pairs ranks its passages)"),
-}  # fmt: skip
+    FUSE: SlotSpec(
+        Port.FUSE,
+        default="llm_fusion",
+        optional=False,
+        doc="composes the answer from the tree (hop: pairs ranks its passages)",
+    ),
+}
 
 
 class RecursiveParams(BaseModel):
@@ -55,10 +64,11 @@ class RecursiveParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     expand: Literal["clarify", "hop"] = Field(
-        "clarify", description="clarify: children are interpretations written from the node's passages (Tree of "
-                               "Clarifications); hop: children are what the hop slot's operator leads to from the "
-                               "node's passages (links: the chunks they name, no LLM)"
-    )  # fmt: skip
+        "clarify",
+        description="clarify: children are interpretations written from the node's passages (Tree of "
+        "Clarifications); hop: children are what the hop slot's operator leads to from the "
+        "node's passages (links: the chunks they name, no LLM)",
+    )
     branching: int = Field(2, ge=1, le=6, description="B: children proposed per node (hop: passages followed)")
     max_depth: int = Field(2, ge=1, le=5, description="levels below the question")
     max_nodes: int = Field(7, ge=2, le=64, description="nodes in the whole tree, the question included")
@@ -67,8 +77,10 @@ class RecursiveParams(BaseModel):
     @classmethod
     def _hop_is_a_slot(cls, value: Any) -> Any:
         if value == "links":
-            raise ValueError("'links' is spelled 'hop' now: the children are what the hop slot's operator leads to "
-                             "from a node's passages, and its default is links; write params: {expand: hop}")
+            raise ValueError(
+                "'links' is spelled 'hop' now: the children are what the hop slot's operator leads to "
+                "from a node's passages, and its default is links; write params: {expand: hop}"
+            )
         return value
 
 
@@ -85,8 +97,16 @@ def cost(flow: ResolvedFlow[RecursiveParams]) -> Cost:
     if params.expand == "hop":  # the root retrieves; each expanded node follows its best passages once
         parents = min(params.max_nodes - 1, sum(params.branching**d for d in range(params.max_depth)))
         head = total(flow, [RETRIEVE, RERANK], CostContext(prefill=ctx.prefill))
-        follow = total(flow, [HOP], CostContext(prefill=ctx.prefill, hop="follow", candidates=Span(0, params.branching),
-                                                search=total(flow, [RETRIEVE], CostContext(prefill=ctx.prefill))))
+        follow = total(
+            flow,
+            [HOP],
+            CostContext(
+                prefill=ctx.prefill,
+                hop="follow",
+                candidates=Span(0, params.branching),
+                search=total(flow, [RETRIEVE], CostContext(prefill=ctx.prefill)),
+            ),
+        )
         fuse = slot_cost(flow, FUSE, ctx, default="pairs")
         return head + follow * Span(1, parents) + fuse + total(flow, [CONTEXT, GENERATE], ctx)
     reach = min(params.max_nodes, sum(params.branching**d for d in range(params.max_depth + 1)))
@@ -94,8 +114,9 @@ def cost(flow: ResolvedFlow[RecursiveParams]) -> Cost:
     per_node = total(flow, [RETRIEVE, RERANK, CONTEXT, GENERATE], CostContext(prefill=ctx.prefill))
     clarify = total(flow, [CLARIFY], CostContext(prefill=ctx.prefill))
     prune = total(flow, [PRUNE], CostContext(prefill=ctx.prefill))  # per node judged (the root is not)
-    return (per_node * Span(1, reach) + clarify * Span(0, parents) + prune * Span(0, reach - 1)
-            + slot_cost(flow, FUSE, ctx))  # fmt: skip
+    return (
+        per_node * Span(1, reach) + clarify * Span(0, parents) + prune * Span(0, reach - 1) + slot_cost(flow, FUSE, ctx)
+    )
 
 
 def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
@@ -107,8 +128,11 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
     root_search = flow.runner([RETRIEVE, RERANK], label=NODE + "[{branch}]")
     hop = flow.hop(HOP, flow.runner([RETRIEVE], label=EXPAND), node=EXPAND)
     if hop.follow is None:
-        raise ConfigError(f"operators.{HOP}.name", f"{hop.name!r} does not start from passages; expand 'hop' needs a "
-                          "hop that follows a passage (its Hop has follow), such as links or evidence")
+        raise ConfigError(
+            f"operators.{HOP}.name",
+            f"{hop.name!r} does not start from passages; expand 'hop' needs a "
+            "hop that follows a passage (its Hop has follow), such as links or evidence",
+        )
     follow = hop.follow
 
     def expand(state: Mapping[str, Any]) -> WaitingBody:
@@ -123,17 +147,25 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         for parent in _kept(state, depth):
             sources = list(parent.get("evidence") or [])[: params.branching]
             if room > 0:
-                runs.append((yield from follow({"query": state["query"], "candidates": sources,
-                                                "filter": state.get("filter")})))  # fmt: skip
+                runs.append(
+                    (yield from follow({"query": state["query"], "candidates": sources, "filter": state.get("filter")}))
+                )
             for branch in runs[-1]["branches"] if room > 0 else ():
                 source = branch["candidates"][0]["chunk_id"]
                 for hit in branch["candidates"][1:]:
                     if room <= 0 or hit["chunk_id"] in seen:
                         continue
                     seen.add(hit["chunk_id"])
-                    frontier.append({"node_id": f"n{len(tree) + len(frontier)}", "parent": parent["node_id"],
-                                     "depth": depth + 1, "question": str(hit["metadata"].get("title") or ""),
-                                     "hit": hit, "source": source})  # fmt: skip
+                    frontier.append(
+                        {
+                            "node_id": f"n{len(tree) + len(frontier)}",
+                            "parent": parent["node_id"],
+                            "depth": depth + 1,
+                            "question": str(hit["metadata"].get("title") or ""),
+                            "hit": hit,
+                            "source": source,
+                        }
+                    )
                     room -= 1
         return {"frontier": frontier, "step": depth + 1, **trace_and_ledger(*runs)}
 
@@ -141,20 +173,36 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         frontier = list(state.get("frontier") or [])
         if not frontier:
             return "fuse"
-        return [Send(NODE, {"query": state["query"], "branch": i, "frontier": [f], "filter": state.get("filter")})
-                for i, f in enumerate(frontier)]  # fmt: skip
+        return [
+            Send(NODE, {"query": state["query"], "branch": i, "frontier": [f], "filter": state.get("filter")})
+            for i, f in enumerate(frontier)
+        ]
 
     def node(state: Mapping[str, Any]) -> WaitingBody:
         spec = state["frontier"][0]
         if "hit" in spec:  # a child: the chunk its parent's passage names
-            item = TreeNode(node_id=spec["node_id"], parent=spec["parent"], depth=spec["depth"],
-                            question=spec["question"], answer="", chunk_ids=[spec["hit"]["chunk_id"]],
-                            evidence=[spec["hit"]], source=spec["source"])  # fmt: skip
+            item = TreeNode(
+                node_id=spec["node_id"],
+                parent=spec["parent"],
+                depth=spec["depth"],
+                question=spec["question"],
+                answer="",
+                chunk_ids=[spec["hit"]["chunk_id"]],
+                evidence=[spec["hit"]],
+                source=spec["source"],
+            )
             return {"tree": [item]}
         update = yield root_search.ask(state)
         hits = list(update.get("candidates") or [])
-        item = TreeNode(node_id=spec["node_id"], parent=None, depth=0, question=spec["question"], answer="",
-                        chunk_ids=[h["chunk_id"] for h in hits], evidence=hits[: params.branching])  # fmt: skip
+        item = TreeNode(
+            node_id=spec["node_id"],
+            parent=None,
+            depth=0,
+            question=spec["question"],
+            answer="",
+            chunk_ids=[h["chunk_id"] for h in hits],
+            evidence=hits[: params.branching],
+        )
         return {"tree": [item], **trace_and_ledger(update)}
 
     def grow(state: RAGState) -> Literal["expand", "fuse"]:
@@ -222,8 +270,14 @@ def build_recursive(
             for parent, update in zip(wave, updates, strict=True):
                 runs.append(update)
                 for question in update.get("queries", [])[: min(params.branching, room)]:
-                    frontier.append({"node_id": f"n{len(tree) + len(frontier)}", "parent": parent["node_id"],
-                                     "depth": depth + 1, "question": question})  # fmt: skip
+                    frontier.append(
+                        {
+                            "node_id": f"n{len(tree) + len(frontier)}",
+                            "parent": parent["node_id"],
+                            "depth": depth + 1,
+                            "question": question,
+                        }
+                    )
                     room -= 1
         return {"frontier": frontier, "step": depth + 1, **trace_and_ledger(*runs)}
 
@@ -231,20 +285,32 @@ def build_recursive(
         frontier = list(state.get("frontier") or [])
         if not frontier:
             return "fuse"
-        return [Send(NODE, {"query": f["question"], "branch": i, "frontier": [f], "filter": state.get("filter")})
-                for i, f in enumerate(frontier)]  # fmt: skip
+        return [
+            Send(NODE, {"query": f["question"], "branch": i, "frontier": [f], "filter": state.get("filter")})
+            for i, f in enumerate(frontier)
+        ]
 
     def node(state: Mapping[str, Any]) -> WaitingBody:
         spec = state["frontier"][0]
         update = yield answer_node.ask(state)
         answer = update.get("answer") or {}
         pack = sorted(evidence_of(update), key=lambda e: e["ref"])  # what the node's answer cites, by [n]
-        item = TreeNode(node_id=spec["node_id"], parent=spec["parent"], depth=spec["depth"], question=spec["question"],
-                        answer=answer.get("text", ""), chunk_ids=[h["chunk_id"] for h in update.get("candidates", [])],
-                        evidence=[Hit(chunk_id=e["chunk_id"], text=e["text"], score=e["score"], channel="evidence",
-                                      metadata=e["metadata"]) for e in pack],
-                        citations=list(answer.get("citations") or []),
-                        refused=bool(answer.get("refused")))  # fmt: skip
+        item = TreeNode(
+            node_id=spec["node_id"],
+            parent=spec["parent"],
+            depth=spec["depth"],
+            question=spec["question"],
+            answer=answer.get("text", ""),
+            chunk_ids=[h["chunk_id"] for h in update.get("candidates", [])],
+            evidence=[
+                Hit(
+                    chunk_id=e["chunk_id"], text=e["text"], score=e["score"], channel="evidence", metadata=e["metadata"]
+                )
+                for e in pack
+            ],
+            citations=list(answer.get("citations") or []),
+            refused=bool(answer.get("refused")),
+        )
         return {"tree": [item], **trace_and_ledger(update)}
 
     def grow(state: RAGState) -> Literal["expand", "fuse"]:

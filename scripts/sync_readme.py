@@ -8,6 +8,8 @@ import importlib
 import json
 import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from modular_rag.cli import catalogue_markdown
@@ -35,19 +37,12 @@ def operator_files() -> dict[str, tuple[str, ...]]:
 
 
 def provides_block(files: dict[str, tuple[str, ...]]) -> str:
-    """``PROVIDES`` as Python source, one file a line, a tuple wrapped at 120 columns."""
+    """``PROVIDES`` as Python source; ``main`` lets the formatter lay it out."""
     lines = ["PROVIDES: dict[str, tuple[str, ...]] = {"]
     for file, names in files.items():
-        head = f'    "{file}": ('
-        line = head
-        for i, name in enumerate(names):
-            item = f'"{name}"' + (", " if i < len(names) - 1 else ",)" if len(names) == 1 else "),")
-            if len(line) + len(item.rstrip()) > 120:
-                lines.append(line.rstrip())
-                line = " " * len(head)
-            line += item
-        lines.append(line)
-    return "\n".join([*lines, "}  # fmt: skip"])
+        items = ", ".join(f'"{name}"' for name in names) + ("," if len(names) == 1 else "")
+        lines.append(f'    "{file}": ({items}),')
+    return "\n".join([*lines, "}"])
 
 
 def main() -> None:
@@ -55,13 +50,18 @@ def main() -> None:
 
     source = OPERATORS_INIT.read_text(encoding="utf-8")
     pattern = r"(# provides:start[^\n]*\n).*?(\n# provides:end)"
-    OPERATORS_INIT.write_text(re.sub(pattern, lambda m: m.group(1) + provides_block(operator_files()) + m.group(2),
-                                     source, flags=re.S), encoding="utf-8")  # fmt: skip
+    OPERATORS_INIT.write_text(
+        re.sub(pattern, lambda m: m.group(1) + provides_block(operator_files()) + m.group(2), source, flags=re.S),
+        encoding="utf-8",
+    )
+    subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", str(OPERATORS_INIT)], check=True)
     importlib.reload(operators)  # the registry lists the files of the table just written
     text = README.read_text(encoding="utf-8")
     block = f"<!-- catalogue:start -->\n{catalogue_markdown()}\n<!-- catalogue:end -->"
-    README.write_text(re.sub(r"<!-- catalogue:start -->.*?<!-- catalogue:end -->", lambda _: block, text, flags=re.S),
-                      encoding="utf-8")  # fmt: skip
+    README.write_text(
+        re.sub(r"<!-- catalogue:start -->.*?<!-- catalogue:end -->", lambda _: block, text, flags=re.S),
+        encoding="utf-8",
+    )
     spec = json.loads(LANGGRAPH_JSON.read_text(encoding="utf-8"))
     spec["graphs"] = langgraph_graphs()
     LANGGRAPH_JSON.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")

@@ -24,8 +24,11 @@ def flow(demo_dir: Path, **operators: Any):
 
 
 def test_skip_when_skips_the_step_and_says_so(demo_dir: Path) -> None:
-    out = flow(demo_dir, retrieve="bm25",
-               rerank={"name": "embedding", "skip_when": {"key": "len:candidates", "op": "lt", "value": 50}}).invoke(Q)
+    out = flow(
+        demo_dir,
+        retrieve="bm25",
+        rerank={"name": "embedding", "skip_when": {"key": "len:candidates", "op": "lt", "value": 50}},
+    ).invoke(Q)
     step = next(e for e in out["trace"] if e["node"] == "rerank")
     assert step["status"] == "skipped"
     assert all(h["channel"] == "bm25" for h in out["candidates"])
@@ -62,12 +65,17 @@ def test_timeout_and_on_error_skip(demo_dir: Path) -> None:
 
 
 def test_chained_operators_each_get_a_trace_and_ledger_entry(demo_dir: Path) -> None:
-    out = flow(demo_dir, retrieve={"name": "hybrid", "params": {"k": 6}},
-               rerank=[{"name": "embedding", "params": {"top_k": 4}}, {"name": "tests.helpers.custom_ops:keep_two"}]
-               ).invoke({"query": "Which display code means a motor controller communication fault?"})  # fmt: skip
+    out = flow(
+        demo_dir,
+        retrieve={"name": "hybrid", "params": {"k": 6}},
+        rerank=[{"name": "embedding", "params": {"top_k": 4}}, {"name": "tests.helpers.custom_ops:keep_two"}],
+    ).invoke({"query": "Which display code means a motor controller communication fault?"})
     steps = [(e["node"], e["operator"]) for e in out["trace"]]
-    assert steps[:3] == [("retrieve", "hybrid"), ("rerank", "embedding"),
-                         ("rerank", "tests.helpers.custom_ops:keep_two")]  # fmt: skip
+    assert steps[:3] == [
+        ("retrieve", "hybrid"),
+        ("rerank", "embedding"),
+        ("rerank", "tests.helpers.custom_ops:keep_two"),
+    ]
     assert len(out["candidates"]) == 2 and out["candidates"][0]["channel"] == "embedding"
     assert len(out["ledger"]) == len(out["trace"])
     assert out["ledger"][0]["retrievals"] == 2 and out["ledger"][0]["embed_calls"] == 1  # a query not seen before
@@ -104,12 +112,24 @@ def test_a_timed_out_step_cancels_its_model_call_and_records_it(demo_dir: Path) 
     from tests.helpers.stub_llm import StubLLM
 
     with StubLLM(latency_s=4.0) as stub:
-        config = demo_flow(demo_dir, operators={
-            "retrieve": "bm25", "generate": "none",
-            "rewrite": {"name": "rewrite", "timeout_s": 0.5, "on_error": "skip"}},
-            providers={"llm": {"name": "openai", "model": "stub", "base_url": stub.url, "api_key_env": "NO_KEY",
-                               "max_retries": 2},
-                       "vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}})  # fmt: skip
+        config = demo_flow(
+            demo_dir,
+            operators={
+                "retrieve": "bm25",
+                "generate": "none",
+                "rewrite": {"name": "rewrite", "timeout_s": 0.5, "on_error": "skip"},
+            },
+            providers={
+                "llm": {
+                    "name": "openai",
+                    "model": "stub",
+                    "base_url": stub.url,
+                    "api_key_env": "NO_KEY",
+                    "max_retries": 2,
+                },
+                "vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"},
+            },
+        )
         from modular_rag.config import load_config
         from modular_rag.providers import Providers
 
@@ -154,12 +174,15 @@ def keep_going(state: Mapping[str, Any]) -> dict[str, Any]:
     return {"verdicts": [{"judge": "always", "decision": "continue", "reason": "test", "step": state.get("step", 0)}]}
 
 
-@pytest.mark.parametrize("pattern, params, operators", [
-    ("iterative", {"rounds": 3}, {"judge": "none"}),
-    ("iterative", {"rounds": 3}, {"judge": keep_going}),
-    ("adaptive", {"mode": "self_rag", "max_steps": 3}, {"judge": keep_going, "gate": "none"}),
-    ("recursive", {"max_depth": 2, "max_nodes": 7}, {}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "pattern, params, operators",
+    [
+        ("iterative", {"rounds": 3}, {"judge": "none"}),
+        ("iterative", {"rounds": 3}, {"judge": keep_going}),
+        ("adaptive", {"mode": "self_rag", "max_steps": 3}, {"judge": keep_going, "gate": "none"}),
+        ("recursive", {"max_depth": 2, "max_nodes": 7}, {}),
+    ],
+)
 def test_a_run_at_its_loop_bound_fits_the_derived_recursion_limit(
     pattern: str, params: dict[str, Any], operators: dict[str, Any], demo_dir: Path
 ) -> None:

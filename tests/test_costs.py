@@ -16,8 +16,11 @@ from tests.conftest import fake_llm
 
 def config_for(run: str, demo_dir: Path | None = None, **params: object):
     data = pattern_config(run)
-    data["providers"]["vectorstore"] = ({"name": "chroma", "path": str(demo_dir), "collection": "demo"} if demo_dir
-                                        else {"name": "chroma", "in_memory": True})  # fmt: skip
+    data["providers"]["vectorstore"] = (
+        {"name": "chroma", "path": str(demo_dir), "collection": "demo"}
+        if demo_dir
+        else {"name": "chroma", "in_memory": True}
+    )
     data["params"] = {**data.get("params", {}), **params}
     return load_config(data)
 
@@ -47,16 +50,20 @@ def test_estimates_follow_the_config() -> None:
     assert tree.llm_calls == Span(0, 10 + 4 + 9 + 1)  # 10 nodes, 4 possible parents, 9 nodes verified, one fusion
 
 
-QUESTIONS = ["What does error code E07 mean?", "Which frame material does the 2022 award winner use?",
-             "How should I look after my chain in winter?"]  # fmt: skip
+QUESTIONS = [
+    "What does error code E07 mean?",
+    "Which frame material does the 2022 award winner use?",
+    "How should I look after my chain in winter?",
+]
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("run", list(PATTERN_RUNS))
 def test_the_ledger_of_runs_falls_within_the_estimate(run: str, demo_dir: Path) -> None:
     config = config_for(run, demo_dir)
-    config.providers.llm = fake_llm("yes", "E07 means the speed sensor signal was lost [1].", "no",
-                                    "Which model is it?\nWhich year is it?", "exact")  # fmt: skip
+    config.providers.llm = fake_llm(
+        "yes", "E07 means the speed sensor signal was lost [1].", "no", "Which model is it?\nWhich year is it?", "exact"
+    )
     if run == "adaptive":  # the scripted model has no token probabilities: judge FLARE's drafts with yes/no instead
         from modular_rag.config import OperatorSpec
 

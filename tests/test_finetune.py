@@ -139,10 +139,14 @@ def planned_texts(root: Path, settings: dict[str, Any]) -> list[list[list[str]]]
         return tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     return [
-        [read([e.query for e in batch]), read([e.positive for e in batch]),
-         *[read([e.negatives[j] for e in batch]) for j in range(cfg.hard_negatives)]]
-        for epoch in planned_batches(examples, dataset.qrels, cfg) for batch in epoch
-    ]  # fmt: skip
+        [
+            read([e.query for e in batch]),
+            read([e.positive for e in batch]),
+            *[read([e.negatives[j] for e in batch]) for j in range(cfg.hard_negatives)],
+        ]
+        for epoch in planned_batches(examples, dataset.qrels, cfg)
+        for batch in epoch
+    ]
 
 
 # ------------------------------------------------------------------------------------------------------------- unit
@@ -239,8 +243,12 @@ def test_last_checkpoint_passes_over_one_killed_while_it_was_written(tmp_path: P
     [
         (None, ["--resume"], "--resume: {out} holds no checkpoint of an interrupted run; start without --resume"),
         (None, ["--resume", "--overwrite"], "--resume: continues the run in --out; it cannot be combined"),
-        ("checkpoint-3", [], "--out: {out} exists and is not empty; it holds an interrupted run (checkpoint-3): "
-                             "pass --resume to continue it or --overwrite"),
+        (
+            "checkpoint-3",
+            [],
+            "--out: {out} exists and is not empty; it holds an interrupted run (checkpoint-3): "
+            "pass --resume to continue it or --overwrite",
+        ),
         ("finetune.json", ["--resume"], "--resume: {out} holds a finished model (finetune.json)"),
         (None, ["--save-steps", "0"], "--save-steps: must be >= 1 (got 0)"),
     ],
@@ -307,12 +315,16 @@ def test_build_flow_retrieves_with_the_finetuned_embedder(tiny_model: tuple[Path
     from operators.indexing import index_paths
 
     root, out = tiny_model
-    config = load_config({
-        "pattern": "linear",
-        "providers": {"embeddings": {"name": "sentence_transformers", "path": str(out)},
-                      "vectorstore": {"name": "chroma", "path": str(tmp_path / "index"), "collection": "tiny"}},
-        "operators": {"retrieve": {"name": "dense", "params": {"k": 3}}, "context": "none", "generate": "none"},
-    })  # fmt: skip
+    config = load_config(
+        {
+            "pattern": "linear",
+            "providers": {
+                "embeddings": {"name": "sentence_transformers", "path": str(out)},
+                "vectorstore": {"name": "chroma", "path": str(tmp_path / "index"), "collection": "tiny"},
+            },
+            "operators": {"retrieve": {"name": "dense", "params": {"k": 3}}, "context": "none", "generate": "none"},
+        }
+    )
     env = Providers(config.providers)
     summary = index_paths([root / "corpus.jsonl"], env, chunker=OperatorSpec(name="document"), progress=False)
     assert summary.index_chunks == len(DOCS)
@@ -382,8 +394,14 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_model(
     args = ["--dataset", str(root), "--out", str(out), "--quiet", "--save-steps", "2"]
     args += [f"--{k.replace('_', '-')}={v}" for k, v in TWO_EPOCHS.items()]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_CHECKPOINT, "4", *args], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=900)  # fmt: skip
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_CHECKPOINT, "4", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert last_checkpoint(out) == out / "checkpoint-4" and not (out / "finetune.json").exists()
 

@@ -22,9 +22,13 @@ def _module_name(path: Path, root: Path) -> str:
 def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
     """The package's modules ``path`` imports anywhere in its code, outside ``TYPE_CHECKING`` blocks."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    typing_only = {id(node) for block in ast.walk(tree)
-                   if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-                   for stmt in block.body for node in ast.walk(stmt)}  # fmt: skip
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for stmt in block.body
+        for node in ast.walk(stmt)
+    }
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -108,7 +112,11 @@ def test_the_package_ships_no_development_harness() -> None:
     """Benchmarks and their defaults (a ``../shared/datasets`` next to the checkout) live in ``benchmarks/``: no
     module of the package refers to the shared datasets or imports a benchmark, so what ``pip install`` ships is the
     kit and its command line alone."""
-    found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "modular_rag").rglob("*.py")
-                   if "shared/datasets" in (text := p.read_text(encoding="utf-8")) or "import benchmarks" in text
-                   or "from benchmarks" in text)  # fmt: skip
+    found = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "modular_rag").rglob("*.py")
+        if "shared/datasets" in (text := p.read_text(encoding="utf-8"))
+        or "import benchmarks" in text
+        or "from benchmarks" in text
+    )
     assert found == []

@@ -41,8 +41,10 @@ def test_mentions_follow_titles_and_aliases_longest_first_never_to_their_own_doc
     assert links.outlinks[2] == {3}  # "TW-550 Gravel" and "TW-550" are the spec sheet's aliases
     assert links.outlinks[3] == frozenset()  # the spec sheet names only itself
     assert links.named_in("Which film starred the actress from Kiss and Tell?") == {0}
-    assert [a for a, _ in links.mentions("the TW-550 Gravel and the TW-550")] == [("tw", "550", "gravel"),
-                                                                                ("tw", "550")]  # fmt: skip
+    assert [a for a, _ in links.mentions("the TW-550 Gravel and the TW-550")] == [
+        ("tw", "550", "gravel"),
+        ("tw", "550"),
+    ]
 
 
 @pytest.mark.unit
@@ -66,8 +68,9 @@ def test_the_index_writes_its_link_rows_with_each_add_and_removal(tmp_path: Path
     index_paths([docs], env, progress=False)
     award = next(iter(env.index.catalog.ids()))
     assert env.index.links.outlinks([award]) == {award: []}  # nothing the award names is indexed yet
-    (docs / "spec.md").write_text("---\ntitle: TW-550 Gravel specification sheet\n---\n\n"
-                                  "The TW-550 Gravel has a chromoly steel frame.\n")  # fmt: skip
+    (docs / "spec.md").write_text(
+        "---\ntitle: TW-550 Gravel specification sheet\n---\n\nThe TW-550 Gravel has a chromoly steel frame.\n"
+    )
     index_paths([docs], env, progress=False)
     spec = next(c for c in env.index.catalog.ids() if c != award)
     assert env.index.links.outlinks([award]) == {award: [spec]}  # the older chunk was scanned again
@@ -94,9 +97,12 @@ def test_the_stored_link_table_equals_a_build_over_every_chunk(tmp_path: Path) -
     built = LinkTable.build([c.text for c in held], [c.metadata for c in held])
     stored = env.index.links.outlinks([c.id for c in held])
     assert {(held[i].id, held[j].id) for i, out in enumerate(built.outlinks) for j in out} == {
-        (a, b) for a, out in stored.items() for b in out}
-    questions = [q["text"] for q in map(__import__("json").loads, (demo_corpus_path().parent / "questions.jsonl")
-                                        .read_text().splitlines())]  # fmt: skip
+        (a, b) for a, out in stored.items() for b in out
+    }
+    questions = [
+        q["text"]
+        for q in map(__import__("json").loads, (demo_corpus_path().parent / "questions.jsonl").read_text().splitlines())
+    ]
     for q in questions:
         assert {held[p].id for p in built.named_in(q)} == env.index.links.named_in(q), q
 
@@ -121,8 +127,10 @@ def _graph(links: LinkTable, metas: list[dict]) -> set[tuple[str, str]]:
 
 @pytest.mark.unit
 def test_a_chunk_defines_its_title_headings_first_sentence_subject_and_codes_and_only_mentions_the_rest() -> None:
-    text = ("TW-550 Gravel specification sheet\nThe TW-550 Gravel went on sale in 2021. It fits the TP-4420 pads.\n\n"
-            "## Frame and fork\nThe frame is **chromoly steel**, built in Kestrel Harbour.")  # fmt: skip
+    text = (
+        "TW-550 Gravel specification sheet\nThe TW-550 Gravel went on sale in 2021. It fits the TP-4420 pads.\n\n"
+        "## Frame and fork\nThe frame is **chromoly steel**, built in Kestrel Harbour."
+    )
     anchors = chunk_anchors(text, {"title": "TW-550 Gravel specification sheet"})
     defines = {" ".join(a): rank for a, rank in anchors.items()}
     assert defines["tw 550 gravel specification sheet"] == 3 and defines["frame and fork"] == 3  # title, heading
@@ -131,12 +139,14 @@ def test_a_chunk_defines_its_title_headings_first_sentence_subject_and_codes_and
     assert "tp 4420" not in defines and "kestrel harbour" not in defines  # only mentioned
     person = chunk_anchors('Terrence "Uncle Terry" Richardson (born August 14, 1965) is an American photographer.', {})
     assert {("terrence", "uncle", "terry", "richardson"), ("terry", "richardson"), ("terrence", "richardson")} <= set(
-        person)  # fmt: skip
-    for sentence, subject in [("Meet Corliss Archer, a program from radio's Golden Age, ran from 1943 to 1956.",
-                               "meet corliss archer"),
-                              ("Error E07 means speed sensor signal lost.", "error e07"),
-                              ('"Feel Good Inc" is a song by Gorillaz.', "feel good inc"),
-                              ("Viglen Ltd provides IT products and services.", "viglen ltd")]:  # fmt: skip
+        person
+    )
+    for sentence, subject in [
+        ("Meet Corliss Archer, a program from radio's Golden Age, ran from 1943 to 1956.", "meet corliss archer"),
+        ("Error E07 means speed sensor signal lost.", "error e07"),
+        ('"Feel Good Inc" is a song by Gorillaz.', "feel good inc"),
+        ("Viglen Ltd provides IT products and services.", "viglen ltd"),
+    ]:
         assert chunk_anchors(sentence, {}).get(tuple(subject.split())) in (1, 3), sentence
     assert ("viglen",) in chunk_anchors("Viglen Ltd is a computer maker.", {})  # without the company suffix
 
@@ -155,11 +165,13 @@ def test_plain_txt_files_without_titles_link_through_the_subjects_they_define(tm
 
     docs = tmp_path / "notes"
     docs.mkdir()
-    (docs / "harbour-notes.txt").write_text("Kestrel Harbour is a former shipbuilding town on the coast, where every "
-                                            "Tidewater frame is welded.\n")  # fmt: skip
+    (docs / "harbour-notes.txt").write_text(
+        "Kestrel Harbour is a former shipbuilding town on the coast, where every Tidewater frame is welded.\n"
+    )
     (docs / "spec.txt").write_text("The TW-550 Gravel is a steel gravel bike with room for 50 mm tyres.\n")
-    (docs / "news_2022.txt").write_text("The jury gave this year's design award to the tw-550 gravel, which is "
-                                        "built in Kestrel Harbour.\n")  # fmt: skip
+    (docs / "news_2022.txt").write_text(
+        "The jury gave this year's design award to the tw-550 gravel, which is built in Kestrel Harbour.\n"
+    )
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
     index_paths([docs], env, progress=False)
     held = {c.id: c for part in env.index.catalog.scan() for c in part}
@@ -171,8 +183,10 @@ def test_plain_txt_files_without_titles_link_through_the_subjects_they_define(tm
 @pytest.mark.unit
 def test_a_heading_many_documents_share_does_not_link_them(tmp_path: Path) -> None:
     for n in range(8):
-        (tmp_path / f"manual-{n}.md").write_text(f"# Overview\n\nThe TX-{n} is a bike. Read the Overview first.\n\n"
-                                                 "## Safety\n\nCheck the brakes before each ride.\n")  # fmt: skip
+        (tmp_path / f"manual-{n}.md").write_text(
+            f"# Overview\n\nThe TX-{n} is a bike. Read the Overview first.\n\n"
+            "## Safety\n\nCheck the brakes before each ride.\n"
+        )
     (tmp_path / "recall.md").write_text("# Recall notice\n\nThe TX-3 brakes are being replaced; see Safety.\n")
     texts, metas = _chunks(tmp_path)
     links = LinkTable.build(texts, metas)
@@ -190,8 +204,11 @@ def test_the_demo_corpus_without_aliases_links_its_multi_hop_pairs(tmp_path: Pat
     texts, metas = _chunks(tmp_path)
     assert not any("aliases" in m for m in metas)
     graph = _graph(LinkTable.build(texts, metas), metas)
-    assert {("coastline-design-award-2022", "tw-550-gravel-spec-sheet"), ("display-error-e21", "tw-e2-cargo-manual"),
-            ("tp-4410-brake-pads", "tw-e1-ebike-manual")} <= graph  # fmt: skip
+    assert {
+        ("coastline-design-award-2022", "tw-550-gravel-spec-sheet"),
+        ("display-error-e21", "tw-e2-cargo-manual"),
+        ("tp-4410-brake-pads", "tw-e1-ebike-manual"),
+    } <= graph
 
 
 @pytest.mark.unit
@@ -199,8 +216,9 @@ def test_html_headings_stay_in_the_text_as_markdown_headings(tmp_path: Path) -> 
     pytest.importorskip("bs4", reason="the docs extra (scripts/setup.sh installs it)")
     from operators.indexing import load_file
 
-    (tmp_path / "brake-service.html").write_text("<html><body><main><h2>Pad wear</h2><p>Replace the pads.</p>"
-                                                 "</main></body></html>")  # fmt: skip
+    (tmp_path / "brake-service.html").write_text(
+        "<html><body><main><h2>Pad wear</h2><p>Replace the pads.</p></main></body></html>"
+    )
     doc = load_file(tmp_path / "brake-service.html", tmp_path, Providers())[0][0]
     assert doc["metadata"]["title"] == "brake service" and "## Pad wear" in doc["text"].splitlines()
 
@@ -210,8 +228,6 @@ def test_anchors_computed_per_chunk_beforehand_build_the_same_table() -> None:
     built = LinkTable.build(TEXTS, METAS)
     given = LinkTable.build(TEXTS, METAS, anchors=[chunk_anchors(t, m) for t, m in zip(TEXTS, METAS, strict=True)])
     assert (given.table, given.outlinks) == (built.table, built.outlinks)
-
-
 
 
 @pytest.mark.integration
@@ -229,8 +245,10 @@ def test_the_link_scan_costs_what_the_words_cost_not_the_longest_title(tmp_path:
     title = " ".join(rng.choice(vocabulary) for _ in range(60))
     texts = [" ".join(rng.choice(vocabulary) for _ in range(200)) + "." for _ in range(20)]
     texts[5] += f" As {title} showed."
-    chunks = [Chunk(chunk_id=f"c{i}", text=t, metadata={"doc_id": f"d{i}", "title": title if i == 0 else f"Paper {i}"})
-              for i, t in enumerate(texts)]  # fmt: skip
+    chunks = [
+        Chunk(chunk_id=f"c{i}", text=t, metadata={"doc_id": f"d{i}", "title": title if i == 0 else f"Paper {i}"})
+        for i, t in enumerate(texts)
+    ]
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
     env.index.add(chunks)
     held = [c for part in env.index.catalog.scan() for c in part]
@@ -253,8 +271,25 @@ def test_a_phrase_is_found_in_a_text_exactly_where_its_words_run_in_a_row() -> N
     from modular_rag.anchors import folded, phrase_pattern, words_of
 
     rng = random.Random(7)
-    pieces = ["Tidewater", "cycles", "ANDRIĆ", "andric", "e07", "E07", "x_1", "über", "uber", "Café", "cafe",
-              "İstanbul", "a", "the", "42", "tide", "water"]  # fmt: skip
+    pieces = [
+        "Tidewater",
+        "cycles",
+        "ANDRIĆ",
+        "andric",
+        "e07",
+        "E07",
+        "x_1",
+        "über",
+        "uber",
+        "Café",
+        "cafe",
+        "İstanbul",
+        "a",
+        "the",
+        "42",
+        "tide",
+        "water",
+    ]
     glue = [" ", "  ", "-", ", ", "\n", "'", "_", "", ". "]
     for _ in range(3000):
         text = "".join(rng.choice(pieces) + rng.choice(glue) for _ in range(rng.randint(1, 8)))
@@ -264,4 +299,6 @@ def test_a_phrase_is_found_in_a_text_exactly_where_its_words_run_in_a_row() -> N
         if rng.random() < 0.3:
             anchor = " ".join(words_of(" ".join(rng.sample(pieces, 2))))
         assert bool(phrase_pattern(anchor).search(folded(text))) == (f" {anchor} " in f" {' '.join(words)} "), (
-            text, anchor)
+            text,
+            anchor,
+        )

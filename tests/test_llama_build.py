@@ -35,7 +35,7 @@ NEHALEM = _flags("fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt")
 
 
 def _on(args: list[str]) -> set[str]:
-    return {a[len("-DGGML_"):-len("=ON")] for a in args if a.startswith("-DGGML_") and a.endswith("=ON")}
+    return {a[len("-DGGML_") : -len("=ON")] for a in args if a.startswith("-DGGML_") and a.endswith("=ON")}
 
 
 @pytest.mark.unit
@@ -51,7 +51,12 @@ def test_portable_args_never_turn_on_avx512_or_amx_whatever_cpuid_lists() -> Non
 @pytest.mark.unit
 def test_a_machine_below_x86_64_v3_gets_the_highest_level_it_lists() -> None:
     assert [x86_level(f) for f in (SAPPHIRE_RAPIDS, HASWELL, SANDY_BRIDGE, NEHALEM, set())] == [
-        "x86-64-v3", "x86-64-v3", "x86-64-v2+avx", "x86-64-v2", "x86-64"]  # fmt: skip
+        "x86-64-v3",
+        "x86-64-v3",
+        "x86-64-v2+avx",
+        "x86-64-v2",
+        "x86-64",
+    ]
     assert _on(portable_cmake_args("x86_64", SANDY_BRIDGE)) == {"SSE42", "AVX"}
     assert _on(portable_cmake_args("x86_64", NEHALEM)) == {"SSE42"}
     assert _on(portable_cmake_args("x86_64", set())) == set()
@@ -141,14 +146,14 @@ http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 def _cli(*args: str, binary: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, BINARY_ENV: str(binary)}
-    return subprocess.run([sys.executable, "-m", "modular_rag.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "modular_rag.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("script", [SIGILL_AT_START, SIGILL_AT_PROMPT], ids=["at-start", "at-first-prompt"])
-def test_the_doctor_reports_a_binary_that_dies_with_sigill_and_names_the_rebuild(tmp_path: Path,
-                                                                                 script: str) -> None:  # fmt: skip
+def test_the_doctor_reports_a_binary_that_dies_with_sigill_and_names_the_rebuild(tmp_path: Path, script: str) -> None:
     done = _cli("doctor", binary=_wrapper(tmp_path, script))
     assert done.returncode == 1, done.stdout
     line = next(x for x in done.stdout.splitlines() if x.startswith("FAILED   llama-server (starts"))
@@ -171,14 +176,20 @@ def _template(name: str, demo_dir: Path, folder: Path, **operators: dict[str, ob
 @pytest.mark.parametrize("script", [SIGILL_AT_START, SIGILL_AT_PROMPT], ids=["at-start", "at-first-prompt"])
 def test_a_flow_whose_model_dies_says_so_once_and_exits_1(tmp_path: Path, demo_dir: Path, script: str) -> None:
     binary = _wrapper(tmp_path, script)
-    done = _cli("run", "--config", str(_template("iterative", demo_dir, tmp_path)), "What does E07 mean?",
-                binary=binary)  # fmt: skip
+    done = _cli(
+        "run", "--config", str(_template("iterative", demo_dir, tmp_path)), "What does E07 mean?", binary=binary
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("error: ") and "SIGILL" in done.stderr and "modular-rag doctor" in done.stderr
     # every LLM step isolated by on_error: skip: the fallback answer is printed, the error once, the status is 1
     skip = {"name": "cited_answer", "params": {"max_tokens": 96}, "on_error": "skip"}
-    config = _template("recursive", demo_dir, tmp_path, generate=skip,
-                       clarify={"name": "decompose", "params": {"mode": "clarify"}, "on_error": "skip"})  # fmt: skip
+    config = _template(
+        "recursive",
+        demo_dir,
+        tmp_path,
+        generate=skip,
+        clarify={"name": "decompose", "params": {"mode": "clarify"}, "on_error": "skip"},
+    )
     done = _cli("run", "--config", str(config), "What does E07 mean?", binary=binary)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "A: " in done.stdout and done.stdout.count("SIGILL") == 1, done.stdout

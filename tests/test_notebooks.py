@@ -33,5 +33,6 @@ def test_notebook_runs(path: Path, workdir: Path) -> None:
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
     outputs = "".join(o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs)
     assert "A: " in outputs and "trace:" in outputs
-    assert not any(o.get("output_type") == "error"
-                   for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs)  # fmt: skip
+    assert not any(
+        o.get("output_type") == "error" for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+    )

@@ -82,9 +82,11 @@ def test_cls_pooling_and_either_pooling_config_format(tmp_path: Path, torch_enco
 
 
 def test_a_module_onnx_does_not_run_falls_back_to_torch_under_auto(tmp_path: Path) -> None:
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-               {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]  # fmt: skip
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+    ]
     root = _copy(tmp_path, modules=modules)
     with pytest.raises(UnsupportedModel, match=r"sentence_transformers\.models\.Dense.*Transformer, Pooling"):
         read_layout(root)
@@ -108,8 +110,12 @@ def test_an_unwritable_cache_falls_back_to_torch_under_auto(tmp_path: Path, monk
 
 
 def _demo_questions() -> list[str]:
-    return ["What does error code E07 mean on the e-bike display?", "How do I reset the controller?",
-            "Which battery fits the TW-550?", "warranty period"]  # fmt: skip
+    return [
+        "What does error code E07 mean on the e-bike display?",
+        "How do I reset the controller?",
+        "Which battery fits the TW-550?",
+        "warranty period",
+    ]
 
 
 def test_int8_export_agrees_with_fp32_and_is_its_own_file() -> None:
@@ -146,7 +152,10 @@ def test_precision_config() -> None:
     # fp32 is left out of the config's JSON: eval index folders keyed by it keep the names they had before
     assert MiniLMConfig().model_dump_json(exclude={"backend"}) == '{"name":"minilm","batch_size":64}'
     assert MiniLMConfig(precision="int8").model_dump(exclude={"backend"}) == {
-        "name": "minilm", "batch_size": 64, "precision": "int8"}  # fmt: skip
+        "name": "minilm",
+        "batch_size": 64,
+        "precision": "int8",
+    }
     assert MiniLMConfig.model_validate(MiniLMConfig(precision="int8").model_dump()).precision == "int8"
     with pytest.raises(ValueError, match="precision int8 runs on ONNX Runtime: backend must be auto or onnx"):
         MiniLMConfig(precision="int8", backend="torch")

@@ -24,13 +24,31 @@ def test_the_wheel_carries_templates_demo_and_default_spaces(tmp_path: Path) -> 
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (ROOT / name).exists():
             shutil.copy(ROOT / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path / "dist")], check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(source),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = (tmp_path / "dist").glob("modular_rag-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     package = ROOT / "modular_rag"
-    wanted = [*package.glob("templates/*.yaml"), *package.glob("eval/tune/spaces/*.yaml"),
-              *(p for p in package.glob("demo/**/*") if p.is_file() and "__pycache__" not in p.parts)]  # fmt: skip
+    wanted = [
+        *package.glob("templates/*.yaml"),
+        *package.glob("eval/tune/spaces/*.yaml"),
+        *(p for p in package.glob("demo/**/*") if p.is_file() and "__pycache__" not in p.parts),
+    ]
     assert len(wanted) > 10
     missing = sorted(str(p.relative_to(ROOT)) for p in wanted if str(p.relative_to(ROOT)) not in names)
     assert not missing, missing

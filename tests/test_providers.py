@@ -50,8 +50,12 @@ def _thread_test_flow(demo_dir, **llm: object):  # type: ignore[no-untyped-def]
     from tests.conftest import demo_flow
 
     llm_cfg = {"name": "local", "parallel": 1, "ctx_size": 1536, "max_tokens": 12, **llm}
-    return build_flow(demo_flow(demo_dir, providers={"llm": llm_cfg, "vectorstore": {
-        "name": "chroma", "path": str(demo_dir), "collection": "demo"}}))  # fmt: skip
+    return build_flow(
+        demo_flow(
+            demo_dir,
+            providers={"llm": llm_cfg, "vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}},
+        )
+    )
 
 
 @pytest.mark.integration
@@ -98,12 +102,22 @@ def test_an_embeddings_endpoint_indexes_and_retrieves(tmp_path, monkeypatch) -> 
 
     monkeypatch.setenv("STUB_EMBED_KEY", "sk-test")
     with StubEmbeddings(fail_first=1) as stub:
-        config = load_config({
-            "pattern": "linear",
-            "providers": {"embeddings": {"name": "openai", "model": "stub", "base_url": stub.url, "batch_size": 4,
-                                         "api_key_env": "STUB_EMBED_KEY", "max_retries": 2},
-                          "vectorstore": {"name": "chroma", "path": str(tmp_path), "collection": "endpoint"}},
-        })  # fmt: skip
+        config = load_config(
+            {
+                "pattern": "linear",
+                "providers": {
+                    "embeddings": {
+                        "name": "openai",
+                        "model": "stub",
+                        "base_url": stub.url,
+                        "batch_size": 4,
+                        "api_key_env": "STUB_EMBED_KEY",
+                        "max_retries": 2,
+                    },
+                    "vectorstore": {"name": "chroma", "path": str(tmp_path), "collection": "endpoint"},
+                },
+            }
+        )
         providers = Providers(config.providers)
         files = sorted(DEMO.glob("display-error-*.md"))
         summary = index_paths(files, providers, progress=False)
@@ -116,8 +130,14 @@ def test_an_embeddings_endpoint_indexes_and_retrieves(tmp_path, monkeypatch) -> 
         hit = providers.index.search_dense("battery overtemperature: the cell temperature is above 60 C", 1)[0]
         assert hit["metadata"]["doc_id"] == "display-error-e12"
         assert config.to_yaml().count("STUB_EMBED_KEY") == 1 and "sk-test" not in config.to_yaml()
-    broken = load_config({"pattern": "linear", "providers": {"embeddings": {
-        "name": "openai", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 2}}})  # fmt: skip
+    broken = load_config(
+        {
+            "pattern": "linear",
+            "providers": {
+                "embeddings": {"name": "openai", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 2}
+            },
+        }
+    )
     with pytest.raises(ProviderError, match="embeddings endpoint http://127.0.0.1:9/v1"):
         Providers(broken.providers).encoder.encode(["a text"])
 
@@ -134,8 +154,7 @@ def test_an_embeddings_endpoint_gets_its_batches_concurrently_within_the_bound()
 
     texts = [f"text number {i} about part {i % 7}" for i in range(32)]
     with StubEmbeddings(delay_s=0.2) as stub:
-        encoder = EndpointEncoder(OpenAIEmbeddingsConfig(model="stub", base_url=stub.url, batch_size=4,
-                                                         concurrency=4))  # fmt: skip
+        encoder = EndpointEncoder(OpenAIEmbeddingsConfig(model="stub", base_url=stub.url, batch_size=4, concurrency=4))
         vectors = encoder.encode(texts)
         assert stub.requests == 8 and stub.max_in_flight == 4
     want = np.asarray([bag_of_words(t, 256) for t in texts], dtype=np.float32)

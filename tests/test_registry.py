@@ -75,8 +75,9 @@ def test_each_files_provides_list_is_what_it_registers() -> None:
         registered.setdefault(info.factory.__module__, set()).add(info.name)
     for name in registry.pattern_names():
         registered.setdefault(registry.get_pattern(name).factory.__module__, set()).add(name)
-    listed = {f"{pkg.__name__}.{part}": set(names) for pkg in (operators, patterns) for part, names in
-              pkg.PROVIDES.items()}  # fmt: skip
+    listed = {
+        f"{pkg.__name__}.{part}": set(names) for pkg in (operators, patterns) for part, names in pkg.PROVIDES.items()
+    }
     assert listed == registered, "run: .venv/bin/python scripts/sync_readme.py"
 
 
@@ -96,11 +97,19 @@ def test_a_flow_imports_the_files_its_config_names_and_no_others() -> None:
     import subprocess
     import sys
 
-    code = ("import json, sys; from modular_rag.config import load_config; load_config({'pattern': 'linear', "
-            "'operators': {'retrieve': 'bm25', 'generate': 'none', 'context': 'none'}}); "
-            "print(json.dumps([m for m in sys.modules if m.startswith(('operators.', 'patterns.'))]))")  # fmt: skip
+    code = (
+        "import json, sys; from modular_rag.config import load_config; load_config({'pattern': 'linear', "
+        "'operators': {'retrieve': 'bm25', 'generate': 'none', 'context': 'none'}}); "
+        "print(json.dumps([m for m in sys.modules if m.startswith(('operators.', 'patterns.'))]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(json.loads(out))
     assert {"patterns.linear", "operators.retrieval", "operators.indexing"} <= loaded
-    assert not loaded & {"patterns.adaptive", "patterns.recursive", "operators.judging", "operators.questions",
-                         "operators.pre_retrieval", "operators.hops"}, loaded  # fmt: skip
+    assert not loaded & {
+        "patterns.adaptive",
+        "patterns.recursive",
+        "operators.judging",
+        "operators.questions",
+        "operators.pre_retrieval",
+        "operators.hops",
+    }, loaded

@@ -21,7 +21,6 @@ from patterns import PATTERNS
 pytestmark = pytest.mark.unit
 
 
-
 def _params_models() -> set[type[BaseModel]]:
     models = {registry.get_pattern(name).params for name in PATTERNS}
     for port in registry.Port:
@@ -72,9 +71,15 @@ def test_the_cost_model_reads_the_resolution_the_builder_builds(validations: Cou
 
 
 def test_resolution_applies_defaults_enabled_and_none_in_one_place() -> None:
-    config = load_config({"pattern": "linear", "operators": {
-        "rerank": [{"name": "mmr", "params": {"k": 5}}, {"name": "dedup", "enabled": False}],
-        "generate": "none"}})  # fmt: skip
+    config = load_config(
+        {
+            "pattern": "linear",
+            "operators": {
+                "rerank": [{"name": "mmr", "params": {"k": 5}}, {"name": "dedup", "enabled": False}],
+                "generate": "none",
+            },
+        }
+    )
     flow = resolve(config)
     assert [s.name for s in flow.slot("retrieve")] == ["hybrid"]  # the registered default
     assert [(s.name, s.path) for s in flow.slot("rerank")] == [("mmr", "operators.rerank.0")]
@@ -83,12 +88,28 @@ def test_resolution_applies_defaults_enabled_and_none_in_one_place() -> None:
     assert [s.name for s in flow.slot("rewrite", default="hyde")] == ["hyde"]  # a pattern mode's default
     assert flow.slot("verify", default="none") == []
     # a step's config path is its place in the list as written, disabled steps counted
-    later = resolve(load_config({"pattern": "linear", "operators": {
-        "rerank": [{"name": "dedup", "enabled": False}, {"name": "mmr", "params": {"k": 5}}]}}))  # fmt: skip
+    later = resolve(
+        load_config(
+            {
+                "pattern": "linear",
+                "operators": {"rerank": [{"name": "dedup", "enabled": False}, {"name": "mmr", "params": {"k": 5}}]},
+            }
+        )
+    )
     assert [s.path for s in later.slot("rerank")] == ["operators.rerank.1"]
     with pytest.raises(ConfigError, match=r"operators\.rerank\.1\.params\.k"):
-        resolve(load_config({"pattern": "linear", "operators": {
-            "rerank": [{"name": "dedup", "enabled": False}, {"name": "mmr", "params": {"k": 0}}]}}, check=False))
+        resolve(
+            load_config(
+                {
+                    "pattern": "linear",
+                    "operators": {"rerank": [{"name": "dedup", "enabled": False}, {"name": "mmr", "params": {"k": 0}}]},
+                },
+                check=False,
+            )
+        )
     with pytest.raises(ConfigError, match="operators.retrieve.params.k"):
-        resolve(load_config({"pattern": "linear", "operators": {"retrieve": {"name": "bm25", "params": {"k": 0}}}},
-                            check=False))  # fmt: skip
+        resolve(
+            load_config(
+                {"pattern": "linear", "operators": {"retrieve": {"name": "bm25", "params": {"k": 0}}}}, check=False
+            )
+        )

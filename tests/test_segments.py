@@ -92,9 +92,11 @@ def test_a_reader_sees_what_another_writer_added(tmp_path: Path) -> None:
 @pytest.mark.unit
 def test_the_catalog_reads_chunks_statistics_and_fields_by_key(tmp_path: Path) -> None:
     catalog = Catalog(tmp_path / "catalog.sqlite")
-    chunks = [("c1", "d1", "Error E07 means speed sensor signal lost.", {"year": 2023, "source": "faq"}),
-              ("c2", "d1", "Slide the magnet back.", {"year": 2023}),
-              ("c3", "d2", "Frames are welded.", {"source": "blog"})]  # fmt: skip
+    chunks = [
+        ("c1", "d1", "Error E07 means speed sensor signal lost.", {"year": 2023, "source": "faq"}),
+        ("c2", "d1", "Slide the magnet back.", {"year": 2023}),
+        ("c3", "d2", "Frames are welded.", {"source": "blog"}),
+    ]
     terms = [["error", "e07", "speed"], ["slide", "magnet"], ["frame", "weld"]]
     with catalog.transaction() as db:
         assert catalog.add_chunks(chunks, [3, 2, 2], terms, db) == [0, 1, 2]
@@ -126,8 +128,9 @@ def test_chunks_added_after_the_newest_ones_were_removed_are_searchable(tmp_path
     from modular_rag.state import Chunk
 
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
-    first = [Chunk(chunk_id=f"a{i}", text=f"Alpha note {i} about gears.", metadata={"doc_id": f"a{i}"})
-             for i in range(4)]  # fmt: skip
+    first = [
+        Chunk(chunk_id=f"a{i}", text=f"Alpha note {i} about gears.", metadata={"doc_id": f"a{i}"}) for i in range(4)
+    ]
     env.index.add(first)
     env.index.remove(["a2", "a3"])  # the newest positions
     env.index.add([Chunk(chunk_id="b0", text="The zeppelin hangar opened.", metadata={"doc_id": "b0"})])
@@ -144,8 +147,12 @@ def test_a_workers_first_question_reads_no_table_whole(tmp_path: Path, monkeypat
     from modular_rag.state import Chunk
 
     config = ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index")))
-    Providers(config).index.add([Chunk(chunk_id=f"c{i}", text=f"Note {i} about gears and chains.",
-                                       metadata={"doc_id": f"c{i}"}) for i in range(5)])  # fmt: skip
+    Providers(config).index.add(
+        [
+            Chunk(chunk_id=f"c{i}", text=f"Note {i} about gears and chains.", metadata={"doc_id": f"c{i}"})
+            for i in range(5)
+        ]
+    )
     statements: list[str] = []
     read = Catalog._read
 
@@ -163,15 +170,20 @@ def test_a_workers_first_question_reads_no_table_whole(tmp_path: Path, monkeypat
 @pytest.mark.unit
 def test_small_adds_to_a_large_index_rewrite_what_they_add_not_its_segments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
+) -> None:
     # at 1M chunks in 12 segments, each add of 1,000 documents merged its new segment with a ~50k-chunk neighbour
     # (the pair with the fewest postings): 2.7 s of the add. Merges now carry like a counter in base 4
     import modular_rag.segments as segments
 
     rewritten: list[int] = []
     merge = segments._merge
-    monkeypatch.setattr(segments, "_merge", lambda folder, parts, removed: rewritten.append(
-        sum(p.end - p.start for p in parts)) or merge(folder, parts, removed))  # fmt: skip
+    monkeypatch.setattr(
+        segments,
+        "_merge",
+        lambda folder, parts, removed: (
+            rewritten.append(sum(p.end - p.start for p in parts)) or merge(folder, parts, removed)
+        ),
+    )
     corpus = _corpus(2600, seed=3)
     seg = SegmentedBM25(tmp_path / "bm25")
     for start in range(0, 2400, 200):  # the bulk build: twelve adds of 200

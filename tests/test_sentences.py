@@ -22,19 +22,26 @@ from modular_rag.text import Analyzer
 from tests.conftest import QUESTIONS, providers_config
 
 CHUNKS = [
-    Chunk(chunk_id="a", text="# Brakes\nThe TP-4410 pads fit the front caliper. Replace them every 2,000 km of riding.",
-          metadata={"doc_id": "brakes", "title": "Brakes"}),
-    Chunk(chunk_id="b", text="Error E07 means speed sensor signal lost. Check the magnet on the rear wheel. Ok.",
-          metadata={"doc_id": "errors"}),
-]  # fmt: skip
+    Chunk(
+        chunk_id="a",
+        text="# Brakes\nThe TP-4410 pads fit the front caliper. Replace them every 2,000 km of riding.",
+        metadata={"doc_id": "brakes", "title": "Brakes"},
+    ),
+    Chunk(
+        chunk_id="b",
+        text="Error E07 means speed sensor signal lost. Check the magnet on the rear wheel. Ok.",
+        metadata={"doc_id": "errors"},
+    ),
+]
 
 
 def _index(folder: Path, identity: str | None = "minilm/fp32") -> KnowledgeIndex:
     """A fresh index object over ``folder`` (what a new process opens), with the bundled encoder."""
     encoder = Providers(ProvidersConfig()).encoder
     store = ChromaStore(path=str(folder), collection="sentences")
-    return KnowledgeIndex(store, encoder, folder=folder / "sentences.kit", analyzer=Analyzer(),
-                          encoder_identity=identity)
+    return KnowledgeIndex(
+        store, encoder, folder=folder / "sentences.kit", analyzer=Analyzer(), encoder_identity=identity
+    )
 
 
 @pytest.mark.integration

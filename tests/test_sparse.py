@@ -31,8 +31,11 @@ def test_bm25_score_by_hand() -> None:
 
 
 def test_backends_agree_with_okapi_idf() -> None:
-    corpus = [Analyzer()(t) for t in (Path(__file__).parents[1] / "modular_rag/demo/corpus").glob("*.md")
-              for t in [t.read_text()]]  # fmt: skip
+    corpus = [
+        Analyzer()(t)
+        for t in (Path(__file__).parents[1] / "modular_rag/demo/corpus").glob("*.md")
+        for t in [t.read_text()]
+    ]
     fast, slow = PostingsBM25.build(corpus, idf="okapi"), RankBM25(corpus)
     for query in ("error code battery", "chain lube wax", "warranty aluminium frame years"):
         q = Analyzer()(query)

@@ -18,13 +18,29 @@ def test_stage_contract_fields_are_pinned() -> None:
     assert set(state.Chunk.__annotations__) == {"chunk_id", "text", "metadata"}
     assert set(state.Hit.__annotations__) == {"chunk_id", "text", "score", "channel", "metadata"}
     assert set(state.Evidence.__annotations__) == {"ref", "chunk_id", "text", "score", "metadata"}
-    assert set(state.Answer.__annotations__) == {"text", "citations", "refused", "unsupported", "supported", "source",
-                                                 "quote", "reason", "confidence"}  # fmt: skip
+    assert set(state.Answer.__annotations__) == {
+        "text",
+        "citations",
+        "refused",
+        "unsupported",
+        "supported",
+        "source",
+        "quote",
+        "reason",
+        "confidence",
+    }
     assert set(state.Citation.__annotations__) == {"ref", "chunk_id", "method", "verdict", "reason"}
     assert set(state.LedgerEntry.__annotations__) == {
-        "node", "operator", "llm_calls", "prompt_tokens", "completion_tokens", "retrievals", "embed_calls",
-        "cache_hits", "ms",
-    }  # fmt: skip
+        "node",
+        "operator",
+        "llm_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "retrievals",
+        "embed_calls",
+        "cache_hits",
+        "ms",
+    }
 
 
 def test_keys_written_by_parallel_branches_have_append_reducers() -> None:

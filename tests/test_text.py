@@ -32,7 +32,7 @@ CASES = [
     ("(See above.) The next part.", ["(See above.) The next part."]),
     # an opening quote or bracket before the capital: split
     ('It ended. "Why?" he asked.', ["It ended.", '"Why?" he asked.']),
-]  # fmt: skip
+]
 
 
 @pytest.mark.unit

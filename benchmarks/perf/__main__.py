@@ -54,16 +54,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retrieve", default="hybrid,bm25", help="retrieval operators to compare (comma-separated)")
     p = sub.add_parser("indexing", help="index_paths vs raw encode() on the SciFact corpus, or fp32 vs int8")
     p.add_argument("--limit", type=int, help="only the first N documents (default: all)")
-    p.add_argument("--compare", choices=("backends", "precisions"), default="backends",
-                   help="backends: onnx and torch against raw encode() on --dataset; precisions: the ONNX export in "
-                        "fp32 and int8 on each of --datasets")
-    p.add_argument("--datasets", default="scifact,hotpotqa",
-                   help="with --compare precisions: corpora (names beside --dataset's folder, or paths)")
+    p.add_argument(
+        "--compare",
+        choices=("backends", "precisions"),
+        default="backends",
+        help="backends: onnx and torch against raw encode() on --dataset; precisions: the ONNX export in "
+        "fp32 and int8 on each of --datasets",
+    )
+    p.add_argument(
+        "--datasets",
+        default="scifact,hotpotqa",
+        help="with --compare precisions: corpora (names beside --dataset's folder, or paths)",
+    )
     p = sub.add_parser("sparse", help="BM25 at 100k / 1M chunks: the kit's segments vs bm25s (and rank_bm25)")
     p.add_argument("--sizes", default="100000,1000000", help="corpus sizes in chunks (comma-separated)")
     p.add_argument("--queries", type=int, help="SciFact queries (default: all of dev + train)")
-    p.add_argument("--slow-queries", type=int, default=20,
-                   help="rank_bm25 runs 5x this many queries (at sizes up to 200k only); default 20")
+    p.add_argument(
+        "--slow-queries",
+        type=int,
+        default=20,
+        help="rank_bm25 runs 5x this many queries (at sizes up to 200k only); default 20",
+    )
     p.add_argument("--scratch", type=Path, help="folder for the kit's segments (default: the system's temp folder)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
     p = sub.add_parser("concurrency", help="serial vs batch/abatch/eval --concurrency against slow endpoints")

@@ -78,11 +78,13 @@ def ensure_demo_index(path: str, embeddings: dict[str, Any] | None = None) -> No
 def worktree(commit: str, folder: Path) -> Path:
     """A worktree of ``commit`` under ``folder`` (``code-<short hash>``, checked out once and kept), so a benchmark can
     run an earlier commit's code beside this checkout's."""
-    commit = subprocess.run(["git", "rev-parse", "--short=10", commit], cwd=ROOT, check=True, capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=10", commit], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
     tree = folder / f"code-{commit}"
     if not tree.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True, capture_output=True
+        )
     return tree

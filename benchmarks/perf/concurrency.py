@@ -85,17 +85,39 @@ def run(args: argparse.Namespace, out: Report) -> None:
     rows = [["invoke, one by one", 1, n, round(times["serial"], 2), round(n / times["serial"], 2), 1.0, ""]]
     for mode in ("batch", "abatch"):
         share = times[mode] / times["serial"]
-        rows.append([f"{mode}(max_concurrency={c})", c, n, round(times[mode], 2), round(n / times[mode], 2),
-                     round(share, 3), verdict(share <= 1 / 8)])  # fmt: skip
+        rows.append(
+            [
+                f"{mode}(max_concurrency={c})",
+                c,
+                n,
+                round(times[mode], 2),
+                round(n / times[mode], 2),
+                round(share, 3),
+                verdict(share <= 1 / 8),
+            ]
+        )
     for conc, (seconds, count) in eval_times.items():
         share = seconds / eval_times[1][0]
-        rows.append([f"modular-rag eval --dataset demo --concurrency {conc}", conc, count, round(seconds, 2),
-                     round(count / seconds, 2), round(share, 3), ""])  # fmt: skip
-    out(f"(a) linear demo flow (hybrid retrieval over the demo index, cited answer) against an OpenAI-compatible stub "
-        f"that takes {args.latency:.2f}s per call; {n} distinct queries")
+        rows.append(
+            [
+                f"modular-rag eval --dataset demo --concurrency {conc}",
+                conc,
+                count,
+                round(seconds, 2),
+                round(count / seconds, 2),
+                round(share, 3),
+                "",
+            ]
+        )
+    out(
+        f"(a) linear demo flow (hybrid retrieval over the demo index, cited answer) against an OpenAI-compatible stub "
+        f"that takes {args.latency:.2f}s per call; {n} distinct queries"
+    )
     out(table(["run", "concurrency", "queries", "seconds", "queries/s", "time / serial", "target <= 0.125"], rows))
-    out(f"answers identical and in query order across serial, batch and abatch: {same}; "
-        f"most calls the stub had in flight at once: {peak}")
+    out(
+        f"answers identical and in query order across serial, batch and abatch: {same}; "
+        f"most calls the stub had in flight at once: {peak}"
+    )
     out()
     _local_slots(args, index, out)
 
@@ -113,13 +135,15 @@ def _eval_cli_times(url: str, index: str, concurrency: int) -> dict[int, tuple[f
     out: dict[int, tuple[float, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "stub.yaml"
-        config.write_text(yaml.safe_dump(_demo_config({"name": "openai", "model": "stub", "base_url": url}, index)
-                                         .to_dict()))  # fmt: skip
+        config.write_text(
+            yaml.safe_dump(_demo_config({"name": "openai", "model": "stub", "base_url": url}, index).to_dict())
+        )
         for conc in (1, concurrency):
             with contextlib.redirect_stdout(io.StringIO()):
                 t0 = time.perf_counter()
-                status = cli(["eval", "--dataset", "demo", "--config", str(config), "--concurrency", str(conc),
-                              "--quiet"])  # fmt: skip
+                status = cli(
+                    ["eval", "--dataset", "demo", "--config", str(config), "--concurrency", str(conc), "--quiet"]
+                )
                 seconds = time.perf_counter() - t0
             if status != 0:
                 raise RuntimeError(f"modular-rag eval --concurrency {conc} exited with {status}")
@@ -142,19 +166,42 @@ def _local_slots(args: argparse.Namespace, index: str, out: Report) -> None:
     inputs = [{"query": q} for q in queries]
     times: dict[str, float] = {}
     tokens: dict[str, int] = {}
-    for label, run in (("serial", lambda: [flow.invoke(x) for x in inputs]),
-                       ("batch", lambda: flow.batch(inputs, {"max_concurrency": slots}))):  # fmt: skip
+    for label, run in (
+        ("serial", lambda: [flow.invoke(x) for x in inputs]),
+        ("batch", lambda: flow.batch(inputs, {"max_concurrency": slots})),
+    ):
         _clear_query_cache(env)
         t0 = time.perf_counter()
         results = run()
         times[label] = time.perf_counter() - t0
         tokens[label] = sum(e.get("completion_tokens", 0) for r in results for e in r.get("ledger", []))
     speedup = times["serial"] / times["batch"]
-    rows = [["invoke, one by one", 1, len(inputs), round(times["serial"], 1), round(len(inputs) / times["serial"], 3),
-             tokens["serial"], ""],
-            [f"batch(max_concurrency={slots})", slots, len(inputs), round(times["batch"], 1),
-             round(len(inputs) / times["batch"], 3), tokens["batch"], round(speedup, 2)]]  # fmt: skip
-    out(f"(b) the same flow against the local llama-server (SmolLM2-135M, {slots} parallel slots, answers of up to "
-        f"64 tokens, {os.cpu_count()} CPU cores; first query with server start {started:.1f}s, not counted)")
-    out(table(["run", "concurrency", "queries", "seconds", "queries/s", "completion tokens", "throughput x serial"],
-               rows))  # fmt: skip
+    rows = [
+        [
+            "invoke, one by one",
+            1,
+            len(inputs),
+            round(times["serial"], 1),
+            round(len(inputs) / times["serial"], 3),
+            tokens["serial"],
+            "",
+        ],
+        [
+            f"batch(max_concurrency={slots})",
+            slots,
+            len(inputs),
+            round(times["batch"], 1),
+            round(len(inputs) / times["batch"], 3),
+            tokens["batch"],
+            round(speedup, 2),
+        ],
+    ]
+    out(
+        f"(b) the same flow against the local llama-server (SmolLM2-135M, {slots} parallel slots, answers of up to "
+        f"64 tokens, {os.cpu_count()} CPU cores; first query with server start {started:.1f}s, not counted)"
+    )
+    out(
+        table(
+            ["run", "concurrency", "queries", "seconds", "queries/s", "completion tokens", "throughput x serial"], rows
+        )
+    )

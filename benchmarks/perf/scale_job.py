@@ -65,9 +65,11 @@ def build(args: dict[str, Any]) -> dict[str, Any]:
 
         def recorded(*a: Any, **kw: Any) -> Any:
             out = add(*a, **kw)
-            done = {"seconds": before["seconds"] + time.perf_counter() - start, "runs": before["runs"] + 1,
-                    "embed_seconds": None if before["embed_seconds"] is None
-                    else before["embed_seconds"] + emb.seconds}  # fmt: skip
+            done = {
+                "seconds": before["seconds"] + time.perf_counter() - start,
+                "runs": before["runs"] + 1,
+                "embed_seconds": None if before["embed_seconds"] is None else before["embed_seconds"] + emb.seconds,
+            }
             file.write_text(json.dumps(done))
             return out
 
@@ -75,13 +77,21 @@ def build(args: dict[str, Any]) -> dict[str, Any]:
     summary = index_paths(args["paths"], env, progress=False, sync=args.get("sync", False), max_file_mb=10_000)
     wall, milvus_s = time.perf_counter() - start, waited[0]
     known = before["embed_seconds"] is not None  # None: an earlier run that did not record its embedding time
-    return {"seconds": before["seconds"] + wall, "embed_seconds": before["embed_seconds"] + emb.seconds if known
-            else None, "runs": before["runs"] + 1, "run": {"seconds": wall, "embed_seconds": emb.seconds,
-                                                             "added": summary.added},
-            "embedded": emb.texts, "chunks": summary.chunks, "added": summary.added,
-            "removed": getattr(summary, "removed", 0), "count": env.index.count(), "rss_mb": rss_mb(),
-            "opened": opened, "milvus s": milvus_s,
-            "stages": getattr(summary, "stages", {})}  # fmt: skip
+    return {
+        "seconds": before["seconds"] + wall,
+        "embed_seconds": before["embed_seconds"] + emb.seconds if known else None,
+        "runs": before["runs"] + 1,
+        "run": {"seconds": wall, "embed_seconds": emb.seconds, "added": summary.added},
+        "embedded": emb.texts,
+        "chunks": summary.chunks,
+        "added": summary.added,
+        "removed": getattr(summary, "removed", 0),
+        "count": env.index.count(),
+        "rss_mb": rss_mb(),
+        "opened": opened,
+        "milvus s": milvus_s,
+        "stages": getattr(summary, "stages", {}),
+    }
 
 
 def _time_milvus_requests() -> list[float]:
@@ -139,9 +149,16 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
         flow.invoke({"query": q})
         latencies.append((time.perf_counter() - t) * 1000)
         milvus_ms.append((waited[0] - before) * 1000)
-    return {**marks, "chroma s": chroma_s, "chroma MB": chroma_mb, "kit MB": kit_mb, "rss MB": rss_mb(),
-            "milvus ms": milvus_ms,
-            "latencies": latencies, "hits": len(result.get("hits") or result.get("candidates") or [])}  # fmt: skip
+    return {
+        **marks,
+        "chroma s": chroma_s,
+        "chroma MB": chroma_mb,
+        "kit MB": kit_mb,
+        "rss MB": rss_mb(),
+        "milvus ms": milvus_ms,
+        "latencies": latencies,
+        "hits": len(result.get("hits") or result.get("candidates") or []),
+    }
 
 
 if __name__ == "__main__":

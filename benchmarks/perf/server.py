@@ -119,16 +119,43 @@ def _server(code: Path, flows: Path, log: Path, jobs: int) -> Iterator[tuple[str
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     langgraph = str(Path(sys.executable).parent / "langgraph")
-    cmd = [langgraph, "dev", "--config", str(code / "langgraph.json"), "--host", "127.0.0.1", "--port", str(port),
-           "--no-browser", "--no-reload", "--n-jobs-per-worker", str(jobs)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(code), "MODULAR_RAG_FLOWS": str(flows), "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-           "LANGSMITH_TRACING": "false", "LANGCHAIN_TRACING_V2": "false", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "MODULAR_RAG_BENCH_KEY": "stub"}  # fmt: skip
+    cmd = [
+        langgraph,
+        "dev",
+        "--config",
+        str(code / "langgraph.json"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-browser",
+        "--no-reload",
+        "--n-jobs-per-worker",
+        str(jobs),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(code),
+        "MODULAR_RAG_FLOWS": str(flows),
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGSMITH_TRACING": "false",
+        "LANGCHAIN_TRACING_V2": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "MODULAR_RAG_BENCH_KEY": "stub",
+    }
     with open(log, "wb") as out:
         home = log.with_suffix("")
         home.mkdir(exist_ok=True)
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=home, env=env,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=home,
+            env=env,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while True:
@@ -180,8 +207,13 @@ def _config(flow: str, stub_url: str, index: str) -> dict[str, Any]:
     config = yaml.safe_load(template_path("linear").read_text())
     config["name"] = f"bench-{flow}"
     config["providers"]["vectorstore"] = {"name": "chroma", "path": index, "collection": "demo"}
-    config["providers"]["llm"] = {"name": "openai", "model": "stub", "base_url": stub_url,
-                                  "api_key_env": "MODULAR_RAG_BENCH_KEY", "max_retries": 0}  # fmt: skip
+    config["providers"]["llm"] = {
+        "name": "openai",
+        "model": "stub",
+        "base_url": stub_url,
+        "api_key_env": "MODULAR_RAG_BENCH_KEY",
+        "max_retries": 0,
+    }
     config["operators"]["generate"] = {"name": "cited_answer", "params": {"mode": "llm"}}
     if flow == "light":
         config["operators"]["retrieve"] = {"name": "bm25", "params": {"k": 5}}
@@ -216,8 +248,10 @@ def run(args: argparse.Namespace, out: Report) -> None:
         folder.mkdir()
         for flow in flows:
             (folder / f"{flow}.yaml").write_text(yaml.safe_dump(_config(flow, stub.url, index)))
-        servers = {label: stack.enter_context(_server(code, folder, Path(tmp) / f"{i}.log", max(counts)))
-                   for i, (label, code) in enumerate(codes.items())}  # fmt: skip
+        servers = {
+            label: stack.enter_context(_server(code, folder, Path(tmp) / f"{i}.log", max(counts)))
+            for i, (label, code) in enumerate(codes.items())
+        }
         assistants: dict[tuple[str, str], str] = {}
         idle: dict[str, int] = {}
         for label, (url, proc) in servers.items():
@@ -228,8 +262,9 @@ def run(args: argparse.Namespace, out: Report) -> None:
         for flow in flows:
             for n in counts:
                 questions = _demo_queries(n)
-                order = [label for r in range(args.rounds) for label in (list(codes) if r % 2 == 0 else
-                                                                           list(codes)[::-1])]  # fmt: skip
+                order = [
+                    label for r in range(args.rounds) for label in (list(codes) if r % 2 == 0 else list(codes)[::-1])
+                ]
                 for label in order:
                     url, proc = servers[label]
                     s = stats.setdefault((flow, n, label), {"walls": [], "latencies": [], "answers": [], "peak": 0})
@@ -241,21 +276,37 @@ def run(args: argparse.Namespace, out: Report) -> None:
                     s["answers"].append(answers)
                     s["peak"] = max(s["peak"], sampler.peak)
                     s["in_flight"] = max(s.get("in_flight", before), stub.max_in_flight)
-                    out(f"{flow}, {n} requests, {label}: {wall:.2f}s, most threads {sampler.peak}, "
-                        f"most model calls in flight {stub.max_in_flight}")  # fmt: skip
+                    out(
+                        f"{flow}, {n} requests, {label}: {wall:.2f}s, most threads {sampler.peak}, "
+                        f"most model calls in flight {stub.max_in_flight}"
+                    )
     out()
-    out(f"linear flows served by `langgraph dev` (--n-jobs-per-worker {max(counts)}), one assistant of the flow graph "
+    out(
+        f"linear flows served by `langgraph dev` (--n-jobs-per-worker {max(counts)}), one assistant of the flow graph "
         f"per config; model: an OpenAI-compatible stub taking {args.latency:.2f}s per call; bursts of concurrent "
         f"stateless runs alternating between the servers, {args.rounds} per server; {os.cpu_count()} CPU cores "
-        f"(shared); threads idle after warm-up: " + ", ".join(f"{label} {n}" for label, n in idle.items()))
+        f"(shared); threads idle after warm-up: " + ", ".join(f"{label} {n}" for label, n in idle.items())
+    )
     rows = []
     for (flow, n, label), s in stats.items():
         lat = s["latencies"]
-        rows.append([flow, n, label, round(float(np.mean([n / w for w in s["walls"]])), 2),
-                     round(float(np.percentile(lat, 50)), 2), round(float(np.percentile(lat, 95)), 2),
-                     s["in_flight"], s["peak"]])  # fmt: skip
-    out(table(["flow", "requests", "server", "requests/s", "p50 s", "p95 s", "model calls at once", "threads max"],
-              rows))  # fmt: skip
+        rows.append(
+            [
+                flow,
+                n,
+                label,
+                round(float(np.mean([n / w for w in s["walls"]])), 2),
+                round(float(np.percentile(lat, 50)), 2),
+                round(float(np.percentile(lat, 95)), 2),
+                s["in_flight"],
+                s["peak"],
+            ]
+        )
+    out(
+        table(
+            ["flow", "requests", "server", "requests/s", "p50 s", "p95 s", "model calls at once", "threads max"], rows
+        )
+    )
     for flow in flows:
         for n in counts:
             runs = [a for (f, c, _), s in stats.items() if (f, c) == (flow, n) for a in s["answers"]]

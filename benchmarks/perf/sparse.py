@@ -61,7 +61,6 @@ def _pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-
 def _analysed_scifact(dataset: Path) -> tuple[list[list[str]], Any]:
     from modular_rag.text import Analyzer
 
@@ -98,8 +97,9 @@ def synthetic_corpus(base: Sequence[Sequence[str]], n: int, *, seed: int = 0, re
         terms = flat.copy()
         if copy:
             hit = rng.random(len(terms)) < replace
-            terms[hit] = np.minimum(np.searchsorted(cumulative, rng.random(int(hit.sum())), side="right"),
-                                    len(vocab) - 1)  # fmt: skip
+            terms[hit] = np.minimum(
+                np.searchsorted(cumulative, rng.random(int(hit.sum())), side="right"), len(vocab) - 1
+            )
         as_words = words[terms].tolist()
         for d in range(min(len(base), n - len(out))):
             out.append(as_words[offsets[d] : offsets[d + 1]])
@@ -212,10 +212,14 @@ class _Kit:
         vocab, where = np.unique(np.concatenate(terms), return_inverse=True)
         df = np.bincount(where, weights=np.concatenate(counts)).astype(np.int64)
         with kit.catalog.transaction() as db:
-            db.executemany("INSERT INTO terms (term, df) VALUES (?, ?)",
-                           zip((t.decode("utf-8") for t in vocab.tolist()), df.tolist(), strict=True))  # fmt: skip
-            db.executemany("INSERT INTO stats (key, value) VALUES (?, ?)",
-                           [("chunks", len(corpus)), ("length", float(sum(map(len, corpus))))])  # fmt: skip
+            db.executemany(
+                "INSERT INTO terms (term, df) VALUES (?, ?)",
+                zip((t.decode("utf-8") for t in vocab.tolist()), df.tolist(), strict=True),
+            )
+            db.executemany(
+                "INSERT INTO stats (key, value) VALUES (?, ?)",
+                [("chunks", len(corpus)), ("length", float(sum(map(len, corpus))))],
+            )
         return kit
 
     def compacted_copy(self, folder: Path) -> tuple[_Kit, float]:
@@ -252,34 +256,73 @@ def run(args: argparse.Namespace, out: Report) -> None:
     base, analyzer = _analysed_scifact(args.dataset)
     queries = [analyzer(q) for q in scifact_queries(args.dataset, args.queries)]
     queries = [q for q in queries if q]
-    out(f"base: SciFact, {len(base)} abstracts, {sum(map(len, base)) / len(base):.0f} terms each on average; "
-        f"{len(queries)} SciFact queries (dev + train), analysed once, the same terms given to every scorer; top {K}")
+    out(
+        f"base: SciFact, {len(base)} abstracts, {sum(map(len, base)) / len(base):.0f} terms each on average; "
+        f"{len(queries)} SciFact queries (dev + train), analysed once, the same terms given to every scorer; top {K}"
+    )
     scratch = Path(tempfile.mkdtemp(prefix="perf-sparse-", dir=args.scratch))
     rows = []
     notes = []
     try:
         for size in [int(s) for s in args.sizes.split(",")]:
-            rows += _one_size(size, base, queries, args, scratch, notes, have_bm25s=have_bm25s, have_numba=have_numba,
-                              reference=RankBM25 if size <= 200_000 else None, exhaustive_arrays=PostingsBM25.build)
+            rows += _one_size(
+                size,
+                base,
+                queries,
+                args,
+                scratch,
+                notes,
+                have_bm25s=have_bm25s,
+                have_numba=have_numba,
+                reference=RankBM25 if size <= 200_000 else None,
+                exhaustive_arrays=PostingsBM25.build,
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     out()
-    out(table(["corpus", "scorer", "queries", "p50 ms", "p95 ms", "build s", "add 10 chunks s", "RSS growth MiB",
-               "index MiB", f"exhaustive top {K}"], rows))  # fmt: skip
+    out(
+        table(
+            [
+                "corpus",
+                "scorer",
+                "queries",
+                "p50 ms",
+                "p95 ms",
+                "build s",
+                "add 10 chunks s",
+                "RSS growth MiB",
+                "index MiB",
+                f"exhaustive top {K}",
+            ],
+            rows,
+        )
+    )
     for note in notes:
         out(note)
-    out("kit: IDFs and average length read from the catalog (SQLite) at each query, top 10 over the memory-mapped "
+    out(
+        "kit: IDFs and average length read from the catalog (SQLite) at each query, top 10 over the memory-mapped "
         "segments; build: segments written 4,096 chunks at a time and merged as they come (compacted: then into one), "
         "plus the catalog's term counts; index MiB: its .npy files on disk (mapped; the pages a query touches are "
         "read). bm25s: vocabulary, ids, CSC matrix of weights in memory (its numba rows read the numpy build's "
         "arrays); add 10 chunks: bm25s has no add, so its figure is its build over the whole corpus. RSS growth: "
-        "while the index is held, after garbage collection")
+        "while the index is held, after garbage collection"
+    )
     out(f"process peak RSS: {_peak_rss_mb():,.0f} MiB")
 
 
-def _one_size(size: int, base: Sequence[Sequence[str]], queries: Sequence[Sequence[str]], args: argparse.Namespace,
-              scratch: Path, notes: list[str], *, have_bm25s: bool, have_numba: bool, reference: Any,
-              exhaustive_arrays: Any) -> list[list[Any]]:  # fmt: skip
+def _one_size(
+    size: int,
+    base: Sequence[Sequence[str]],
+    queries: Sequence[Sequence[str]],
+    args: argparse.Namespace,
+    scratch: Path,
+    notes: list[str],
+    *,
+    have_bm25s: bool,
+    have_numba: bool,
+    reference: Any,
+    exhaustive_arrays: Any,
+) -> list[list[Any]]:
     """The rows of one corpus size (see the module docstring)."""
     gc.collect()
     t0 = time.perf_counter()
@@ -338,13 +381,27 @@ def _one_size(size: int, base: Sequence[Sequence[str]], queries: Sequence[Sequen
         own = run.startswith("kit (") and "segments" in run or run in ("bm25s (numpy)", "rank_bm25")
         build_s: Any = seconds if own else compact_s if run.startswith("kit (compacted") else ""
         add: Any = add_s if own and backend == "kit" else seconds if own and backend == "bm25s" else ""
-        rows.append([label, run, len(values), _pct(values, 50), _pct(values, 95), build_s, add,
-                     grew if own else "", round(arrays[backend]) if own and backend in arrays else "",
-                     f"{agree[run]}/{len(queries)}" if run in agree else "(okapi IDF)"])  # fmt: skip
-    notes.append(f"{label}: corpus made in {made:.0f}s; the kit's compacted row: its build s is the compaction of "
-                 f"the {segments} segments; rank_bm25 timed on the first {slow_n} queries" if reference is not None
-                 else f"{label}: corpus made in {made:.0f}s; the kit's compacted row: its build s is the compaction "
-                 f"of the {segments} segments; rank_bm25 left out above 200k chunks")  # fmt: skip
+        rows.append(
+            [
+                label,
+                run,
+                len(values),
+                _pct(values, 50),
+                _pct(values, 95),
+                build_s,
+                add,
+                grew if own else "",
+                round(arrays[backend]) if own and backend in arrays else "",
+                f"{agree[run]}/{len(queries)}" if run in agree else "(okapi IDF)",
+            ]
+        )
+    notes.append(
+        f"{label}: corpus made in {made:.0f}s; the kit's compacted row: its build s is the compaction of "
+        f"the {segments} segments; rank_bm25 timed on the first {slow_n} queries"
+        if reference is not None
+        else f"{label}: corpus made in {made:.0f}s; the kit's compacted row: its build s is the compaction "
+        f"of the {segments} segments; rank_bm25 left out above 200k chunks"
+    )
     if size >= 1_000_000:
         p50 = _pct(lat[f"kit ({segments} segments)"], 50)
         notes.append(f"target at {size:,} chunks: kit p50 {p50:.2f} ms <= 10 ms: {verdict(p50 <= 10)}")

@@ -90,30 +90,37 @@ def run(args: argparse.Namespace, out: Report) -> None:
             subprocess.run([python, "-c", "pass"], check=True)
             interpreter.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            done = subprocess.run([binary, "run", "--config", str(config), DEMO_QUESTION], capture_output=True,
-                                  text=True)  # fmt: skip
+            done = subprocess.run(
+                [binary, "run", "--config", str(config), DEMO_QUESTION], capture_output=True, text=True
+            )
             totals.append(time.perf_counter() - t0)
             if done.returncode != 0 or "A:" not in done.stdout:
                 raise RuntimeError(f"modular-rag run failed ({done.returncode}): {done.stderr[-500:]}")
             order = list(variants.items())
             for column, (cfg, mode) in order[i % len(order) :] + order[: i % len(order)]:
-                child = subprocess.run([python, "-c", _PHASES, str(cfg), DEMO_QUESTION, mode], capture_output=True,
-                                       text=True)  # fmt: skip
+                child = subprocess.run(
+                    [python, "-c", _PHASES, str(cfg), DEMO_QUESTION, mode], capture_output=True, text=True
+                )
                 if child.returncode != 0:
                     raise RuntimeError(f"start-up phases failed: {child.stderr[-800:]}")
                 phases[column].append(json.loads(child.stdout.strip().splitlines()[-1]))
     cmd = f"modular-rag run --config <linear template over the demo index> {DEMO_QUESTION!r}"
     out(f"{cmd}: {args.runs} runs, median of each")
-    out(f"whole command, start to exit with the answer: {statistics.median(totals):.2f}s "
-        f"(runs: {', '.join(f'{t:.2f}' for t in totals)})")
+    out(
+        f"whole command, start to exit with the answer: {statistics.median(totals):.2f}s "
+        f"(runs: {', '.join(f'{t:.2f}' for t in totals)})"
+    )
     out()
-    out("The same steps in a fresh process, timed one by one: as `run` does them (llama-server launched at once, so "
+    out(
+        "The same steps in a fresh process, timed one by one: as `run` does them (llama-server launched at once, so "
         "it loads while the rest does; the embedder on ONNX Runtime), with the embedder on torch + "
         "sentence-transformers instead, with its int8 export (over a demo index embedded with it), and with the "
-        "server started only when first needed")
+        "server started only when first needed"
+    )
     first = next(iter(variants))
-    rows: list[list[Any]] = [["python interpreter start (python -c pass)",
-                              *[statistics.median(interpreter)] * len(variants)]]  # fmt: skip
+    rows: list[list[Any]] = [
+        ["python interpreter start (python -c pass)", *[statistics.median(interpreter)] * len(variants)]
+    ]
     for name in phases[first][0]:
         rows.append([name, *(statistics.median(p[name] for p in phases[column]) for column in variants)])
     rows.append(["total", *(sum(r[j] for r in rows) for j in range(1, len(variants) + 1))])

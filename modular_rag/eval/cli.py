@@ -19,10 +19,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--split", default="dev", help="dev (queries.jsonl) or a prefix such as train")
     p.add_argument("--limit", type=int, help="only N queries")
     p.add_argument("--concurrency", type=int, default=1, help="queries in flight (default 1)")
-    p.add_argument("--chunker", help="chunker for the corpus (default: the config's indexing.chunker when it sets "
-                                     "one, else document for BEIR rows, recursive for folders)")
-    p.add_argument("--milvus", metavar="URI", help="index the dataset into the Milvus at URI (http://host:19530, "
-                                                   "a milvus-lite server) and evaluate there, not in the cached Chroma")
+    p.add_argument(
+        "--chunker",
+        help="chunker for the corpus (default: the config's indexing.chunker when it sets "
+        "one, else document for BEIR rows, recursive for folders)",
+    )
+    p.add_argument(
+        "--milvus",
+        metavar="URI",
+        help="index the dataset into the Milvus at URI (http://host:19530, "
+        "a milvus-lite server) and evaluate there, not in the cached Chroma",
+    )
     p.add_argument("--out", help="write results.json, results.csv and quality_cost.png here")
     p.add_argument("--quality", default="f1", help="y axis of the plot (f1, em, contains, supported, ndcg@10)")
     p.add_argument("--cost", default="llm_calls", help="x axis of the plot (llm_calls, ms, tokens)")
@@ -46,21 +53,34 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True, help="folder for router.json and routed.yaml")
     p.add_argument("--split", default="train", help="the training split (never the one you report on)")
     p.add_argument("--quality", default="all@5", help="what a route must achieve: all@5, recall@5, f1, contains")
-    p.add_argument("--classes", choices=["auto", "passages", "outcome", "both"], default="auto",
-                   help="kinds of questions the router tells apart: passages (one relevant passage or several), "
-                        "outcome (the cheapest flow that did best), both (the pair), auto: cross-validation chooses")
-    p.add_argument("--features", default="question",
-                   help="what the router reads, comma-separated: question (its embedding and wording), wording (its "
-                        "length, digits, comparison words, first word: no embedding), evidence (what "
-                        "the candidates' shared first retrieval found: the routed flow retrieves once, before the "
-                        "router); default question")  # fmt: skip
+    p.add_argument(
+        "--classes",
+        choices=["auto", "passages", "outcome", "both"],
+        default="auto",
+        help="kinds of questions the router tells apart: passages (one relevant passage or several), "
+        "outcome (the cheapest flow that did best), both (the pair), auto: cross-validation chooses",
+    )
+    p.add_argument(
+        "--features",
+        default="question",
+        help="what the router reads, comma-separated: question (its embedding and wording), wording (its "
+        "length, digits, comparison words, first word: no embedding), evidence (what "
+        "the candidates' shared first retrieval found: the routed flow retrieves once, before the "
+        "router); default question",
+    )
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds over the training questions (5)")
-    p.add_argument("--max-cost-ratio", type=float, default=0.6,
-                   help="spend at most this share of the costliest flow's cost on average; the best quality within it "
-                        "by cross-validation (0.6)")  # fmt: skip
-    p.add_argument("--max-quality-loss", type=float,
-                   help="instead: the cheapest operating point within this of the best flow's quality "
-                        "(cross-validated)")
+    p.add_argument(
+        "--max-cost-ratio",
+        type=float,
+        default=0.6,
+        help="spend at most this share of the costliest flow's cost on average; the best quality within it "
+        "by cross-validation (0.6)",
+    )
+    p.add_argument(
+        "--max-quality-loss",
+        type=float,
+        help="instead: the cheapest operating point within this of the best flow's quality (cross-validated)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, help="only N training questions")
     p.add_argument("--quiet", action="store_true")
@@ -92,11 +112,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     for path, config in zip(args.config, configs, strict=True):
         # --chunker, else the config's indexing.chunker when it sets one, else the dataset's default
         chunker = OperatorSpec(name=args.chunker) if args.chunker else config_chunker(config, dataset.default_chunker)
-        env = dataset_providers(dataset, config.providers, chunker=chunker, progress=not args.quiet,
-                                log=lambda line: print(line, file=sys.stderr))  # fmt: skip
+        env = dataset_providers(
+            dataset,
+            config.providers,
+            chunker=chunker,
+            progress=not args.quiet,
+            log=lambda line: print(line, file=sys.stderr),
+        )
         name = config.name or Path(path).stem
-        results.append(evaluate_flow(config, dataset, env, name=name, concurrency=args.concurrency,
-                                     progress=not args.quiet))  # fmt: skip
+        results.append(
+            evaluate_flow(config, dataset, env, name=name, concurrency=args.concurrency, progress=not args.quiet)
+        )
     print(f"{dataset.name} ({dataset.split}, {len(dataset.queries)} queries)")
     print(format_results(results))
     if args.out:
@@ -117,13 +143,24 @@ def _cmd_train_router(args: argparse.Namespace) -> int:
         config = load_config(path)
         configs[config.name or Path(path).stem] = config
     features = [f.strip() for f in args.features.split(",") if f.strip()]
-    report = train_router(dataset, configs, args.out, quality=args.quality, classes=args.classes,
-                          features=features, folds=args.folds,
-                          seed=args.seed, max_cost_ratio=args.max_cost_ratio, max_quality_loss=args.max_quality_loss,
-                          progress=not args.quiet,
-                          log=print)  # fmt: skip
-    print(f"cross-validated accuracy: routes {report.accuracy:.3f} (labels: the cheapest flow reaching the best "
-          f"{args.quality}), question kinds ({report.classes}) {report.class_accuracy:.3f}")
+    report = train_router(
+        dataset,
+        configs,
+        args.out,
+        quality=args.quality,
+        classes=args.classes,
+        features=features,
+        folds=args.folds,
+        seed=args.seed,
+        max_cost_ratio=args.max_cost_ratio,
+        max_quality_loss=args.max_quality_loss,
+        progress=not args.quiet,
+        log=print,
+    )
+    print(
+        f"cross-validated accuracy: routes {report.accuracy:.3f} (labels: the cheapest flow reaching the best "
+        f"{args.quality}), question kinds ({report.classes}) {report.class_accuracy:.3f}"
+    )
     print(f"wrote {report.model_file} and {report.config_file} (modular-rag eval --config {report.config_file})")
     return 0
 
@@ -134,11 +171,19 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 
     dataset = _load_dataset(args.dataset, args.split, args.limit)
     candidates = config_candidates(args.config) if args.config else pattern_candidates()
-    result = recommend(dataset, candidates, quality=args.quality, max_llm_calls=args.max_llm_calls,
-                       max_latency_ms=args.max_latency_ms, progress=not args.quiet,
-                       log=lambda line: print(line, file=sys.stderr))  # fmt: skip
-    print(f"{dataset.name} ({len(dataset.queries)} queries); budget: LLM calls/q <= {args.max_llm_calls}, "
-          f"ms/q <= {args.max_latency_ms}; quality = {args.quality}")
+    result = recommend(
+        dataset,
+        candidates,
+        quality=args.quality,
+        max_llm_calls=args.max_llm_calls,
+        max_latency_ms=args.max_latency_ms,
+        progress=not args.quiet,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    print(
+        f"{dataset.name} ({len(dataset.queries)} queries); budget: LLM calls/q <= {args.max_llm_calls}, "
+        f"ms/q <= {args.max_latency_ms}; quality = {args.quality}"
+    )
     print(format_table(result.headers, result.rows()))
     if result.best is None:
         print("recommendation: none of the configs fits the budget; raise it or add cheaper configs")

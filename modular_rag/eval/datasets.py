@@ -17,8 +17,16 @@ from typing import Any
 
 from modular_rag.errors import DatasetError
 
-__all__ = ["Query", "BeirDataset", "load_beir", "load_demo", "load_documents", "holdout_split", "mixed_dataset",
-           "write_split"]
+__all__ = [
+    "Query",
+    "BeirDataset",
+    "load_beir",
+    "load_demo",
+    "load_documents",
+    "holdout_split",
+    "mixed_dataset",
+    "write_split",
+]
 
 
 @dataclass(frozen=True)
@@ -126,11 +134,15 @@ def load_documents(root: str | os.PathLike[str], questions: str | os.PathLike[st
     folder = Path(root)
     file = Path(questions) if questions is not None else folder / "questions.jsonl"
     if not (folder / "corpus").is_dir():
-        raise DatasetError(f"{folder / 'corpus'} is not a folder; put the documents there (any of .md, .txt, .pdf, "
-                           ".html, .docx, .jsonl)")  # fmt: skip
+        raise DatasetError(
+            f"{folder / 'corpus'} is not a folder; put the documents there (any of .md, .txt, .pdf, "
+            ".html, .docx, .jsonl)"
+        )
     if not file.is_file():
-        raise DatasetError(f"{file} is missing; it lists the questions, one JSON object per line: "
-                           '{"id", "text", "relevant": [document ids], "answers": [...]}')  # fmt: skip
+        raise DatasetError(
+            f"{file} is missing; it lists the questions, one JSON object per line: "
+            '{"id", "text", "relevant": [document ids], "answers": [...]}'
+        )
     queries: list[Query] = []
     qrels: dict[str, dict[str, int]] = {}
     with open(file, encoding="utf-8") as fh:
@@ -193,7 +205,7 @@ def load_beir(root: str | os.PathLike[str], *, split: str = "dev") -> BeirDatase
                 row = json.loads(line)
                 qid, text = str(row.get("id", row.get("_id"))), str(row["text"])
             except (json.JSONDecodeError, KeyError, TypeError):
-                raise DatasetError(f"{queries_file}:{n}: expected {{\"id\", \"text\"}}") from None
+                raise DatasetError(f'{queries_file}:{n}: expected {{"id", "text"}}') from None
             answers = tuple(str(a) for a in row.get("answers") or ())
             extra = {k: v for k, v in row.items() if k not in ("id", "_id", "text", "answers")}
             queries.append(Query(qid, text, answers, extra))

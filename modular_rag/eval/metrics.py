@@ -11,8 +11,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from modular_rag.errors import MissingDependencyError
 from modular_rag.text import exact_match, normalize_answer, token_f1
 
-__all__ = ["retrieval_metrics", "normalize_answer", "exact_match", "token_f1", "best_answer_scores", "contains_answer",
-           "mean"]
+__all__ = [
+    "retrieval_metrics",
+    "normalize_answer",
+    "exact_match",
+    "token_f1",
+    "best_answer_scores",
+    "contains_answer",
+    "mean",
+]
 
 
 def mean(values: Iterable[float]) -> float:

@@ -32,23 +32,35 @@ __all__ = [
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "linear": {
         "linear-checked": {"operators": {"generate": {"name": "cited_answer", "params": {"mode": "checked"}}}},
-        "linear-multihop": {"operators": {"retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
-                                          "rerank": {"name": "link_hop", "params": {"k": 10}}}},
+        "linear-multihop": {
+            "operators": {
+                "retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
+                "rerank": {"name": "link_hop", "params": {"k": 10}},
+            }
+        },
     },
     "branching": {
-        "branching-documents": {"params": {"mode": "documents", "branches": 3},
-                                "operators": {"expand": "none", "fuse": {"name": "replug"}}},
+        "branching-documents": {
+            "params": {"mode": "documents", "branches": 3},
+            "operators": {"expand": "none", "fuse": {"name": "replug"}},
+        },
     },
     "iterative": {
-        "iterative-ircot": {"operators": {"hop": "thought", "retrieve": {"name": "hybrid", "params": {"k": 4}},
-                                          "context": {"name": "budget",
-                                                      "params": {"max_chunks": 12, "max_tokens": 1800}}}},
+        "iterative-ircot": {
+            "operators": {
+                "hop": "thought",
+                "retrieve": {"name": "hybrid", "params": {"k": 4}},
+                "context": {"name": "budget", "params": {"max_chunks": 12, "max_tokens": 1800}},
+            }
+        },
     },
     "adaptive": {
-        "adaptive-self-rag": {"params": {"mode": "self_rag", "max_steps": 2},
-                              "operators": {"draft": "none", "judge": {"name": "llm_judge"}}},
+        "adaptive-self-rag": {
+            "params": {"mode": "self_rag", "max_steps": 2},
+            "operators": {"draft": "none", "judge": {"name": "llm_judge"}},
+        },
     },
-}  # fmt: skip
+}
 """Pattern -> its named variant runs (a template's overrides): linear with the model answering (checked) and with
 the document-graph hop; the second mode of branching and adaptive; the iterative pattern as IRCoT (the next
 chain-of-thought sentence as the query, 4 passages a round, up to 12 kept)."""
@@ -148,8 +160,15 @@ class Candidate:
         """The table row: name, pattern, modelled LLM calls/q, measured LLM calls/q, ms/q, quality, verdict."""
         if self.summary is None or self.quality is None:
             return [self.name, self.pattern, str(self.modelled_llm_calls), "-", "-", "-", self.verdict]
-        return [self.name, self.pattern, str(self.modelled_llm_calls), f"{self.summary['llm_calls']:.2f}",
-                f"{self.summary['ms']:.0f}", f"{self.quality:.3f}", self.verdict]  # fmt: skip
+        return [
+            self.name,
+            self.pattern,
+            str(self.modelled_llm_calls),
+            f"{self.summary['llm_calls']:.2f}",
+            f"{self.summary['ms']:.0f}",
+            f"{self.quality:.3f}",
+            self.verdict,
+        ]
 
 
 @dataclass(frozen=True)
@@ -220,11 +239,13 @@ def recommend(
         if max_llm_calls is not None and est.llm_calls.lo > max_llm_calls:
             results.append(Candidate(name, config.pattern, est.llm_calls, None, None, False))
             continue
-        env = dataset_providers(dataset, config.providers, chunker=OperatorSpec(name=dataset.default_chunker),
-                                progress=progress, log=log)  # fmt: skip
+        env = dataset_providers(
+            dataset, config.providers, chunker=OperatorSpec(name=dataset.default_chunker), progress=progress, log=log
+        )
         summary = evaluate_flow(config, dataset, env, name=name, progress=progress).summary()
         fits = (max_llm_calls is None or summary["llm_calls"] <= max_llm_calls) and (
-            max_latency_ms is None or summary["ms"] <= max_latency_ms)
+            max_latency_ms is None or summary["ms"] <= max_latency_ms
+        )
         result = Candidate(name, config.pattern, est.llm_calls, summary, summary[quality], fits)
         results.append(result)
         if fits and (best is None or summary[quality] > best_quality):

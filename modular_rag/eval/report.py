@@ -79,8 +79,11 @@ def plot_quality_cost(
     for row in rows:
         ax.scatter(row[cost], row[quality], s=40)
         ax.annotate(row["config"], (row[cost], row[quality]), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    ax.set_xlabel({"llm_calls": "LLM calls per query", "ms": "milliseconds per query",
-                   "tokens": "tokens per query"}.get(cost, cost))  # fmt: skip
+    ax.set_xlabel(
+        {"llm_calls": "LLM calls per query", "ms": "milliseconds per query", "tokens": "tokens per query"}.get(
+            cost, cost
+        )
+    )
     ax.set_ylabel(quality)
     questions = int(max((row.get("queries", 0.0) for row in rows), default=0))
     values = [float(row[quality]) for row in rows] or [0.0]

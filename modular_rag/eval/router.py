@@ -35,8 +35,18 @@ from modular_rag.errors import ConfigError
 from modular_rag.eval.datasets import BeirDataset
 from modular_rag.eval.runner import FlowResult, QueryRecord, dataset_providers, evaluate_flow
 
-__all__ = ["query_quality", "RouterTraining", "train_router", "fit_logistic", "fit_softmax", "routed_config",
-           "question_classes", "choose_operating_point", "shared_retrieval", "first_evidence"]
+__all__ = [
+    "query_quality",
+    "RouterTraining",
+    "train_router",
+    "fit_logistic",
+    "fit_softmax",
+    "routed_config",
+    "question_classes",
+    "choose_operating_point",
+    "shared_retrieval",
+    "first_evidence",
+]
 
 
 def query_quality(record: QueryRecord, relevant: Mapping[str, int], metric: str) -> float:
@@ -130,11 +140,17 @@ def shared_retrieval(configs: Mapping[str, FlowConfig]) -> tuple[OperatorSpec, d
     for name, config in configs.items():
         slots = config.operators
         rewrite = slots.get("rewrite")
-        if config.pattern != "linear" or isinstance(slots.get("retrieve"), list) or (
-                rewrite is not None and (isinstance(rewrite, list) or rewrite.name != "none")):
-            raise ConfigError(f"--config {name}", "evidence features need candidate flows that retrieve first: linear "
-                              "flows with rewrite: none and one retrieve operator (so the router can decide after "
-                              "their shared first retrieval); use --features question for other flows")  # fmt: skip
+        if (
+            config.pattern != "linear"
+            or isinstance(slots.get("retrieve"), list)
+            or (rewrite is not None and (isinstance(rewrite, list) or rewrite.name != "none"))
+        ):
+            raise ConfigError(
+                f"--config {name}",
+                "evidence features need candidate flows that retrieve first: linear "
+                "flows with rewrite: none and one retrieve operator (so the router can decide after "
+                "their shared first retrieval); use --features question for other flows",
+            )
         spec = slots.get("retrieve")
         specs[name] = spec if isinstance(spec, OperatorSpec) else OperatorSpec(name="hybrid")
     ks = {name: int(spec.params.get("k", 10)) for name, spec in specs.items()}
@@ -186,9 +202,13 @@ def _class_quality(targets: np.ndarray, onehot: np.ndarray) -> np.ndarray:
 
 
 def choose_operating_point(
-    grid: Sequence[Mapping[str, Any]], costs: Mapping[str, float], best_single: float, *,
-    max_cost_ratio: float | None, max_quality_loss: float | None,
-) -> Mapping[str, Any]:  # fmt: skip
+    grid: Sequence[Mapping[str, Any]],
+    costs: Mapping[str, float],
+    best_single: float,
+    *,
+    max_cost_ratio: float | None,
+    max_quality_loss: float | None,
+) -> Mapping[str, Any]:
     """The operating point (a row of ``grid``: quality and cost of one l2 / cost weight) by the rule asked for: the
     cheapest within ``max_quality_loss`` of the best single flow, else the best quality whose cost is at most
     ``max_cost_ratio`` of the costliest flow's (the best overall when none fits)."""
@@ -205,9 +225,12 @@ def choose_operating_point(
 
 
 def routed_config(
-    routes: Mapping[str, FlowConfig], model_file: Path, fallback: str, name: str,
+    routes: Mapping[str, FlowConfig],
+    model_file: Path,
+    fallback: str,
+    name: str,
     shared: tuple[OperatorSpec, Mapping[str, int]] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """A conditional flow config routing between the candidate flows with the learned router (self-contained: the
     first route's providers are the flow's). With ``shared`` (:func:`shared_retrieval`), the flow retrieves once
     before the router and each route takes the first ``k`` of those candidates (``retrieve: given``)."""
@@ -216,8 +239,10 @@ def routed_config(
     def flow(route: str, config: FlowConfig) -> dict[str, Any]:
         out = {k: v for k, v in config.to_dict().items() if k != "providers"}
         if shared is not None:
-            out["operators"] = {**out.get("operators", {}), "retrieve": {"name": "given",
-                                                                         "params": {"k": shared[1][route]}}}
+            out["operators"] = {
+                **out.get("operators", {}),
+                "retrieve": {"name": "given", "params": {"k": shared[1][route]}},
+            }
         return out
 
     operators: dict[str, Any] = {"route": {"name": "learned", "params": {"model": str(model_file)}}}
@@ -228,9 +253,11 @@ def routed_config(
         "name": name,
         "providers": first.to_dict()["providers"],
         "operators": operators,
-        "params": {"fallback": fallback, "routes": {
-            r: {"description": cfg.name or r, "flow": flow(r, cfg)} for r, cfg in routes.items()}},
-    }  # fmt: skip
+        "params": {
+            "fallback": fallback,
+            "routes": {r: {"description": cfg.name or r, "flow": flow(r, cfg)} for r, cfg in routes.items()},
+        },
+    }
 
 
 def first_evidence(questions: Sequence[str], config: FlowConfig, retrieve: OperatorSpec, env: Any) -> list[list[Any]]:
@@ -238,8 +265,15 @@ def first_evidence(questions: Sequence[str], config: FlowConfig, retrieve: Opera
     (``config`` gives the providers)."""
     from modular_rag.builder import build_flow
 
-    probe = {"pattern": "linear", "providers": config.to_dict()["providers"], "operators": {
-        "retrieve": retrieve.model_dump(include={"name", "params"}), "context": "none", "generate": "none"}}
+    probe = {
+        "pattern": "linear",
+        "providers": config.to_dict()["providers"],
+        "operators": {
+            "retrieve": retrieve.model_dump(include={"name", "params"}),
+            "context": "none",
+            "generate": "none",
+        },
+    }
     flow = build_flow(probe, providers=env)
     return [list(flow.invoke({"query": q}).get("candidates") or []) for q in questions]
 
@@ -301,24 +335,31 @@ def train_router(
     if len(names) < 2:
         raise ConfigError("--config", "a router needs at least two candidate flows")
     if folds < 2 or len(dataset.queries) < folds:
-        raise ConfigError("--folds", f"cross-validation needs at least 2 folds and a question per fold (got {folds} "
-                                     f"folds, {len(dataset.queries)} questions)")  # fmt: skip
+        raise ConfigError(
+            "--folds",
+            f"cross-validation needs at least 2 folds and a question per fold (got {folds} "
+            f"folds, {len(dataset.queries)} questions)",
+        )
     blocks = tuple(b for b in FEATURE_BLOCKS if b in features and not (b == "wording" and "question" in features))
     if not blocks or set(features) - set(FEATURE_BLOCKS):
-        raise ConfigError("--features", f"features must be some of {', '.join(FEATURE_BLOCKS)} (got "
-                                        f"{', '.join(features) or 'none'})")  # fmt: skip
+        raise ConfigError(
+            "--features", f"features must be some of {', '.join(FEATURE_BLOCKS)} (got {', '.join(features) or 'none'})"
+        )
     shared = shared_retrieval(configs) if "evidence" in blocks else None
     results: dict[str, FlowResult] = {}
     env = None
     for name, config in configs.items():
-        env = dataset_providers(dataset, config.providers, chunker=OperatorSpec(name=dataset.default_chunker),
-                                progress=progress, log=say)  # fmt: skip
+        env = dataset_providers(
+            dataset, config.providers, chunker=OperatorSpec(name=dataset.default_chunker), progress=progress, log=say
+        )
         say(f"running {name} on {len(dataset.queries)} training questions")
         results[name] = evaluate_flow(config, dataset, env, name=name, progress=progress)
     assert env is not None
     qids = [q.id for q in dataset.queries]
-    quality_of = {n: {r.qid: query_quality(r, dataset.qrels.get(r.qid, {}), quality) for r in res.records}
-                  for n, res in results.items()}  # fmt: skip
+    quality_of = {
+        n: {r.qid: query_quality(r, dataset.qrels.get(r.qid, {}), quality) for r in res.records}
+        for n, res in results.items()
+    }
     costs = {n: float(res.summary()["retrievals"]) + float(res.summary()["llm_calls"]) for n, res in results.items()}
     ms = {n: float(res.summary()["ms"]) for n, res in results.items()}
     by_cost = sorted(names, key=lambda n: (costs[n], ms[n]))
@@ -348,14 +389,35 @@ def train_router(
     targets = np.asarray([[quality_of[n][q] for n in names] for q in qids])
     fold = _folds(qids, folds, seed)
 
-    def model_of(class_names: list[str], w: np.ndarray, b: np.ndarray, quality_per: np.ndarray,
-                 cost_weight: float = 0.0, **extra: Any) -> RouterModel:  # fmt: skip
-        return RouterModel(names, class_names, w, b, quality_per, mean, scale, costs, cost_weight, blocks=blocks,
-                           evidence_mean=ev_mean, evidence_scale=ev_scale, **extra)  # fmt: skip
+    def model_of(
+        class_names: list[str],
+        w: np.ndarray,
+        b: np.ndarray,
+        quality_per: np.ndarray,
+        cost_weight: float = 0.0,
+        **extra: Any,
+    ) -> RouterModel:
+        return RouterModel(
+            names,
+            class_names,
+            w,
+            b,
+            quality_per,
+            mean,
+            scale,
+            costs,
+            cost_weight,
+            blocks=blocks,
+            evidence_mean=ev_mean,
+            evidence_scale=ev_scale,
+            **extra,
+        )
 
     def measure(choice: np.ndarray) -> dict[str, float]:
-        return {"quality": float(np.mean(targets[np.arange(len(choice)), choice])),
-                "cost": float(np.mean([costs[names[c]] for c in choice]))}  # fmt: skip
+        return {
+            "quality": float(np.mean(targets[np.arange(len(choice)), choice])),
+            "cost": float(np.mean([costs[names[c]] for c in choice])),
+        }
 
     singles = {n: {"quality": float(np.mean(targets[:, i])), "cost": costs[n]} for i, n in enumerate(names)}
     best_single = max(v["quality"] for v in singles.values())
@@ -365,8 +427,10 @@ def train_router(
     for kind, per_question in kinds.items():
         class_names = sorted(set(per_question))
         onehot = onehots[kind] = np.asarray([[float(k == c) for c in class_names] for k in per_question])
-        say(f"question kinds ({kind}): " + ", ".join(f"{c} {int(onehot[:, i].sum())}"
-                                                     for i, c in enumerate(class_names)))  # fmt: skip
+        say(
+            f"question kinds ({kind}): "
+            + ", ".join(f"{c} {int(onehot[:, i].sum())}" for i, c in enumerate(class_names))
+        )
         for l2 in (1e-3, 1e-2, 1e-1):
             expected = np.zeros_like(targets)
             kind_p = np.zeros_like(onehot)
@@ -379,18 +443,24 @@ def train_router(
                 kind_p[test] = model.class_probabilities(x[test])
                 expected[test] = model.probabilities(x[test])
             held_out[kind, l2] = (expected, kind_p)
-            model = model_of(class_names, np.zeros((len(class_names), x.shape[1])), np.zeros(len(class_names)),
-                             np.zeros((len(names), len(class_names))))  # fmt: skip
+            model = model_of(
+                class_names,
+                np.zeros((len(class_names), x.shape[1])),
+                np.zeros(len(class_names)),
+                np.zeros((len(names), len(class_names))),
+            )
             for cost_weight in np.round(np.arange(0.0, 1.0005, 0.005), 3).tolist():
                 model.cost_weight = cost_weight
-                grid.append({"classes": kind, "l2": l2, "cost_weight": cost_weight,
-                             **measure(model.decide(expected))})  # fmt: skip
-    chosen = choose_operating_point(grid, costs, best_single, max_cost_ratio=max_cost_ratio,
-                                    max_quality_loss=max_quality_loss)  # fmt: skip
+                grid.append({"classes": kind, "l2": l2, "cost_weight": cost_weight, **measure(model.decide(expected))})
+    chosen = choose_operating_point(
+        grid, costs, best_single, max_cost_ratio=max_cost_ratio, max_quality_loss=max_quality_loss
+    )
     kind = str(chosen["classes"])
-    say(f"chosen by {folds}-fold cross-validation: classes {kind}, l2 {chosen['l2']}, cost weight "
+    say(
+        f"chosen by {folds}-fold cross-validation: classes {kind}, l2 {chosen['l2']}, cost weight "
         f"{chosen['cost_weight']}: quality {chosen['quality']:.3f} at cost {chosen['cost']:.2f} (best single flow "
-        f"{best_single:.3f})")  # fmt: skip
+        f"{best_single:.3f})"
+    )
     onehot = onehots[kind]
     class_names = sorted(set(kinds[kind]))
     expected, kind_p = held_out[kind, float(chosen["l2"])]
@@ -398,13 +468,30 @@ def train_router(
     accuracy = float(np.mean(check.decide(expected) == y))
     class_accuracy = float(np.mean(kind_p.argmax(axis=1) == onehot.argmax(axis=1)))
     w, b = fit_softmax(x, onehot, float(chosen["l2"]))  # the shipped model learns from every training question
-    model = model_of(class_names, w, b, _class_quality(targets, onehot), float(chosen["cost_weight"]),
-                     embeddings=configs[names[0]].providers.embeddings.model_dump_json(),
-                     trained={"dataset": dataset.name, "split": dataset.split, "questions": len(qids),
-                              "quality": quality, "classes": kind, "features": list(blocks),
-                              "labels": {n: int(np.sum(y == i)) for i, n in enumerate(names)},
-                              "cross_validation": {"folds": folds, "chosen": chosen, "singles": singles,
-                                                   "accuracy": accuracy, "class_accuracy": class_accuracy}})
+    model = model_of(
+        class_names,
+        w,
+        b,
+        _class_quality(targets, onehot),
+        float(chosen["cost_weight"]),
+        embeddings=configs[names[0]].providers.embeddings.model_dump_json(),
+        trained={
+            "dataset": dataset.name,
+            "split": dataset.split,
+            "questions": len(qids),
+            "quality": quality,
+            "classes": kind,
+            "features": list(blocks),
+            "labels": {n: int(np.sum(y == i)) for i, n in enumerate(names)},
+            "cross_validation": {
+                "folds": folds,
+                "chosen": chosen,
+                "singles": singles,
+                "accuracy": accuracy,
+                "class_accuracy": class_accuracy,
+            },
+        },
+    )
     folder = Path(out)
     model_file = model.save(folder)
     import yaml
@@ -415,8 +502,18 @@ def train_router(
     rows = [[n, f"{singles[n]['quality']:.3f}", f"{singles[n]['cost']:.2f}"] for n in names]
     rows.append(["routed", f"{chosen['quality']:.3f}", f"{chosen['cost']:.2f}"])
     say(format_table([f"{folds}-fold cross-validation", quality, "retrievals + LLM calls / q"], rows))
-    return RouterTraining(names, costs, {n: int(np.sum(y == i)) for i, n in enumerate(names)}, float(chosen["l2"]),
-                          float(chosen["cost_weight"]), {**singles, "routed": {"quality": chosen["quality"],
-                                                                                "cost": chosen["cost"]}},
-                          accuracy, model_file, config_file, grid, {q: names[labels[q]] for q in qids}, kind,
-                          class_accuracy)  # fmt: skip
+    return RouterTraining(
+        names,
+        costs,
+        {n: int(np.sum(y == i)) for i, n in enumerate(names)},
+        float(chosen["l2"]),
+        float(chosen["cost_weight"]),
+        {**singles, "routed": {"quality": chosen["quality"], "cost": chosen["cost"]}},
+        accuracy,
+        model_file,
+        config_file,
+        grid,
+        {q: names[labels[q]] for q in qids},
+        kind,
+        class_accuracy,
+    )

@@ -129,12 +129,17 @@ def dataset_providers(
         env.index.sentences.store = sentences
         start = time.perf_counter()
         summary = index_paths(dataset.corpus_paths, env, chunker=spec, progress=progress)  # a rerun backfills them
-        info = {"chunks": summary.index_chunks, "seconds": round(time.perf_counter() - start, 1),
-                "sentences": sentences}  # fmt: skip
+        info = {
+            "chunks": summary.index_chunks,
+            "seconds": round(time.perf_counter() - start, 1),
+            "sentences": sentences,
+        }
         marker.write_text(json.dumps(info))
         if log:
-            log(f"indexed {dataset.name}: {summary.documents} documents, {summary.index_chunks} chunks in "
-                f"{info['seconds']}s -> {folder}")  # fmt: skip
+            log(
+                f"indexed {dataset.name}: {summary.documents} documents, {summary.index_chunks} chunks in "
+                f"{info['seconds']}s -> {folder}"
+            )
     return env
 
 
@@ -302,17 +307,35 @@ def _record(query: Query, out: Mapping[str, Any] | BaseException, ms: float) -> 
     if answer and not answer.get("refused") and "supported" not in answer:  # a generator that ran no check
         answer = check_answer(answer, query.text, evidence)
     by_ref = {e["ref"]: e for e in evidence}
-    citations = [{"ref": c["ref"], "chunk_id": c["chunk_id"], "method": c["method"],
-                  "doc_id": str(by_ref.get(c["ref"], {}).get("metadata", {}).get("doc_id", "")),
-                  **{k: c[k] for k in ("verdict", "reason") if k in c}}
-                 for c in answer.get("citations") or []]  # fmt: skip
+    citations = [
+        {
+            "ref": c["ref"],
+            "chunk_id": c["chunk_id"],
+            "method": c["method"],
+            "doc_id": str(by_ref.get(c["ref"], {}).get("metadata", {}).get("doc_id", "")),
+            **{k: c[k] for k in ("verdict", "reason") if k in c},
+        }
+        for c in answer.get("citations") or []
+    ]
     supported = None if not answer or answer.get("refused") else answer.get("supported")
     docs, scored = retrieved_docs(out)
     return QueryRecord(
-        query.id, text, bool(answer.get("refused")), em, f1, docs, int(cost["llm_calls"]),
-        int(cost["prompt_tokens"]), int(cost["completion_tokens"]), int(cost["retrievals"]), ms, supported,
-        contains, citations, scored=scored,
-    )  # fmt: skip
+        query.id,
+        text,
+        bool(answer.get("refused")),
+        em,
+        f1,
+        docs,
+        int(cost["llm_calls"]),
+        int(cost["prompt_tokens"]),
+        int(cost["completion_tokens"]),
+        int(cost["retrievals"]),
+        ms,
+        supported,
+        contains,
+        citations,
+        scored=scored,
+    )
 
 
 def evaluate_flow(
@@ -363,8 +386,9 @@ def evaluate_flow(
             if bar:
                 bar.update(1)
     else:
-        outs = flow.batch([{"query": q.text} for q in queries], {"max_concurrency": concurrency},
-                          return_exceptions=True)  # fmt: skip
+        outs = flow.batch(
+            [{"query": q.text} for q in queries], {"max_concurrency": concurrency}, return_exceptions=True
+        )
         from modular_rag.trace import totals
 
         for q, out in zip(queries, outs, strict=True):

@@ -24,8 +24,12 @@ ACME = sorted(p.stem for p in DEMO.glob("*.md") if p.stem.startswith("display-er
 """The first client's documents: display errors and bike manuals."""
 GLOBEX = sorted(p.stem for p in DEMO.glob("*.md") if "policy" in p.stem or p.stem == "trade-in-program")
 """The second client's documents: the policies."""
-QUESTIONS = ["What does error code E07 mean on the e-bike display?", "How long is the warranty on a frame?",
-             "Can I return a bike I bought online?", "How do I adjust the saddle height?"]  # fmt: skip
+QUESTIONS = [
+    "What does error code E07 mean on the e-bike display?",
+    "How long is the warranty on a frame?",
+    "Can I return a bike I bought online?",
+    "How do I adjust the saddle height?",
+]
 
 
 def chroma(folder: Path, collection: str) -> dict[str, Any]:
@@ -47,13 +51,26 @@ def clients(tmp_path_factory: pytest.TempPathFactory, demo_dir: Path) -> tuple[P
     linear = yaml.safe_load((REPO / "modular_rag" / "templates" / "linear.yaml").read_text())
     linear["providers"]["vectorstore"] = chroma(store, "acme")
     (flows / "clients" / "acme.yaml").write_text(yaml.safe_dump({**linear, "name": "acme"}))
-    (flows / "globex.yaml").write_text(yaml.safe_dump({
-        "pattern": "linear", "name": "globex", "providers": {"vectorstore": chroma(store, "globex")},
-        "operators": {"retrieve": {"name": "bm25", "params": {"k": 4}}, "context": "none", "generate": "none"},
-    }))  # fmt: skip
+    (flows / "globex.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "pattern": "linear",
+                "name": "globex",
+                "providers": {"vectorstore": chroma(store, "globex")},
+                "operators": {"retrieve": {"name": "bm25", "params": {"k": 4}}, "context": "none", "generate": "none"},
+            }
+        )
+    )
     # a linear config whose model answers: one LLM call per question (never called here: its budget refuses it)
-    (flows / "chatty.yaml").write_text(yaml.safe_dump({**linear, "name": "chatty", "operators": {
-        **linear["operators"], "generate": {"name": "cited_answer", "params": {"mode": "llm"}}}}))  # fmt: skip
+    (flows / "chatty.yaml").write_text(
+        yaml.safe_dump(
+            {
+                **linear,
+                "name": "chatty",
+                "operators": {**linear["operators"], "generate": {"name": "cited_answer", "params": {"mode": "llm"}}},
+            }
+        )
+    )
     return store, flows
 
 
@@ -82,8 +99,7 @@ def test_two_assistants_of_one_graph_answer_from_their_own_config_and_index(
         assert docs_of(out) <= set(own), (runtime.context, docs_of(out))
     assert all(docs_of(out) for out in outs[:4])  # E07 and the warranty: both clients find theirs
     acme_out, globex_out = outs[0], outs[1]
-    assert acme_out["answer"]["text"] and [e["node"] for e in acme_out["ledger"]] == ["retrieve", "context",
-                                                                                        "generate"]  # fmt: skip
+    assert acme_out["answer"]["text"] and [e["node"] for e in acme_out["ledger"]] == ["retrieve", "context", "generate"]
     assert not globex_out.get("answer") and [e["node"] for e in globex_out["ledger"]] == ["retrieve"]
     assert server.flow({}, acme).get_context_jsonschema()["properties"].keys() == {"flow", "index", "budget"}
 
@@ -132,10 +148,26 @@ def test_two_assistants_over_http_never_cross(clients: tuple[Path, Path], tmp_pa
     _, flows = clients
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [executable("langgraph"), "dev", "--config", str(tmp_path / "server" / "langgraph.json"), "--host",
-           "127.0.0.1", "--port", str(port), "--no-browser", "--no-reload"]  # fmt: skip
-    env = {"MODULAR_RAG_FLOWS": str(flows), "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false",
-           "LANGCHAIN_TRACING_V2": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+    cmd = [
+        executable("langgraph"),
+        "dev",
+        "--config",
+        str(tmp_path / "server" / "langgraph.json"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-browser",
+        "--no-reload",
+    ]
+    env = {
+        "MODULAR_RAG_FLOWS": str(flows),
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGSMITH_TRACING": "false",
+        "LANGCHAIN_TRACING_V2": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     served = tmp_path / "server"  # its own folder: langgraph dev keeps its assistants in .langgraph_api there
     served.mkdir()
     spec = json.loads((REPO / "langgraph.json").read_text())

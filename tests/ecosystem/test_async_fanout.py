@@ -40,27 +40,53 @@ def _flows(demo_dir: Path, url: str) -> dict[str, FlowConfig]:
     flare.operators["judge"] = OperatorSpec.from_object(never_stop)  # the stub gives no token log-probabilities
     return {
         # retrieve, then one generation per document in its own branch (Send), fused by REPLUG's vote
-        "branching-documents": load_config(template("branching", demo_dir, params={"mode": "documents", "branches": 2},
-                                                    operators={"expand": "none", "fuse": "replug",
-                                                               "generate": _LLM_ANSWER}, providers=llm)),
+        "branching-documents": load_config(
+            template(
+                "branching",
+                demo_dir,
+                params={"mode": "documents", "branches": 2},
+                operators={"expand": "none", "fuse": "replug", "generate": _LLM_ANSWER},
+                providers=llm,
+            )
+        ),
         # per node: retrieval and an answer; per level: one clarification per kept parent; self-verification
-        "recursive": load_config(template("recursive", demo_dir, params={"branching": 2, "max_depth": 1,
-                                                                         "max_nodes": 3},
-                                          operators={"generate": _LLM_ANSWER}, providers=llm)),
+        "recursive": load_config(
+            template(
+                "recursive",
+                demo_dir,
+                params={"branching": 2, "max_depth": 1, "max_nodes": 3},
+                operators={"generate": _LLM_ANSWER},
+                providers=llm,
+            )
+        ),
         # the draft and the re-query (fetch, then draft again) of every sentence
         "adaptive-flare": flare,
         # llm_critique grades every retrieved passage: one yes/no call each, 4 in flight
-        "adaptive-self-rag": load_config(template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": 1},
-                                                  operators={"gate": "none", "draft": "none", "rewrite": "none",
-                                                             "generate": _LLM_ANSWER, "judge": "reflection"},
-                                                  providers=llm)),
-    }  # fmt: skip
+        "adaptive-self-rag": load_config(
+            template(
+                "adaptive",
+                demo_dir,
+                params={"mode": "self_rag", "max_steps": 1},
+                operators={
+                    "gate": "none",
+                    "draft": "none",
+                    "rewrite": "none",
+                    "generate": _LLM_ANSWER,
+                    "judge": "reflection",
+                },
+                providers=llm,
+            )
+        ),
+    }
 
 
 def timeless(out: Mapping[str, Any]) -> dict[str, Any]:
     """A run's result without the clock: trace events without ``start`` and ``ms``, ledger entries without ``ms``."""
-    return {**out, "trace": [{k: v for k, v in e.items() if k not in ("start", "ms")} for e in out.get("trace", [])],
-            "ledger": [{k: v for k, v in e.items() if k != "ms"} for e in out.get("ledger", [])]}  # fmt: skip
+    return {
+        **out,
+        "trace": [{k: v for k, v in e.items() if k not in ("start", "ms")} for e in out.get("trace", [])],
+        "ledger": [{k: v for k, v in e.items() if k != "ms"} for e in out.get("ledger", [])],
+    }
 
 
 def _held_while(run: Callable[[], Any]) -> tuple[Any, int]:
@@ -123,10 +149,17 @@ def _toc(prompt: str) -> str:
 def test_a_tree_level_clarifies_its_parents_together_and_matches_the_sync_run(demo_dir: Path) -> None:
     from tests.conftest import ScriptedChat
 
-    config = load_config(template("recursive", demo_dir, params={"branching": 2, "max_depth": 2, "max_nodes": 7},
-                                  operators={"generate": {"name": "cited_answer", "params": {
-                                      "unsupported": "mark", "min_relevance": None}},
-                                      "prune": "self_verify"}))  # fmt: skip
+    config = load_config(
+        template(
+            "recursive",
+            demo_dir,
+            params={"branching": 2, "max_depth": 2, "max_nodes": 7},
+            operators={
+                "generate": {"name": "cited_answer", "params": {"unsupported": "mark", "min_relevance": None}},
+                "prune": "self_verify",
+            },
+        )
+    )
     config.providers.llm = ScriptedChat.of(_toc)
     env = Providers(config.providers)
     flow = build_flow(config, providers=env)
@@ -147,8 +180,9 @@ def test_a_tree_level_clarifies_its_parents_together_and_matches_the_sync_run(de
 def test_a_branch_times_out_and_goes_on_under_ainvoke_as_under_invoke(demo_dir: Path) -> None:
     with StubLLM(latency_s=0.0) as stub:
         config = _flows(demo_dir, stub.url)["branching-documents"]
-        config.operators["generate"] = OperatorSpec(name="cited_answer", params=_LLM_ANSWER["params"], timeout_s=0.5,
-                                                    on_error="skip")  # fmt: skip
+        config.operators["generate"] = OperatorSpec(
+            name="cited_answer", params=_LLM_ANSWER["params"], timeout_s=0.5, on_error="skip"
+        )
         flow = build_flow(config)
         assert flow.invoke({"query": QUESTION})["answer"]["text"]  # warm: clients made, models loaded
         stub.latency_s = 4.0
@@ -160,7 +194,8 @@ def test_a_branch_times_out_and_goes_on_under_ainvoke_as_under_invoke(demo_dir: 
     for run in (out, sync):
         events = [e for e in run["trace"] if e["node"].startswith("branch[")]
         assert [(e["status"], e["error"]) for e in events] == [
-            ("error", "timed out after 0.5s (1 LLM call spent, then cancelled)")] * 2  # fmt: skip
+            ("error", "timed out after 0.5s (1 LLM call spent, then cancelled)")
+        ] * 2
         assert [e["llm_calls"] for e in run["ledger"] if e["node"].startswith("branch[")] == [1, 1]
     assert timeless(out)["trace"] == timeless(sync)["trace"]
 
@@ -176,11 +211,20 @@ def test_a_hop_searches_from_its_passages_together_under_ainvoke_as_in_turn_unde
     from tests.conftest import demo_flow
     from tests.operators.test_multihop import AWARD
 
-    config = load_config(demo_flow(demo_dir, "recursive", params={"expand": "hop", "branching": 3, "max_depth": 1,
-                                                                  "max_nodes": 10},
-                                   operators={"retrieve": {"name": "hybrid", "params": {"k": 4, "pool": 20}},
-                                              "hop": "evidence", "fuse": {"name": "pairs", "params": {"k": 5}},
-                                              "context": "none", "generate": "none"}))  # fmt: skip
+    config = load_config(
+        demo_flow(
+            demo_dir,
+            "recursive",
+            params={"expand": "hop", "branching": 3, "max_depth": 1, "max_nodes": 10},
+            operators={
+                "retrieve": {"name": "hybrid", "params": {"k": 4, "pool": 20}},
+                "hop": "evidence",
+                "fuse": {"name": "pairs", "params": {"k": 5}},
+                "context": "none",
+                "generate": "none",
+            },
+        )
+    )
     env = Providers(config.providers)
     flow = build_flow(config, providers=env)
     env.encoder.clear_cache()

@@ -31,8 +31,12 @@ KEEP_TWO = "tests.helpers.async_ops:keep_two"
 
 def stub_flow(demo_dir: Path, url: str, **operators: Any) -> Any:
     """The linear template on the demo index, its model the stub endpoint at ``url``, answering in mode llm."""
-    config = template("linear", demo_dir, allow_imports=True,
-                      operators={"generate": {"name": "cited_answer", "params": {"mode": "llm"}}, **operators})
+    config = template(
+        "linear",
+        demo_dir,
+        allow_imports=True,
+        operators={"generate": {"name": "cited_answer", "params": {"mode": "llm"}}, **operators},
+    )
     config["providers"]["llm"] = {"name": "openai", "model": "stub", "base_url": url, "max_retries": 0}
     return build_flow(load_config(config))
 
@@ -94,13 +98,22 @@ class Runs(BaseCallbackHandler):
         self.runs: dict[UUID, tuple[str, list[str]]] = {}
         self.parents: dict[UUID, UUID | None] = {}
 
-    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, tags: list[str] | None = None,
-                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def on_chain_start(
+        self,
+        serialized: Any,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.runs[run_id] = (str(kwargs.get("name")), list(tags or []))
         self.parents[run_id] = parent_run_id
 
-    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
-                            **kwargs: Any) -> None:  # fmt: skip
+    def on_chat_model_start(
+        self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self.runs[run_id] = ("chat model", [])
         self.parents[run_id] = parent_run_id
 
@@ -119,8 +132,9 @@ class Runs(BaseCallbackHandler):
 
 @pytest.mark.integration
 def test_an_async_def_operator_runs_on_the_event_loop_and_in_sync_runs_too(demo_dir: Path) -> None:
-    config = template("linear", demo_dir, allow_imports=True,
-                      operators={"rerank": {"name": KEEP_TWO}, "generate": "none"})  # fmt: skip
+    config = template(
+        "linear", demo_dir, allow_imports=True, operators={"rerank": {"name": KEEP_TWO}, "generate": "none"}
+    )
     flow = build_flow(config)
     runs = Runs()
 
@@ -144,15 +158,22 @@ def test_an_async_def_operator_runs_on_the_event_loop_and_in_sync_runs_too(demo_
 @pytest.mark.integration
 def test_timeout_s_and_on_error_hold_for_async_steps(demo_dir: Path) -> None:
     slow = {"name": "tests.helpers.async_ops:sleeps", "params": {"seconds": 5}, "timeout_s": 0.3}
-    skipping = build_flow(template("linear", demo_dir, allow_imports=True,
-                                   operators={"rerank": {**slow, "on_error": "skip"}, "generate": "none"}))
+    skipping = build_flow(
+        template(
+            "linear",
+            demo_dir,
+            allow_imports=True,
+            operators={"rerank": {**slow, "on_error": "skip"}, "generate": "none"},
+        )
+    )
     t0 = time.perf_counter()
     out = asyncio.run(skipping.ainvoke({"query": QUESTION}))
     assert time.perf_counter() - t0 < 4.0
     event = next(e for e in out["trace"] if e["node"] == "rerank")
     assert event["status"] == "error" and event["error"] == "timed out after 0.3s"
-    failing = build_flow(template("linear", demo_dir, allow_imports=True,
-                                  operators={"rerank": slow, "generate": "none"}))
+    failing = build_flow(
+        template("linear", demo_dir, allow_imports=True, operators={"rerank": slow, "generate": "none"})
+    )
     with pytest.raises(OperatorTimeout, match="timed out after 0.3s"):
         asyncio.run(failing.ainvoke({"query": QUESTION}))
     with pytest.raises(OperatorTimeout, match="timed out after 0.3s"):
@@ -160,8 +181,16 @@ def test_timeout_s_and_on_error_hold_for_async_steps(demo_dir: Path) -> None:
 
     # an awaited model call cut by the deadline is counted, as in a sync run
     with StubLLM() as stub:
-        flow = stub_flow(demo_dir, stub.url, generate={"name": "cited_answer", "params": {"mode": "llm",
-                         "min_relevance": None}, "timeout_s": 1.0, "on_error": "skip"})  # fmt: skip
+        flow = stub_flow(
+            demo_dir,
+            stub.url,
+            generate={
+                "name": "cited_answer",
+                "params": {"mode": "llm", "min_relevance": None},
+                "timeout_s": 1.0,
+                "on_error": "skip",
+            },
+        )
         assert asyncio.run(flow.ainvoke({"query": QUESTION}))["answer"]  # warm: clients made, models loaded
         assert flow.invoke({"query": QUESTION})["answer"]
         stub.latency_s = 6.0
@@ -183,12 +212,16 @@ def test_a_query_an_endpoint_embeds_is_awaited_by_dense_retrieval(tmp_path: Path
     n = 6
     inputs = [{"query": f"{QUESTION} (case {i})"} for i in range(n)]
     with StubEmbeddings() as stub:
-        config = load_config({
-            "pattern": "linear",
-            "providers": {"embeddings": {"name": "openai", "model": "stub", "base_url": stub.url},
-                          "vectorstore": {"name": "chroma", "path": str(tmp_path), "collection": "endpoint"}},
-            "operators": {"retrieve": {"name": "dense", "params": {"k": 3}}, "generate": "none"},
-        })  # fmt: skip
+        config = load_config(
+            {
+                "pattern": "linear",
+                "providers": {
+                    "embeddings": {"name": "openai", "model": "stub", "base_url": stub.url},
+                    "vectorstore": {"name": "chroma", "path": str(tmp_path), "collection": "endpoint"},
+                },
+                "operators": {"retrieve": {"name": "dense", "params": {"k": 3}}, "generate": "none"},
+            }
+        )
         providers = Providers(config.providers)
         index_paths(sorted(DEMO.glob("display-error-*.md")), providers, progress=False)
         flow = build_flow(config, providers=providers)
@@ -242,8 +275,13 @@ def test_awaited_model_calls_share_the_llm_cache(demo_dir: Path, tmp_path: Path)
 
 @pytest.mark.integration
 def test_a_flow_behind_an_answer_cache_keeps_its_async_operators_on_the_loop(demo_dir: Path, tmp_path: Path) -> None:
-    config = template("linear", demo_dir, allow_imports=True, operators={"rerank": {"name": KEEP_TWO}},
-                      answer_cache={"path": str(tmp_path / "answers.sqlite")})  # fmt: skip
+    config = template(
+        "linear",
+        demo_dir,
+        allow_imports=True,
+        operators={"rerank": {"name": KEEP_TWO}},
+        answer_cache={"path": str(tmp_path / "answers.sqlite")},
+    )
     flow = build_flow(config)
 
     async def run() -> tuple[str, dict[str, Any]]:

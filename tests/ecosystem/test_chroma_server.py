@@ -30,9 +30,7 @@ def test_index_and_retrieve_through_a_chroma_server(tmp_path: Path, monkeypatch:
         str(port),
     ]
     ready = f"http://127.0.0.1:{port}/api/v2/heartbeat"
-    with background(
-        cmd, ready, log=tmp_path / "chroma.log", env={"ANONYMIZED_TELEMETRY": "False"}, timeout_s=60
-    ):
+    with background(cmd, ready, log=tmp_path / "chroma.log", env={"ANONYMIZED_TELEMETRY": "False"}, timeout_s=60):
         vectorstore = {"name": "chroma", "host": "127.0.0.1", "port": port, "collection": "served"}
         env = Providers(ProvidersConfig.model_validate({"vectorstore": vectorstore}))
         assert env.index.dense.describe() == f"chroma server 127.0.0.1:{port}/served"
@@ -77,7 +75,5 @@ def test_index_and_retrieve_through_a_chroma_server(tmp_path: Path, monkeypatch:
         import chromadb
         from chromadb.config import Settings
 
-        client = chromadb.HttpClient(
-            host="127.0.0.1", port=port, settings=Settings(anonymized_telemetry=False)
-        )
+        client = chromadb.HttpClient(host="127.0.0.1", port=port, settings=Settings(anonymized_telemetry=False))
         assert client.get_collection("served").count() == summary.index_chunks

@@ -72,8 +72,9 @@ def test_a_three_turn_conversation_on_one_thread(demo_dir: Path, tmp_path: Path)
     assert [m.text for m in third["messages"][::2]] == [E07, FOLLOW_UP, THIRD]
     reply = third["messages"][3]
     assert reply.text == second["answer"]["text"]
-    assert reply.additional_kwargs["citations"] == [{"ref": 1, "chunk_id": second["answer"]["citations"][0]["chunk_id"],
-                                                     "title": "E-bike display error E12"}]  # fmt: skip
+    assert reply.additional_kwargs["citations"] == [
+        {"ref": 1, "chunk_id": second["answer"]["citations"][0]["chunk_id"], "title": "E-bike display error E12"}
+    ]
     for out in (first, second, third):  # per-question keys start clean on every turn
         assert [e["node"] for e in out["trace"]] == ["rewrite", "retrieve", "context", "generate"]
         assert [e["node"] for e in out["ledger"]] == ["rewrite", "retrieve", "context", "generate"]
@@ -119,8 +120,11 @@ def test_route_sub_flows_see_the_conversation(demo_dir: Path) -> None:
 
 @pytest.mark.integration
 def test_a_follow_up_is_neither_answered_from_nor_stored_in_the_answer_cache(demo_dir: Path, tmp_path: Path) -> None:
-    config = demo_flow(demo_dir, operators={"retrieve": "bm25", "generate": {"name": "cited_answer", "params": {
-        "mode": "extractive"}}}, answer_cache={"path": str(tmp_path / "answers.sqlite")})  # fmt: skip
+    config = demo_flow(
+        demo_dir,
+        operators={"retrieve": "bm25", "generate": {"name": "cited_answer", "params": {"mode": "extractive"}}},
+        answer_cache={"path": str(tmp_path / "answers.sqlite")},
+    )
     flow = build_flow(config, checkpointer=InMemorySaver())
     for name in ("a", "b"):
         thread = {"configurable": {"thread_id": name}}

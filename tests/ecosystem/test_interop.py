@@ -63,9 +63,7 @@ def embeddings(demo_dir: Path) -> KitEmbeddings:  # demo_dir: the session's enco
 def store(embeddings: KitEmbeddings) -> InMemoryVectorStore:
     """An ``InMemoryVectorStore`` holding the demo corpus, indexed by the kit (the store embeds by itself)."""
     vectorstore = InMemoryVectorStore(embedding=embeddings)
-    summary = index_paths(
-        [demo_corpus_path()], Providers(ProvidersConfig(vectorstore=vectorstore)), progress=False
-    )
+    summary = index_paths([demo_corpus_path()], Providers(ProvidersConfig(vectorstore=vectorstore)), progress=False)
     assert summary.files_indexed == 36 and len(vectorstore.store) == summary.index_chunks
     return vectorstore
 
@@ -86,9 +84,7 @@ def test_a_chat_model_object(demo_dir: Path) -> None:
 def test_a_chat_openai_object_keeps_token_logprobs(demo_env: Providers) -> None:
     from langchain_openai import ChatOpenAI
 
-    model = ChatOpenAI(
-        model="smollm2", base_url=demo_env.llm.model.openai_api_base, api_key="no-key", max_tokens=8
-    )
+    model = ChatOpenAI(model="smollm2", base_url=demo_env.llm.model.openai_api_base, api_key="no-key", max_tokens=8)
     llm = Providers(ProvidersConfig(llm=model)).llm
     assert llm.openai_compatible and llm.describe == "ChatOpenAI"
     completion = llm.complete("Name a colour.", max_tokens=6, logprobs=True)
@@ -152,15 +148,22 @@ def test_a_vector_store_filled_elsewhere_refuses_what_needs_the_chunk_list(embed
     from modular_rag.errors import ConfigError
 
     elsewhere = InMemoryVectorStore(embedding=embeddings)
-    elsewhere.add_texts(["Error E07 means speed sensor signal lost.", "Oil the chain every 300 km."],
-                        metadatas=[{"title": "E07"}, {"title": "Chain"}])  # fmt: skip
+    elsewhere.add_texts(
+        ["Error E07 means speed sensor signal lost.", "Oil the chain every 300 km."],
+        metadatas=[{"title": "E07"}, {"title": "Chain"}],
+    )
     env = Providers(ProvidersConfig(vectorstore=elsewhere, llm=fake_llm(ANSWER)))
     for retrieve in ("bm25", "hybrid"):
-        with pytest.raises(ConfigError, match=r"LangChain InMemoryVectorStore cannot list them .*\(vectorstore: "
-                                              r"chroma or milvus\)"):  # fmt: skip
+        with pytest.raises(
+            ConfigError,
+            match=r"LangChain InMemoryVectorStore cannot list them .*\(vectorstore: "
+            r"chroma or milvus\)",
+        ):
             build_flow(linear(env.config, retrieve=retrieve), providers=env)
-    hop = {**linear(env.config, retrieve="dense"), "operators": {"retrieve": "dense", "rerank": "link_hop",
-                                                                 "generate": "none"}}  # fmt: skip
+    hop = {
+        **linear(env.config, retrieve="dense"),
+        "operators": {"retrieve": "dense", "rerank": "link_hop", "generate": "none"},
+    }
     with pytest.raises(ConfigError, match="link_hop"):
         build_flow(hop, providers=env)
     out = build_flow(linear(env.config, retrieve="dense"), providers=env).invoke({"query": QUESTION})

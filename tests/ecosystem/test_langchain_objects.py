@@ -31,14 +31,34 @@ class Recorder(BaseCallbackHandler):
     def __init__(self) -> None:
         self.runs: dict[UUID, dict[str, Any]] = {}
 
-    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
-                       parent_run_id: UUID | None = None, tags: list[str] | None = None,
-                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:  # fmt: skip
-        self.runs[run_id] = {"name": kwargs.get("name"), "parent": parent_run_id, "tags": tags or [],
-                             "metadata": metadata or {}, "inputs": inputs}  # fmt: skip
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.runs[run_id] = {
+            "name": kwargs.get("name"),
+            "parent": parent_run_id,
+            "tags": tags or [],
+            "metadata": metadata or {},
+            "inputs": inputs,
+        }
 
-    def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: Any, *, run_id: UUID,
-                            parent_run_id: UUID | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.runs[run_id] = {"name": "chat model", "parent": parent_run_id, "tags": [], "metadata": {}}
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -53,10 +73,14 @@ class Recorder(BaseCallbackHandler):
 
 @pytest.mark.integration
 def test_a_callback_handler_sees_one_run_per_operator_with_its_params(demo_dir: Path) -> None:
-    config = template("linear", demo_dir, operators={
-        "retrieve": {"name": "hybrid", "params": {"k": 8, "pool": 20, "fusion": "convex"}},
-        "rerank": [{"name": "dedup"}, {"name": "mmr", "params": {"k": 6}}],
-    })  # fmt: skip
+    config = template(
+        "linear",
+        demo_dir,
+        operators={
+            "retrieve": {"name": "hybrid", "params": {"k": 8, "pool": 20, "fusion": "convex"}},
+            "rerank": [{"name": "dedup"}, {"name": "mmr", "params": {"k": 6}}],
+        },
+    )
     recorder = Recorder()
     out = build_flow(config).invoke({"query": QUESTION}, {"callbacks": [recorder]})
     assert out["answer"]["text"]
@@ -88,8 +112,9 @@ def test_a_callback_handler_sees_one_run_per_operator_with_its_params(demo_dir: 
 def test_an_operators_model_calls_are_children_of_its_run(demo_dir: Path) -> None:
     from tests.conftest import fake_llm
 
-    config = load_config(template("linear", demo_dir, operators={
-        "generate": {"name": "cited_answer", "params": {"mode": "llm"}}}))  # fmt: skip
+    config = load_config(
+        template("linear", demo_dir, operators={"generate": {"name": "cited_answer", "params": {"mode": "llm"}}})
+    )
     config.providers.llm = fake_llm("Error E07 means the speed sensor signal was lost [1].")
     recorder = Recorder()
     build_flow(config).invoke({"query": QUESTION}, {"callbacks": [recorder]})
@@ -106,9 +131,17 @@ def test_as_retriever_ranks_as_the_flows_retrieve_step_and_filters(demo_env: Pro
     index = demo_env.index
     retriever = index.as_retriever("hybrid", k=5, pool=20)
     docs = retriever.invoke(QUESTION)
-    step = build_flow(template("linear", demo_dir, operators={
-        "retrieve": {"name": "hybrid", "params": {"k": 5, "pool": 20}}, "context": "none", "generate": "none"}),
-    ).invoke({"query": QUESTION})  # fmt: skip
+    step = build_flow(
+        template(
+            "linear",
+            demo_dir,
+            operators={
+                "retrieve": {"name": "hybrid", "params": {"k": 5, "pool": 20}},
+                "context": "none",
+                "generate": "none",
+            },
+        ),
+    ).invoke({"query": QUESTION})
     assert [d.id for d in docs] == [c["chunk_id"] for c in step["candidates"]]
     assert docs[0].metadata["doc_id"] == "display-error-e07" and docs[0].metadata["channel"] == "hybrid"
     assert docs[0].metadata["chunk_id"] == docs[0].id and docs[0].metadata["score"] > 0
@@ -157,16 +190,20 @@ class TestIndexRetrieverStandard(RetrieversIntegrationTests):
 
 @pytest.fixture(scope="module")
 def flow_tool(demo_dir: Path) -> BaseTool:
-    return as_tool(build_flow(template("linear", demo_dir)), name="tidewater_manuals",
-                   description="Answers questions about Tidewater bikes from their manuals, citing them.")  # fmt: skip
+    return as_tool(
+        build_flow(template("linear", demo_dir)),
+        name="tidewater_manuals",
+        description="Answers questions about Tidewater bikes from their manuals, citing them.",
+    )
 
 
 @pytest.mark.integration
 def test_a_flow_as_a_tool_answers_with_its_sources_and_returns_the_run(flow_tool: BaseTool, demo_dir: Path) -> None:
     assert flow_tool.name == "tidewater_manuals"
     assert set(flow_tool.get_input_schema().model_json_schema()["properties"]) == {"question"}
-    message = flow_tool.invoke({"type": "tool_call", "id": "c1", "name": flow_tool.name,
-                                "args": {"question": QUESTION}})  # fmt: skip
+    message = flow_tool.invoke(
+        {"type": "tool_call", "id": "c1", "name": flow_tool.name, "args": {"question": QUESTION}}
+    )
     assert "Sources:" in message.content and "(display-error-e07" in message.content
     assert message.artifact["answer"]["citations"] and message.artifact["evidence"]
     assert {e["node"] for e in message.artifact["ledger"]} == {"retrieve", "context", "generate"}
@@ -218,4 +255,3 @@ class TestFlowToolStandardUnit(ToolsUnitTests):
     @property
     def tool_invoke_params_example(self) -> dict[str, Any]:
         return {"question": QUESTION}
-

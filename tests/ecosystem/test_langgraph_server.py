@@ -63,9 +63,7 @@ def test_langgraph_json_exposes_every_pattern_as_a_graph_factory() -> None:
 
 
 @pytest.mark.unit
-def test_server_module_serves_configs_from_modular_rag_flows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_server_module_serves_configs_from_modular_rag_flows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from modular_rag import server
 
     own = tmp_path / "linear.yaml"
@@ -134,8 +132,11 @@ def test_langgraph_dev_answers_over_http(demo_dir: Path, demo_env: Providers, tm
         graphs = {a["graph_id"] for a in client.assistants.search(limit=20)}
         assert graphs == {*PATTERNS, "flow"}
         # an assistant per client config, picked by name; a config added while the server runs is served too
-        retrieval_only = {**config, "name": "client-b", "operators": {"retrieve": {"name": "bm25", "params": {"k": 3}},
-                                                                      "context": "none", "generate": "none"}}
+        retrieval_only = {
+            **config,
+            "name": "client-b",
+            "operators": {"retrieve": {"name": "bm25", "params": {"k": 3}}, "context": "none", "generate": "none"},
+        }
         (flows / "client-b.yaml").write_text(yaml.safe_dump(retrieval_only))
         assistant = client.assistants.create("flow", context={"flow": "client-b"}, name="client-b")
         got = client.runs.wait(None, assistant["assistant_id"], input={"query": QUESTION})
@@ -237,8 +238,13 @@ def test_a_server_image_installs_what_the_default_graphs_need(tmp_path: Path) ->
 
     local = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["local"]
     out = tmp_path / "Dockerfile"
-    subprocess.run([executable("langgraph"), "dockerfile", "-c", str(REPO / "langgraph.json"), str(out)], check=True,
-                   capture_output=True, cwd=REPO, timeout=120)  # fmt: skip
+    subprocess.run(
+        [executable("langgraph"), "dockerfile", "-c", str(REPO / "langgraph.json"), str(out)],
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+        timeout=120,
+    )
     text = out.read_text()
     torch_at = text.index("torch==")
     assert "--index-url https://download.pytorch.org/whl/cpu" in text[torch_at : text.index("\n", torch_at)]

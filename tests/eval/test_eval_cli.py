@@ -17,9 +17,15 @@ pytestmark = pytest.mark.integration
 
 def retrieval_config(tmp_path: Path, name: str, retrieve: str) -> str:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"pattern": "linear", "name": name,
-                                    "operators": {"retrieve": {"name": retrieve, "params": {"k": 5}},
-                                                  "generate": "none"}}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "pattern": "linear",
+                "name": name,
+                "operators": {"retrieve": {"name": retrieve, "params": {"k": 5}}, "generate": "none"},
+            }
+        )
+    )
     return str(path)
 
 
@@ -27,25 +33,49 @@ def retrieval_config(tmp_path: Path, name: str, retrieve: str) -> str:
 def beir(tmp_path: Path) -> Path:
     folder = tmp_path / "mini"
     folder.mkdir()
-    docs = {"d1": "Chain lubricant keeps a bicycle chain quiet.", "d2": "Tyre pressure depends on rider weight.",
-            "d3": "Disc brakes stop well in the wet.", "d4": "A helmet should sit level on the head."}  # fmt: skip
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"id": k, "title": "", "text": v}) + "\n"
-                                                 for k, v in docs.items()))  # fmt: skip
-    queries = [("q1", "How do I keep my chain quiet?", ["chain lubricant"]), ("q2", "Which brakes work in rain?",
-               ["disc brakes"])]  # fmt: skip
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"id": q, "text": t, "answers": a}) + "\n"
-                                                  for q, t, a in queries))  # fmt: skip
+    docs = {
+        "d1": "Chain lubricant keeps a bicycle chain quiet.",
+        "d2": "Tyre pressure depends on rider weight.",
+        "d3": "Disc brakes stop well in the wet.",
+        "d4": "A helmet should sit level on the head.",
+    }
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"id": k, "title": "", "text": v}) + "\n" for k, v in docs.items())
+    )
+    queries = [
+        ("q1", "How do I keep my chain quiet?", ["chain lubricant"]),
+        ("q2", "Which brakes work in rain?", ["disc brakes"]),
+    ]
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"id": q, "text": t, "answers": a}) + "\n" for q, t, a in queries)
+    )
     (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td3\t1\n")
     return folder
 
 
-def test_eval_writes_a_deterministic_report(beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_eval_writes_a_deterministic_report(
+    beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
     configs = [retrieval_config(tmp_path, "bm25", "bm25"), retrieval_config(tmp_path, "dense", "dense")]
     for out in ("r1", "r2"):
-        assert main(["eval", "--dataset", str(beir), "--config", *configs, "--out", str(tmp_path / out),
-                     "--quality", "ndcg@10", "--quiet"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "eval",
+                    "--dataset",
+                    str(beir),
+                    "--config",
+                    *configs,
+                    "--out",
+                    str(tmp_path / out),
+                    "--quality",
+                    "ndcg@10",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     table = capsys.readouterr().out
     assert "bm25" in table and "nDCG@10" in table
     bm25_row = next(line for line in table.splitlines() if line.startswith("bm25"))
@@ -64,15 +94,37 @@ def test_eval_writes_a_deterministic_report(beir: Path, tmp_path: Path, monkeypa
     assert (tmp_path / "r1" / "quality_cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_recommend_picks_the_best_within_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_recommend_picks_the_best_within_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
     answer = tmp_path / "answer.yaml"
-    answer.write_text(yaml.safe_dump({"pattern": "linear", "name": "with-llm", "operators": {"generate": {
-        "name": "cited_answer", "params": {"min_relevance": None}}}}))  # always one LLM call  # fmt: skip
+    answer.write_text(
+        yaml.safe_dump(
+            {
+                "pattern": "linear",
+                "name": "with-llm",
+                "operators": {"generate": {"name": "cited_answer", "params": {"min_relevance": None}}},
+            }
+        )
+    )  # always one LLM call
     configs = [retrieval_config(tmp_path, "bm25", "bm25"), retrieval_config(tmp_path, "hybrid", "hybrid"), str(answer)]
-    code = main(["recommend", "--dataset", "demo", "--config", *configs, "--max-llm-calls", "0", "--quality",
-                 "recall@5", "--limit", "6", "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "recommend",
+            "--dataset",
+            "demo",
+            "--config",
+            *configs,
+            "--max-llm-calls",
+            "0",
+            "--quality",
+            "recall@5",
+            "--limit",
+            "6",
+            "--quiet",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "with-llm" in out and "over budget by its cost model" in out

@@ -51,9 +51,22 @@ def test_the_quality_cost_plot_names_the_data_and_does_not_stretch_one_question(
     from modular_rag.eval.runner import FlowResult, QueryRecord
 
     def result(name: str, hits: int) -> FlowResult:  # 24 questions, `hits` of them answered right
-        records = [QueryRecord(qid=str(i), answer="a", refused=False, em=0.0, f1=float(i < hits), docs=[],
-                               llm_calls=1, prompt_tokens=0, completion_tokens=0, retrievals=2, ms=1.0)
-                   for i in range(24)]  # fmt: skip
+        records = [
+            QueryRecord(
+                qid=str(i),
+                answer="a",
+                refused=False,
+                em=0.0,
+                f1=float(i < hits),
+                docs=[],
+                llm_calls=1,
+                prompt_tokens=0,
+                completion_tokens=0,
+                retrievals=2,
+                ms=1.0,
+            )
+            for i in range(24)
+        ]
         return FlowResult(name=name, pattern="linear", records=records, retrieval={}, seconds=1.0)
 
     seen = {}

@@ -16,11 +16,21 @@ from modular_rag.config import load_config
 from modular_rag.errors import ConfigError
 from operators.routing import LEXICAL_NAMES, RouterModel
 
-CHEAP = {"pattern": "linear", "name": "cheap", "operators": {"retrieve": {"name": "bm25", "params": {"k": 10}},
-                                                             "context": "none", "generate": "none"}}  # fmt: skip
-HOPPING = {"pattern": "linear", "name": "hopping", "operators": {
-    "retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
-    "rerank": {"name": "link_hop", "params": {"k": 10}}, "context": "none", "generate": "none"}}  # fmt: skip
+CHEAP = {
+    "pattern": "linear",
+    "name": "cheap",
+    "operators": {"retrieve": {"name": "bm25", "params": {"k": 10}}, "context": "none", "generate": "none"},
+}
+HOPPING = {
+    "pattern": "linear",
+    "name": "hopping",
+    "operators": {
+        "retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
+        "rerank": {"name": "link_hop", "params": {"k": 10}},
+        "context": "none",
+        "generate": "none",
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +47,17 @@ def own_eval_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def _model(cost_weight: float) -> RouterModel:
     """Two kinds of questions; the hopping route is better on the second kind, which every question belongs to."""
     d = 384 + len(LEXICAL_NAMES)
-    return RouterModel(["cheap", "hopping"], ["1 passage", "2+ passages"], np.zeros((2, d)), np.array([0.0, 5.0]),
-                       np.array([[0.9, 0.5], [0.9, 0.8]]), np.zeros(len(LEXICAL_NAMES)), np.ones(len(LEXICAL_NAMES)),
-                       {"cheap": 1.0, "hopping": 4.0}, cost_weight)  # fmt: skip
+    return RouterModel(
+        ["cheap", "hopping"],
+        ["1 passage", "2+ passages"],
+        np.zeros((2, d)),
+        np.array([0.0, 5.0]),
+        np.array([[0.9, 0.5], [0.9, 0.8]]),
+        np.zeros(len(LEXICAL_NAMES)),
+        np.ones(len(LEXICAL_NAMES)),
+        {"cheap": 1.0, "hopping": 4.0},
+        cost_weight,
+    )
 
 
 @pytest.mark.unit
@@ -62,8 +80,9 @@ def test_train_router_writes_a_model_and_a_routed_flow_that_runs(tmp_path: Path,
     from modular_rag.eval.datasets import load_demo
     from modular_rag.eval.router import train_router
 
-    report = train_router(load_demo(), {"cheap": load_config(CHEAP), "hopping": load_config(HOPPING)},
-                          tmp_path / "router", folds=3)  # fmt: skip
+    report = train_router(
+        load_demo(), {"cheap": load_config(CHEAP), "hopping": load_config(HOPPING)}, tmp_path / "router", folds=3
+    )
     assert report.costs == {"cheap": 1.0, "hopping": 4.0}  # retrievals per question, measured
     assert sum(report.labels.values()) == 24 and report.model_file.exists()
     assert set(report.validation) == {"cheap", "hopping", "routed"}
@@ -72,8 +91,9 @@ def test_train_router_writes_a_model_and_a_routed_flow_that_runs(tmp_path: Path,
     assert config.pattern == "conditional" and config.operators["route"].name == "learned"
     config.providers.vectorstore.path = str(demo_dir)
     config.providers.vectorstore.collection = "demo"
-    out = build_flow(config).invoke({"query": "What is the frame material of the bike that won the 2022 Coastline "
-                                              "Design Award?"})  # fmt: skip
+    out = build_flow(config).invoke(
+        {"query": "What is the frame material of the bike that won the 2022 Coastline Design Award?"}
+    )
     assert out["route"] in {"cheap", "hopping"}
     route = next(e for e in out["trace"] if e["node"] == "route")
     assert "learned: expected quality cheap" in route["summary"]
@@ -83,10 +103,12 @@ def test_train_router_writes_a_model_and_a_routed_flow_that_runs(tmp_path: Path,
 @pytest.mark.integration
 def test_a_model_routing_to_unknown_routes_is_refused(tmp_path: Path, demo_dir: Path) -> None:
     file = _model(0.0).save(tmp_path / "r")
-    config = {"pattern": "conditional", "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir),
-                                                                       "collection": "demo"}},
-              "operators": {"route": {"name": "learned", "params": {"model": str(file)}}},
-              "params": {"fallback": "a", "routes": {"a": {"flow": CHEAP}, "b": {"flow": HOPPING}}}}  # fmt: skip
+    config = {
+        "pattern": "conditional",
+        "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}},
+        "operators": {"route": {"name": "learned", "params": {"model": str(file)}}},
+        "params": {"fallback": "a", "routes": {"a": {"flow": CHEAP}, "b": {"flow": HOPPING}}},
+    }
     with pytest.raises(ConfigError, match=r"routes to \['cheap', 'hopping'\], which are not routes of this flow"):
         build_flow(config)
 
@@ -107,11 +129,14 @@ def test_the_learned_router_does_not_read_letter_case(tmp_path: Path, demo_dir: 
     from modular_rag.providers import Providers
 
     demo = load_demo()
-    queries = [Query(q.id, _cased_like_a_benchmark(q.text, q.extra.get("kind") == "multi-hop"), q.answers, q.extra)
-               for q in demo.queries]  # fmt: skip
+    queries = [
+        Query(q.id, _cased_like_a_benchmark(q.text, q.extra.get("kind") == "multi-hop"), q.answers, q.extra)
+        for q in demo.queries
+    ]
     mix = BeirDataset(demo.root, demo.split, queries, demo.qrels)
-    report = train_router(mix, {"cheap": load_config(CHEAP), "hopping": load_config(HOPPING)}, tmp_path / "router",
-                          folds=3)  # fmt: skip
+    report = train_router(
+        mix, {"cheap": load_config(CHEAP), "hopping": load_config(HOPPING)}, tmp_path / "router", folds=3
+    )
     model = RouterModel.load(report.model_file)
     encoder = Providers(load_config(CHEAP).providers).encoder
     asked = [q.text for q in demo.queries]
@@ -128,16 +153,31 @@ def test_the_learned_router_does_not_read_letter_case(tmp_path: Path, demo_dir: 
 
 def _shared(demo_dir: Path, route: dict[str, Any]) -> dict[str, Any]:
     """A conditional flow retrieving once (hybrid) before the router; the routes take those candidates."""
-    linear = {"pattern": "linear", "operators": {"retrieve": {"name": "given", "params": {"k": 10}},
-                                                 "context": "none", "generate": "none"}}  # fmt: skip
-    hop = {"pattern": "linear", "operators": {"retrieve": {"name": "given", "params": {"k": 20}},
-                                              "rerank": {"name": "link_hop", "params": {"k": 10}},
-                                              "context": "none", "generate": "none"}}  # fmt: skip
-    return {"pattern": "conditional",
-            "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}},
-            "operators": {"retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}}, "route": route},
-            "params": {"fallback": "cheap", "routes": {"cheap": {"keywords": ["frame"], "flow": linear},
-                                                       "hopping": {"keywords": ["award"], "flow": hop}}}}  # fmt: skip
+    linear = {
+        "pattern": "linear",
+        "operators": {"retrieve": {"name": "given", "params": {"k": 10}}, "context": "none", "generate": "none"},
+    }
+    hop = {
+        "pattern": "linear",
+        "operators": {
+            "retrieve": {"name": "given", "params": {"k": 20}},
+            "rerank": {"name": "link_hop", "params": {"k": 10}},
+            "context": "none",
+            "generate": "none",
+        },
+    }
+    return {
+        "pattern": "conditional",
+        "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}},
+        "operators": {"retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}}, "route": route},
+        "params": {
+            "fallback": "cheap",
+            "routes": {
+                "cheap": {"keywords": ["frame"], "flow": linear},
+                "hopping": {"keywords": ["award"], "flow": hop},
+            },
+        },
+    }
 
 
 @pytest.mark.integration
@@ -166,8 +206,13 @@ def test_a_route_taking_given_candidates_needs_a_shared_retrieval(demo_dir: Path
 
 
 def _hit(i: int, text: str, title: str = "", score: float = 0.03) -> dict[str, Any]:
-    return {"chunk_id": f"c{i}", "text": text, "score": score, "channel": "hybrid",
-            "metadata": {"title": title, "doc_id": f"d{i}"} if title else {}}  # fmt: skip
+    return {
+        "chunk_id": f"c{i}",
+        "text": text,
+        "score": score,
+        "channel": "hybrid",
+        "metadata": {"title": title, "doc_id": f"d{i}"} if title else {},
+    }
 
 
 def _evidence_model() -> RouterModel:
@@ -177,10 +222,20 @@ def _evidence_model() -> RouterModel:
     d = len(EVIDENCE_NAMES)
     w = np.zeros((2, d))
     w[0, EVIDENCE_NAMES.index("covered by top-1")] = 4.0
-    return RouterModel(["cheap", "hopping"], ["cheap", "hopping"], w, np.array([0.0, 0.0]),
-                       np.array([[0.9, 0.3], [0.9, 0.9]]), np.zeros(len(LEXICAL_NAMES)), np.ones(len(LEXICAL_NAMES)),
-                       {"cheap": 2.0, "hopping": 4.0}, 0.3, blocks=("evidence",), evidence_mean=np.full(d, 0.5),
-                       evidence_scale=np.ones(d))  # fmt: skip
+    return RouterModel(
+        ["cheap", "hopping"],
+        ["cheap", "hopping"],
+        w,
+        np.array([0.0, 0.0]),
+        np.array([[0.9, 0.3], [0.9, 0.9]]),
+        np.zeros(len(LEXICAL_NAMES)),
+        np.ones(len(LEXICAL_NAMES)),
+        {"cheap": 2.0, "hopping": 4.0},
+        0.3,
+        blocks=("evidence",),
+        evidence_mean=np.full(d, 0.5),
+        evidence_scale=np.ones(d),
+    )
 
 
 @pytest.mark.unit
@@ -189,8 +244,13 @@ def test_an_evidence_router_decides_from_what_the_first_retrieval_found(tmp_path
     only part of it; the model reads no question embedding (no encoder needed) and survives a save and load."""
     model = RouterModel.load(_evidence_model().save(tmp_path / "r"))
     question = "Which river flows through the capital of the country where the Fiat company was founded?"
-    answered = [_hit(0, "The Fiat company was founded in Turin; Italy's capital Rome lies on the river Tiber, the "
-                        "country's third longest river, which flows through the city.")]  # fmt: skip
+    answered = [
+        _hit(
+            0,
+            "The Fiat company was founded in Turin; Italy's capital Rome lies on the river Tiber, the "
+            "country's third longest river, which flows through the city.",
+        )
+    ]
     partial = [_hit(0, "Fiat was founded in Turin in 1899."), _hit(1, "Rome is on the Tiber.")]
     assert model.reads_evidence and model.blocks == ("evidence",)
     assert model.route(None, [question, question], [answered, partial]) == ["cheap", "hopping"]
@@ -203,8 +263,7 @@ def test_evidence_features_read_no_letter_case_and_work_without_titles() -> None
     """Features of plain files (no title, no doc id) and of cased or lower-cased questions are the same numbers."""
     from modular_rag.evidence import EVIDENCE_NAMES, evidence_features
 
-    hits = [_hit(0, "The Eiffel Tower was completed in 1889."), _hit(1, "Gustave Eiffel's company built it.", "",
-                                                                   0.02)]  # fmt: skip
+    hits = [_hit(0, "The Eiffel Tower was completed in 1889."), _hit(1, "Gustave Eiffel's company built it.", "", 0.02)]
     asked = evidence_features("When was the Eiffel Tower completed?", hits)
     assert asked == evidence_features("when was the eiffel tower completed", hits)
     assert asked == evidence_features("WHEN WAS THE EIFFEL TOWER COMPLETED?", hits)
@@ -263,8 +322,20 @@ def totals_of(out: dict[str, Any]) -> float:
 def test_evidence_features_need_candidates_sharing_one_first_retrieval() -> None:
     from modular_rag.eval.router import shared_retrieval
 
-    spec, ks = shared_retrieval({"a": load_config({**HOPPING, "operators": {**HOPPING["operators"], "retrieve": {
-        "name": "hybrid", "params": {"k": 10, "pool": 20}}}}), "b": load_config(HOPPING)})  # fmt: skip
+    spec, ks = shared_retrieval(
+        {
+            "a": load_config(
+                {
+                    **HOPPING,
+                    "operators": {
+                        **HOPPING["operators"],
+                        "retrieve": {"name": "hybrid", "params": {"k": 10, "pool": 20}},
+                    },
+                }
+            ),
+            "b": load_config(HOPPING),
+        }
+    )
     assert (spec.name, spec.params, ks) == ("hybrid", {"pool": 20, "k": 20}, {"a": 10, "b": 20})
     with pytest.raises(ConfigError, match="cheap retrieve otherwise than hopping"):
         shared_retrieval({"hopping": load_config(HOPPING), "cheap": load_config(CHEAP)})
@@ -272,8 +343,9 @@ def test_evidence_features_need_candidates_sharing_one_first_retrieval() -> None
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("own_eval_home")
-def test_train_router_on_evidence_writes_a_flow_that_retrieves_once_before_routing(tmp_path: Path,
-                                                                                  demo_dir: Path) -> None:
+def test_train_router_on_evidence_writes_a_flow_that_retrieves_once_before_routing(
+    tmp_path: Path, demo_dir: Path
+) -> None:
     """train-router --features evidence: the routed flow makes the candidates' shared first retrieval (the largest k)
     before the router, its routes take those candidates, and each question costs 2 or 4 retrievals as measured."""
     from modular_rag.eval.datasets import load_demo
@@ -282,23 +354,40 @@ def test_train_router_on_evidence_writes_a_flow_that_retrieves_once_before_routi
 
     retrieve = {"name": "hybrid", "params": {"k": 10, "pool": 20}}
     single = {**HOPPING, "name": "single", "operators": {"retrieve": retrieve, "context": "none", "generate": "none"}}
-    report = train_router(load_demo(), {"single": load_config(single), "hopping": load_config(HOPPING)},
-                          tmp_path / "router", features=["evidence"], folds=3, max_cost_ratio=1.0)  # fmt: skip
+    report = train_router(
+        load_demo(),
+        {"single": load_config(single), "hopping": load_config(HOPPING)},
+        tmp_path / "router",
+        features=["evidence"],
+        folds=3,
+        max_cost_ratio=1.0,
+    )
     assert report.costs == {"single": 2.0, "hopping": 4.0}
     assert RouterModel.load(report.model_file).blocks == ("evidence",)
     config = load_config(report.config_file)
     assert config.operators["retrieve"].model_dump(include={"name", "params"}) == {
-        "name": "hybrid", "params": {"pool": 20, "k": 20}}
+        "name": "hybrid",
+        "params": {"pool": 20, "k": 20},
+    }
     routes = config.params["routes"]
     assert [routes[r]["flow"]["operators"]["retrieve"] for r in ("single", "hopping")] == [
-        {"name": "given", "params": {"k": 10}}, {"name": "given", "params": {"k": 20}}]
+        {"name": "given", "params": {"k": 10}},
+        {"name": "given", "params": {"k": 20}},
+    ]
     config.providers.vectorstore.path = str(demo_dir)
     config.providers.vectorstore.collection = "demo"
     flow = build_flow(config)
-    for question in ("What does error code E07 mean?", "What is the frame material of the bike that won the 2022 "
-                                                       "Coastline Design Award?"):  # fmt: skip
+    for question in (
+        "What does error code E07 mean?",
+        "What is the frame material of the bike that won the 2022 Coastline Design Award?",
+    ):
         out = flow.invoke({"query": question})
         assert totals(out["ledger"])["retrievals"] == {"single": 2, "hopping": 4}[out["route"]]
     with pytest.raises(ConfigError, match="unknown|some of"):
-        train_router(load_demo(), {"single": load_config(single), "hopping": load_config(HOPPING)},
-                     tmp_path / "r2", features=["tone"], folds=3)  # fmt: skip
+        train_router(
+            load_demo(),
+            {"single": load_config(single), "hopping": load_config(HOPPING)},
+            tmp_path / "r2",
+            features=["tone"],
+            folds=3,
+        )

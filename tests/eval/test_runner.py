@@ -14,12 +14,25 @@ def test_a_failed_query_is_recorded_as_an_error_not_a_score() -> None:
     failed = _record(Query("q1", "What frames last?", ("steel",)), RuntimeError("llm server down"), 12.0)
     assert failed.error == "RuntimeError: llm server down"
     assert failed.supported is None and failed.ms == 12.0 and failed.docs == []
-    evidence = [{"ref": 1, "chunk_id": "c1", "text": "Chromoly steel frames last for decades.", "score": 1.0,
-                 "metadata": {"doc_id": "d1"}}]  # fmt: skip
-    answer = {"text": "Chromoly steel frames last for decades [1].", "citations": [
-        {"ref": 1, "chunk_id": "c1", "method": "model"}], "refused": False}  # fmt: skip
-    ok = _record(Query("q2", "Which frames last for decades?", ("chromoly steel",)),
-                 {"answer": answer, "evidence": evidence, "ledger": []}, 5.0)  # fmt: skip
+    evidence = [
+        {
+            "ref": 1,
+            "chunk_id": "c1",
+            "text": "Chromoly steel frames last for decades.",
+            "score": 1.0,
+            "metadata": {"doc_id": "d1"},
+        }
+    ]
+    answer = {
+        "text": "Chromoly steel frames last for decades [1].",
+        "citations": [{"ref": 1, "chunk_id": "c1", "method": "model"}],
+        "refused": False,
+    }
+    ok = _record(
+        Query("q2", "Which frames last for decades?", ("chromoly steel",)),
+        {"answer": answer, "evidence": evidence, "ledger": []},
+        5.0,
+    )
     assert ok.error is None and ok.supported == 1.0 and ok.contains == 1.0
     assert ok.citations == [{"ref": 1, "chunk_id": "c1", "method": "model", "doc_id": "d1", "verdict": "supported"}]
     summary = FlowResult("flow", "linear", [failed, ok], {}, 1.0).summary()
@@ -29,12 +42,25 @@ def test_a_failed_query_is_recorded_as_an_error_not_a_score() -> None:
 
 
 def test_a_claim_its_citation_does_not_support_is_recorded_unsupported() -> None:
-    evidence = [{"ref": 1, "chunk_id": "c1", "text": "Error E07 means speed sensor signal lost.", "score": 1.0,
-                 "metadata": {"doc_id": "e07"}}]  # fmt: skip
-    answer = {"text": "E07 means a malfunctioning motor controller [1].", "citations": [
-        {"ref": 1, "chunk_id": "c1", "method": "model"}], "refused": False}  # fmt: skip
-    rec = _record(Query("q", "What does error code E07 mean?", ("speed sensor signal lost",)),
-                  {"answer": answer, "evidence": evidence, "ledger": []}, 1.0)  # fmt: skip
+    evidence = [
+        {
+            "ref": 1,
+            "chunk_id": "c1",
+            "text": "Error E07 means speed sensor signal lost.",
+            "score": 1.0,
+            "metadata": {"doc_id": "e07"},
+        }
+    ]
+    answer = {
+        "text": "E07 means a malfunctioning motor controller [1].",
+        "citations": [{"ref": 1, "chunk_id": "c1", "method": "model"}],
+        "refused": False,
+    }
+    rec = _record(
+        Query("q", "What does error code E07 mean?", ("speed sensor signal lost",)),
+        {"answer": answer, "evidence": evidence, "ledger": []},
+        1.0,
+    )
     assert rec.supported == 0.0 and rec.contains == 0.0 and not rec.backed
     assert rec.citations[0]["verdict"] == "unsupported" and "new words" in rec.citations[0]["reason"]
 
@@ -52,9 +78,17 @@ def test_scores_only_what_the_flow_returned_in_its_order() -> None:
 
 
 def test_citation_markers_are_not_scored_as_answer_words() -> None:
-    evidence = [{"ref": 1, "chunk_id": "c1", "text": "A complete size 54 weighs 7.6 kg.", "score": 1.0,
-                 "metadata": {"doc_id": "tw-900"}}]  # fmt: skip
+    evidence = [
+        {
+            "ref": 1,
+            "chunk_id": "c1",
+            "text": "A complete size 54 weighs 7.6 kg.",
+            "score": 1.0,
+            "metadata": {"doc_id": "tw-900"},
+        }
+    ]
     answer = {"text": "7.6 kg [1]", "citations": [{"ref": 1, "chunk_id": "c1", "method": "quoted"}], "refused": False}
-    rec = _record(Query("q", "How much does it weigh?", ("7.6 kg",)),
-                  {"answer": answer, "evidence": evidence, "ledger": []}, 1.0)  # fmt: skip
+    rec = _record(
+        Query("q", "How much does it weigh?", ("7.6 kg",)), {"answer": answer, "evidence": evidence, "ledger": []}, 1.0
+    )
     assert (rec.em, rec.f1, rec.contains) == (1.0, 1.0, 1.0)

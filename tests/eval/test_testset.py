@@ -52,7 +52,8 @@ def test_tune_and_train_router_read_the_set_as_it_is(testset: Path, tmp_path: Pa
     assert tune_on.split == "train" and report is not None and report.split == "dev"
     data = prepare_data(str(testset), tmp_path)
     assert data.record["report_split"] == "dev" and len(data.fit.queries) + len(data.val.queries) == len(
-        tune_on.queries)
+        tune_on.queries
+    )
 
 
 @pytest.mark.unit
@@ -80,11 +81,18 @@ def test_llm_questions_whose_answer_is_not_in_the_passage_are_dropped(tmp_path: 
         return "Question: Who founded the company on the moon?\nAnswer: Captain Nemo"  # invented
 
     env = Providers(ProvidersConfig(llm=ScriptedChat.of(reply)))
-    config = {"makers": [{"name": "llm", "params": {"kinds": ["single"]}}], "size": 36, "oversample": 1.0,
-              "checks": ["answer_in_passage", "closed_book", "dedup"]}  # fmt: skip
+    config = {
+        "makers": [{"name": "llm", "params": {"kinds": ["single"]}}],
+        "size": 36,
+        "oversample": 1.0,
+        "checks": ["answer_in_passage", "closed_book", "dedup"],
+    }
     result = make_testset([DEMO], tmp_path, config, providers=env)
-    rows = [json.loads(line) for name in ("queries.jsonl", "train_queries.jsonl")
-            for line in (tmp_path / name).read_text().splitlines()]  # fmt: skip
+    rows = [
+        json.loads(line)
+        for name in ("queries.jsonl", "train_queries.jsonl")
+        for line in (tmp_path / name).read_text().splitlines()
+    ]
     assert rows and all(r["answers"] == ["speed sensor signal lost"] for r in rows)
     assert result.counts["single"]["dropped: answer_in_passage"] >= 30
 
@@ -100,8 +108,12 @@ def test_closed_book_drops_what_the_model_answers_without_passages(tmp_path: Pat
         return "nothing"
 
     env = Providers(ProvidersConfig(llm=ScriptedChat.of(reply)))
-    config = {"makers": [{"name": "llm", "params": {"kinds": ["single"]}}], "size": 36, "oversample": 1.0,
-              "checks": ["closed_book"]}  # fmt: skip
+    config = {
+        "makers": [{"name": "llm", "params": {"kinds": ["single"]}}],
+        "size": 36,
+        "oversample": 1.0,
+        "checks": ["closed_book"],
+    }
     result = make_testset([DEMO], tmp_path, config, providers=env)
     assert result.counts["single"].get("dropped: closed_book", 0) == 0  # the model never says the code itself
 
@@ -117,8 +129,12 @@ def test_closed_book_drops_what_the_model_answers_without_passages(tmp_path: Pat
 def test_the_command_line_writes_the_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from modular_rag.cli import main
 
-    assert main(["testset", str(DEMO), "--out", str(tmp_path), "--size", "12", "--kinds", "inverse_cloze",
-                 "fact_question"]) == 0  # fmt: skip
+    assert (
+        main(
+            ["testset", str(DEMO), "--out", str(tmp_path), "--size", "12", "--kinds", "inverse_cloze", "fact_question"]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "test set: 12 questions" in printed and "report:" in printed
     assert (tmp_path / "train_queries.jsonl").exists() and (tmp_path / "unanswerable.jsonl").exists()
@@ -130,17 +146,35 @@ def test_eval_and_recommend_read_the_set(testset: Path, tmp_path: Path, monkeypa
     from modular_rag.eval.recommend import recommend
 
     monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path))
-    configs = [(name, load_config({"pattern": "linear", "operators": {
-        "retrieve": {"name": name, "params": {"k": 10}}, "context": "none", "generate": "none"}}))
-        for name in ("bm25", "dense")]  # fmt: skip
+    configs = [
+        (
+            name,
+            load_config(
+                {
+                    "pattern": "linear",
+                    "operators": {
+                        "retrieve": {"name": name, "params": {"k": 10}},
+                        "context": "none",
+                        "generate": "none",
+                    },
+                }
+            ),
+        )
+        for name in ("bm25", "dense")
+    ]
     rec = recommend(load_beir(testset), configs, quality="ndcg@10", progress=False)
     assert rec.best is not None and all(c.quality is not None and c.quality > 0.2 for c in rec.candidates)
 
 
 @pytest.mark.unit
 def test_held_out_sentences_leave_the_sets_corpus(tmp_path: Path) -> None:
-    config = {"makers": [{"name": "inverse_cloze", "params": {"remove": 1.0, "drop": 0.0, "max_words": 100}},
-                         {"name": "fact_question"}], "size": 24}  # fmt: skip
+    config = {
+        "makers": [
+            {"name": "inverse_cloze", "params": {"remove": 1.0, "drop": 0.0, "max_words": 100}},
+            {"name": "fact_question"},
+        ],
+        "size": 24,
+    }
     make_testset([DEMO], tmp_path / "held", config)
     whole_sentences = [{"name": "inverse_cloze", "params": {"remove": 0.0}}, "fact_question"]
     make_testset([DEMO], tmp_path / "kept", {**config, "makers": whole_sentences})
@@ -165,11 +199,15 @@ def test_held_out_sentences_leave_the_sets_corpus(tmp_path: Path) -> None:
 def test_bridge_share_read_from_the_corpus(tmp_path: Path) -> None:
     from modular_rag.eval.testset.build import MakerSpec, _quotas
 
-    specs = [MakerSpec(name="inverse_cloze"), MakerSpec(name="fact_question", share=3.0),
-             MakerSpec(name="bridge", share="corpus")]  # fmt: skip
+    specs = [
+        MakerSpec(name="inverse_cloze"),
+        MakerSpec(name="fact_question", share=3.0),
+        MakerSpec(name="bridge", share="corpus"),
+    ]
     assert _quotas(specs, 100, {2: 0.2}) == [20, 60, 20]
-    result = make_testset([DEMO], tmp_path, {"makers": ["inverse_cloze", {"name": "bridge", "share": "corpus"}],
-                                             "size": 20})  # fmt: skip
+    result = make_testset(
+        [DEMO], tmp_path, {"makers": ["inverse_cloze", {"name": "bridge", "share": "corpus"}], "size": 20}
+    )
     assert any(n.startswith("bridge takes ") and "read from the corpus" in n for n in result.notes)
     with pytest.raises(ConfigError, match="makers.0.share: inverse_cloze cannot read its share from the corpus"):
         make_testset([DEMO], tmp_path, {"makers": [{"name": "inverse_cloze", "share": "corpus"}]})

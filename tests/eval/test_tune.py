@@ -35,15 +35,25 @@ SMALL_SPACE: dict[str, Any] = {
         "linear": {
             "operators": {
                 "rewrite": "none",
-                "retrieve": {"choice": [{"name": "bm25", "params": {"k": 20}},
-                                        {"name": "hybrid", "params": {"k": 20, "pool": {"int": [10, 30], "step": 10},
-                                                                      "fusion": {"choice": ["rrf", "convex"]}}}]},
+                "retrieve": {
+                    "choice": [
+                        {"name": "bm25", "params": {"k": 20}},
+                        {
+                            "name": "hybrid",
+                            "params": {
+                                "k": 20,
+                                "pool": {"int": [10, 30], "step": 10},
+                                "fusion": {"choice": ["rrf", "convex"]},
+                            },
+                        },
+                    ]
+                },
                 "context": "none",
                 "generate": "none",
             }
         }
     },
-}  # fmt: skip
+}
 
 
 @pytest.fixture
@@ -57,8 +67,9 @@ def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPat
 def _states(db: Path) -> dict[int, tuple[str, float | None]]:
     """Trial number -> (state, value), read from the study file the way another process would."""
     with sqlite3.connect(db) as con:
-        rows = con.execute("select t.number, t.state, v.value from trials t left join trial_values v "
-                           "on v.trial_id = t.trial_id").fetchall()  # fmt: skip
+        rows = con.execute(
+            "select t.number, t.state, v.value from trials t left join trial_values v on v.trial_id = t.trial_id"
+        ).fetchall()
     return {int(n): (str(s), v) for n, s, v in rows}
 
 
@@ -81,9 +92,16 @@ def test_parameters_exist_only_under_the_alternative_drawn() -> None:
     bm25 = space.draw(optuna.trial.FixedTrial({"linear.operators.retrieve": "bm25", "providers.sparse.k1": 1.2}))
     assert bm25.config["operators"]["retrieve"] == {"name": "bm25", "params": {"k": 20}}
     assert set(bm25.params) == {"linear.operators.retrieve", "providers.sparse.k1"}
-    hybrid = space.draw(optuna.trial.FixedTrial({
-        "linear.operators.retrieve": "hybrid", "linear.operators.retrieve=hybrid.params.pool": 20,
-        "linear.operators.retrieve=hybrid.params.fusion": "convex", "providers.sparse.k1": 0.6}))  # fmt: skip
+    hybrid = space.draw(
+        optuna.trial.FixedTrial(
+            {
+                "linear.operators.retrieve": "hybrid",
+                "linear.operators.retrieve=hybrid.params.pool": 20,
+                "linear.operators.retrieve=hybrid.params.fusion": "convex",
+                "providers.sparse.k1": 0.6,
+            }
+        )
+    )
     assert hybrid.config["operators"]["retrieve"]["params"] == {"k": 20, "pool": 20, "fusion": "convex"}
     assert hybrid.config["providers"]["sparse"] == {"k1": 0.6}
     assert bm25.key() != hybrid.key()
@@ -123,10 +141,12 @@ def test_a_dataset_with_a_train_split_tunes_on_it_and_reports_on_dev(tmp_path: P
     docs = [{"_id": f"d{i}", "title": f"T{i}", "text": f"document {i} about topic {i % 3}"} for i in range(12)]
     (beir / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     for prefix, ids in (("train_", range(0, 10)), ("", range(10, 14))):
-        (beir / f"{prefix}queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": f"topic {i % 3}"})
-                                                             + "\n" for i in ids))  # fmt: skip
-        (beir / f"{prefix}qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-            f"q{i}\td{i % 12}\t1\n" for i in ids))  # fmt: skip
+        (beir / f"{prefix}queries.jsonl").write_text(
+            "".join(json.dumps({"_id": f"q{i}", "text": f"topic {i % 3}"}) + "\n" for i in ids)
+        )
+        (beir / f"{prefix}qrels.tsv").write_text(
+            "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i % 12}\t1\n" for i in ids)
+        )
     data = prepare_data(str(beir), tmp_path / "run")
     assert {q.id for q in data.fit.queries} | {q.id for q in data.val.queries} == {f"q{i}" for i in range(10)}
     assert data.report is not None and {q.id for q in data.report.queries} == {f"q{i}" for i in range(10, 14)}
@@ -194,14 +214,23 @@ def test_tune_writes_a_best_config_that_eval_reproduces(home: Path, tmp_path: Pa
 
 def test_the_cost_model_rejects_what_the_llm_budget_cannot_afford_before_it_runs(home: Path, tmp_path: Path) -> None:
     space = {
-        "patterns": {"linear": {"operators": {
-            "rewrite": {"choice": ["none", "rewrite", "step_back"]}, "retrieve": {"name": "bm25", "params": {"k": 5}},
-            "context": {"name": "evidence_first", "params": {"max_chunks": 2}},
-            "generate": {"name": "cited_answer", "params": {"mode": "extractive"}},
-        }}},
-    }  # fmt: skip
-    result = tune("demo", tmp_path / "run", TuneSettings(budget_s=300, objective="f1", max_llm_calls=0,
-                  max_trials=6, min_questions=2, report=False), space=load_space(space))  # fmt: skip
+        "patterns": {
+            "linear": {
+                "operators": {
+                    "rewrite": {"choice": ["none", "rewrite", "step_back"]},
+                    "retrieve": {"name": "bm25", "params": {"k": 5}},
+                    "context": {"name": "evidence_first", "params": {"max_chunks": 2}},
+                    "generate": {"name": "cited_answer", "params": {"mode": "extractive"}},
+                }
+            }
+        },
+    }
+    result = tune(
+        "demo",
+        tmp_path / "run",
+        TuneSettings(budget_s=300, objective="f1", max_llm_calls=0, max_trials=6, min_questions=2, report=False),
+        space=load_space(space),
+    )
     rejected = [r for r in result.rows if "cost model" in r.verdict]
     assert rejected, [r.verdict for r in result.rows]
     # the query rewriters always call the model: ruled out without a single question asked
@@ -213,14 +242,36 @@ def test_the_cost_model_rejects_what_the_llm_budget_cannot_afford_before_it_runs
 
 @pytest.mark.parametrize("pruner", ["halving"])
 def test_the_pruner_stops_trailing_candidates_on_a_subset(home: Path, tmp_path: Path, pruner: Any) -> None:
-    space = {"patterns": {"linear": {"operators": {
-        "rewrite": "none", "context": "none", "generate": "none",
-        "retrieve": {"name": "dense", "params": {"k": {"int": [1, 10]}}}}}}}  # fmt: skip
+    space = {
+        "patterns": {
+            "linear": {
+                "operators": {
+                    "rewrite": "none",
+                    "context": "none",
+                    "generate": "none",
+                    "retrieve": {"name": "dense", "params": {"k": {"int": [1, 10]}}},
+                }
+            }
+        }
+    }
     # recall@10 grows with k: small k trails at every rung
-    result = tune("demo", tmp_path / "run", TuneSettings(budget_s=300, max_trials=24, min_questions=2, pruner=pruner,
-                  objective="recall@10", reduction=2, val_fraction=0.9, report_fraction=0.0, report=False,
-                  confirm=0),
-                  space=load_space(space))  # fmt: skip
+    result = tune(
+        "demo",
+        tmp_path / "run",
+        TuneSettings(
+            budget_s=300,
+            max_trials=24,
+            min_questions=2,
+            pruner=pruner,
+            objective="recall@10",
+            reduction=2,
+            val_fraction=0.9,
+            report_fraction=0.0,
+            report=False,
+            confirm=0,
+        ),
+        space=load_space(space),
+    )
     pruned = [r for r in result.rows if r.verdict.startswith("pruned at")]
     full = len(result.data.val.queries)
     assert pruned and all(0 < r.questions < full for r in pruned)
@@ -235,8 +286,13 @@ def test_a_folder_of_documents_with_a_questions_file_is_a_dataset(home: Path, tm
     questions = client / "asked.jsonl"
     rows = [json.loads(line) for line in (demo_corpus_path().parent / "questions.jsonl").read_text().splitlines()]
     questions.write_text("".join(json.dumps({k: r[k] for k in ("id", "text", "relevant")}) + "\n" for r in rows))
-    result = tune(str(client), tmp_path / "run", TuneSettings(budget_s=300, max_trials=3, min_questions=2),
-                  space=load_space(SMALL_SPACE), questions=str(questions))  # fmt: skip
+    result = tune(
+        str(client),
+        tmp_path / "run",
+        TuneSettings(budget_s=300, max_trials=3, min_questions=2),
+        space=load_space(SMALL_SPACE),
+        questions=str(questions),
+    )
     assert result.best is not None and result.best.value is not None and result.best.value > 0.5
 
 
@@ -244,8 +300,25 @@ def test_a_folder_of_documents_with_a_questions_file_is_a_dataset(home: Path, tm
 def _tune_cmd(out: Path, trials: int) -> list[str]:
     space = out.parent / "space.yaml"
     space.write_text(yaml.safe_dump(SMALL_SPACE))
-    return [sys.executable, "-m", "modular_rag.cli", "tune", "--dataset", "demo", "--out", str(out), "--space",
-            str(space), "--budget", "10m", "--trials", str(trials), "--min-questions", "2", "--quiet"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "modular_rag.cli",
+        "tune",
+        "--dataset",
+        "demo",
+        "--out",
+        str(out),
+        "--space",
+        str(space),
+        "--budget",
+        "10m",
+        "--trials",
+        str(trials),
+        "--min-questions",
+        "2",
+        "--quiet",
+    ]
 
 
 def _wait_for(db: Path, complete: int, proc: subprocess.Popen[str], timeout: float = 120.0) -> None:
@@ -292,43 +365,102 @@ def test_an_interrupted_tune_continues_the_same_study_and_keeps_every_finished_t
         assert cut.state.name == "FAIL"
         if cut.params:
             # the same candidate: every value it had drawn (a kill while it was being drawn leaves a prefix)
-            assert any(t.user_attrs.get("rerun_of") == number and cut.params.items() <= t.params.items()
-                       for t in study.trials)  # fmt: skip
+            assert any(
+                t.user_attrs.get("rerun_of") == number and cut.params.items() <= t.params.items() for t in study.trials
+            )
     assert load_config(out / "best.yaml").name == "tune-best"
 
 
 def test_a_study_is_resumed_only_with_the_settings_it_was_made_with(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    tune("demo", out, TuneSettings(budget_s=60, max_trials=2, min_questions=2, report=False),
-         space=load_space(SMALL_SPACE))  # fmt: skip
+    tune(
+        "demo",
+        out,
+        TuneSettings(budget_s=60, max_trials=2, min_questions=2, report=False),
+        space=load_space(SMALL_SPACE),
+    )
     with pytest.raises(ConfigError, match="other settings"):
-        tune("demo", out, TuneSettings(budget_s=60, max_trials=2, min_questions=2, objective="recall@10"),
-             space=load_space(SMALL_SPACE))  # fmt: skip
+        tune(
+            "demo",
+            out,
+            TuneSettings(budget_s=60, max_trials=2, min_questions=2, objective="recall@10"),
+            space=load_space(SMALL_SPACE),
+        )
 
 
 def test_the_router_stage_routes_between_front_flows_and_competes_as_a_trial(home: Path, tmp_path: Path) -> None:
-    space = {"objective": "recall@5", "patterns": {"linear": {"operators": {
-        "rewrite": "none", "context": "none", "generate": "none",
-        "retrieve": {"choice": [{"name": "bm25", "params": {"k": 5}}, {"name": "dense", "params": {"k": 5}},
-                                {"name": "hybrid", "params": {"k": 10, "pool": 10}}]}}}}}  # fmt: skip
+    space = {
+        "objective": "recall@5",
+        "patterns": {
+            "linear": {
+                "operators": {
+                    "rewrite": "none",
+                    "context": "none",
+                    "generate": "none",
+                    "retrieve": {
+                        "choice": [
+                            {"name": "bm25", "params": {"k": 5}},
+                            {"name": "dense", "params": {"k": 5}},
+                            {"name": "hybrid", "params": {"k": 10, "pool": 10}},
+                        ]
+                    },
+                }
+            }
+        },
+    }
     out = tmp_path / "run"
-    result = tune("demo", out, TuneSettings(budget_s=300, objective="recall@5", max_trials=6, min_questions=2,
-                  router=True, report=False, val_fraction=0.4), space=load_space(space))  # fmt: skip
+    result = tune(
+        "demo",
+        out,
+        TuneSettings(
+            budget_s=300,
+            objective="recall@5",
+            max_trials=6,
+            min_questions=2,
+            router=True,
+            report=False,
+            val_fraction=0.4,
+        ),
+        space=load_space(space),
+    )
     routed = [r for r in result.rows if r.summary.startswith("learned router")]
     assert len(routed) == 1 and routed[0].value is not None and routed[0].questions == len(result.data.val.queries)
     config = load_config(routed[0].config)
     assert config.pattern == "conditional" and (out / "router" / "router.json").exists()
     # resuming does not train a second router
-    again = tune("demo", out, TuneSettings(budget_s=300, objective="recall@5", max_trials=6, min_questions=2,
-                 router=True, report=False, val_fraction=0.4), space=load_space(space))  # fmt: skip
+    again = tune(
+        "demo",
+        out,
+        TuneSettings(
+            budget_s=300,
+            objective="recall@5",
+            max_trials=6,
+            min_questions=2,
+            router=True,
+            report=False,
+            val_fraction=0.4,
+        ),
+        space=load_space(space),
+    )
     assert sum(r.summary.startswith("learned router") for r in again.rows) == 1
 
 
 def test_a_candidate_far_slower_than_the_budget_allows_is_stopped_early(home: Path, tmp_path: Path) -> None:
     # one trial may take 0.1 s of the budget: every candidate is stopped before it has asked all 22 val questions
-    result = tune("demo", tmp_path / "run", TuneSettings(budget_s=100, max_trial_share=0.001, max_trials=2,
-                  min_questions=2, val_fraction=0.9, report_fraction=0.0, report=False),
-                  space=load_space(SMALL_SPACE))  # fmt: skip
+    result = tune(
+        "demo",
+        tmp_path / "run",
+        TuneSettings(
+            budget_s=100,
+            max_trial_share=0.001,
+            max_trials=2,
+            min_questions=2,
+            val_fraction=0.9,
+            report_fraction=0.0,
+            report=False,
+        ),
+        space=load_space(SMALL_SPACE),
+    )
     slow = [r for r in result.rows if r.verdict.startswith("too slow")]
     assert slow and all(0 < r.questions < 22 for r in slow)
     assert result.best is None

@@ -24,8 +24,9 @@ class FaultProxy(LoopbackServer):
         hold_s: How long a ``timeout`` fault holds the connection.
     """
 
-    def __init__(self, upstream: str, *, rate: float = 0.3, seed: int = 0, hold_s: float = 3.0,
-                 faults: tuple[str, ...] = FAULTS) -> None:  # fmt: skip
+    def __init__(
+        self, upstream: str, *, rate: float = 0.3, seed: int = 0, hold_s: float = 3.0, faults: tuple[str, ...] = FAULTS
+    ) -> None:
         self.upstream, self.rate, self.hold_s, self.faults = upstream.rstrip("/"), rate, hold_s, faults
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
@@ -56,8 +57,12 @@ class FaultProxy(LoopbackServer):
                 if fault == "malformed":
                     self._reply(200, b'{"choices": [{"message": ')
                     return
-                request = urllib.request.Request(proxy.upstream + self.path, data=body, method=self.command,
-                                                 headers={"Content-Type": "application/json"})  # fmt: skip
+                request = urllib.request.Request(
+                    proxy.upstream + self.path,
+                    data=body,
+                    method=self.command,
+                    headers={"Content-Type": "application/json"},
+                )
                 try:
                     with urllib.request.urlopen(request, timeout=120) as resp:
                         self._reply(resp.status, resp.read(), resp.headers.get("Content-Type", "application/json"))

@@ -58,10 +58,21 @@ class StubEmbeddings(LoopbackServer):
                 time.sleep(stub.delay_s)
                 with stub._lock:
                     stub.in_flight -= 1
-                data = [{"object": "embedding", "index": i, "embedding": bag_of_words(t, stub.dim)}
-                        for i, t in enumerate(inputs)]  # fmt: skip
-                self._reply(200, json.dumps({"object": "list", "data": data, "model": request.get("model"),
-                                             "usage": {"prompt_tokens": 0, "total_tokens": 0}}).encode())  # fmt: skip
+                data = [
+                    {"object": "embedding", "index": i, "embedding": bag_of_words(t, stub.dim)}
+                    for i, t in enumerate(inputs)
+                ]
+                self._reply(
+                    200,
+                    json.dumps(
+                        {
+                            "object": "list",
+                            "data": data,
+                            "model": request.get("model"),
+                            "usage": {"prompt_tokens": 0, "total_tokens": 0},
+                        }
+                    ).encode(),
+                )
 
         self._serve(Handler)
 

@@ -59,14 +59,28 @@ class StubLLM(LoopbackServer):
                     messages = request.get("messages") or []
                     text = stub_reply(messages)
                     prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
-                    self._json(200, {
-                        "id": f"stub-{stub.calls}", "object": "chat.completion", "created": int(time.time()),
-                        "model": request.get("model", "stub"),
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                     "finish_reason": "stop", "logprobs": None}],
-                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
-                                  "total_tokens": prompt_tokens + len(text.split())},
-                    })  # fmt: skip
+                    self._json(
+                        200,
+                        {
+                            "id": f"stub-{stub.calls}",
+                            "object": "chat.completion",
+                            "created": int(time.time()),
+                            "model": request.get("model", "stub"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": text},
+                                    "finish_reason": "stop",
+                                    "logprobs": None,
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": prompt_tokens,
+                                "completion_tokens": len(text.split()),
+                                "total_tokens": prompt_tokens + len(text.split()),
+                            },
+                        },
+                    )
                 finally:
                     with stub._lock:
                         stub.in_flight -= 1

@@ -33,8 +33,9 @@ def test_calls_are_served_concurrently() -> None:
     with StubLLM(latency_s=0.3) as stub:
 
         def call() -> None:
-            request = urllib.request.Request(stub.url + "/chat/completions", data=body,
-                                             headers={"Content-Type": "application/json"})  # fmt: skip
+            request = urllib.request.Request(
+                stub.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(request, timeout=30) as resp:
                 assert json.loads(resp.read())["choices"][0]["message"]["content"]
 

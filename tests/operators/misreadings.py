@@ -62,5 +62,12 @@ def evidence_for(passage: str) -> list[dict[str, Any]]:
     else:
         row = _squad()[name]
         title, body = row["title"], row["text"]
-    return [{"ref": 1, "chunk_id": name, "text": f"{title}\n{body}", "score": 1.0,
-             "metadata": {"title": title, "doc_id": name}}]  # fmt: skip
+    return [
+        {
+            "ref": 1,
+            "chunk_id": name,
+            "text": f"{title}\n{body}",
+            "score": 1.0,
+            "metadata": {"title": title, "doc_id": name},
+        }
+    ]

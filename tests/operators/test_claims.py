@@ -30,8 +30,9 @@ def test_the_fixture_is_big_enough_and_covers_each_kind_of_misreading() -> None:
 def test_the_e07_misreading_made_of_the_passages_own_words_is_rejected() -> None:
     [entry] = evidence_for("demo/display-error-e07")
     question = "What does error code E07 mean on the e-bike display?"
-    [wrong] = check_claims("E07 means the motor was running for more than 10 seconds [1].", question, [entry],
-                           semantic_threshold=None)  # fmt: skip
+    [wrong] = check_claims(
+        "E07 means the motor was running for more than 10 seconds [1].", question, [entry], semantic_threshold=None
+    )
     assert not wrong.supported and wrong.reason.startswith("binding:") and "'e07'" in wrong.reason
     [right] = check_claims("Error E07 means speed sensor signal lost [1].", question, [entry], semantic_threshold=None)
     assert right.supported and right.evidence == ((1, "Error E07 means speed sensor signal lost."),)
@@ -58,4 +59,7 @@ def test_negation_comparison_and_units_are_read_from_the_clause() -> None:
     assert sides("usually drawing crowds of over 95,000 people") == {("amount", 1)}
     assert sides("New South Wales to the north") == {("north", 1)}  # "South" in a name takes no side
     assert [str(q) for q in quantities("within the legal 25 km/h limit, 10 seconds, $8.7 billion")] == [
-        "25 km/h", "10 s", "8.7 billion usd"]  # fmt: skip
+        "25 km/h",
+        "10 s",
+        "8.7 billion usd",
+    ]

@@ -19,12 +19,15 @@ STATE_PORTS = {p for p in Port if PORT_WRITES[p] and p is not Port.HOP}
 
 ROUTES = {
     "routes": {
-        "exact": {"description": "error codes and part numbers", "keywords": ["error", "code"],
-                  "examples": ["What does E12 mean?"]},
+        "exact": {
+            "description": "error codes and part numbers",
+            "keywords": ["error", "code"],
+            "examples": ["What does E12 mean?"],
+        },
         "open": {"description": "open questions about riding", "examples": ["How do I fit a helmet?"]},
     },
     "fallback": "open",
-}  # fmt: skip
+}
 
 # operator name (or name@port where a name is used by two ports) -> params for the contract run
 # ("<cross_encoder>" and "<router>" are replaced by the fixtures' files)
@@ -78,9 +81,13 @@ CASES: dict[str, dict[str, Any]] = {
 MAY_BE_EMPTY = {"filter_extract"}  # nothing to filter in the contract question: no update is the right answer
 # operators that read more than the base state, and what they get on top of it
 EXTRA_STATE: dict[str, dict[str, Any]] = {
-    "condense": {"messages": [HumanMessage("Which bike won the 2022 Coastline Design Award?"),
-                              AIMessage("The TW-550 Gravel won it [1].")]},  # an earlier turn: one LLM call
-}  # fmt: skip
+    "condense": {
+        "messages": [
+            HumanMessage("Which bike won the 2022 Coastline Design Award?"),
+            AIMessage("The TW-550 Gravel won it [1]."),
+        ]
+    },  # an earlier turn: one LLM call
+}
 
 
 def state_operators() -> list[OperatorInfo]:

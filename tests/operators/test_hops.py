@@ -48,8 +48,11 @@ def test_every_hop_has_a_contract_case() -> None:
 def test_an_unknown_hop_is_refused_with_the_registered_names() -> None:
     from modular_rag.builder import resolution
 
-    with pytest.raises(ConfigError, match=r"operators\.hop\.name: unknown operator 'sideways'.*answer, evidence, "
-                                          r"links, query, thought"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"operators\.hop\.name: unknown operator 'sideways'.*answer, evidence, "
+        r"links, query, thought",
+    ):
         resolution({"pattern": "iterative", "operators": {"hop": "sideways"}})
 
 
@@ -84,9 +87,11 @@ def test_hop_keeps_its_contract(name: str, demo_env: Providers, base_state: dict
             update = run_blocking(update)
         assert set(update) <= {"branches"} | RUN_KEYS, f"{name} wrote {set(update) - {'branches'}}"
         assert [b["candidates"][0]["chunk_id"] for b in update["branches"]] == [
-            h["chunk_id"] for h in seeds["candidates"]] or name == "links"  # links: the link table's order
+            h["chunk_id"] for h in seeds["candidates"]
+        ] or name == "links"  # links: the link table's order
         assert {b["candidates"][0]["chunk_id"] for b in update["branches"]} == {
-            h["chunk_id"] for h in seeds["candidates"]}  # fmt: skip
+            h["chunk_id"] for h in seeds["candidates"]
+        }
         assert seeds == before, f"{name} mutated its input"
 
 
@@ -104,8 +109,12 @@ def second_best(params: NoParams, providers: Providers) -> Hop:
 
     def follow(state: Mapping[str, Any], search: Any) -> dict[str, Any]:
         runs = [search({**state, "queries": [text(state, h)]}) for h in state.get("candidates") or []]
-        return {"branches": [Branch(branch=i, query=state["query"], weight=1.0, candidates=[h, *run["candidates"]])
-                             for i, (h, run) in enumerate(zip(state["candidates"], runs, strict=True))]}
+        return {
+            "branches": [
+                Branch(branch=i, query=state["query"], weight=1.0, candidates=[h, *run["candidates"]])
+                for i, (h, run) in enumerate(zip(state["candidates"], runs, strict=True))
+            ]
+        }
 
     return Hop(next_round, follow=follow)
 
@@ -121,36 +130,72 @@ def seventh_hop() -> Iterator[str]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(("pattern", "extra"), [
-    ("iterative", {"params": {"rounds": 2}, "operators": {"judge": "none"}}),
-    ("branching", {"params": {"mode": "passages", "branches": 2},
-                   "operators": {"fuse": {"name": "pairs", "params": {"k": 5}}}}),
-    ("recursive", {"params": {"expand": "hop", "branching": 2, "max_depth": 1, "max_nodes": 10},
-                   "operators": {"fuse": {"name": "pairs", "params": {"k": 5}}}}),
-])  # fmt: skip
-def test_a_hop_registered_elsewhere_runs_in_every_pattern(demo_dir: Path, pattern: str, extra: dict[str, Any],
-                                                          seventh_hop: str) -> None:  # fmt: skip
-    config = demo_flow(demo_dir, pattern, params=extra["params"], operators={
-        "retrieve": {"name": "hybrid", "params": {"k": 4, "pool": 20}}, "hop": seventh_hop,
-        "context": "none", "generate": "none", **extra["operators"]})  # fmt: skip
+@pytest.mark.parametrize(
+    ("pattern", "extra"),
+    [
+        ("iterative", {"params": {"rounds": 2}, "operators": {"judge": "none"}}),
+        (
+            "branching",
+            {
+                "params": {"mode": "passages", "branches": 2},
+                "operators": {"fuse": {"name": "pairs", "params": {"k": 5}}},
+            },
+        ),
+        (
+            "recursive",
+            {
+                "params": {"expand": "hop", "branching": 2, "max_depth": 1, "max_nodes": 10},
+                "operators": {"fuse": {"name": "pairs", "params": {"k": 5}}},
+            },
+        ),
+    ],
+)
+def test_a_hop_registered_elsewhere_runs_in_every_pattern(
+    demo_dir: Path, pattern: str, extra: dict[str, Any], seventh_hop: str
+) -> None:
+    config = demo_flow(
+        demo_dir,
+        pattern,
+        params=extra["params"],
+        operators={
+            "retrieve": {"name": "hybrid", "params": {"k": 4, "pool": 20}},
+            "hop": seventh_hop,
+            "context": "none",
+            "generate": "none",
+            **extra["operators"],
+        },
+    )
     out = build_flow(config).invoke({"query": AWARD})
     assert docs(out)
     assert any(e["operator"] == f"hop:{seventh_hop}" for e in out["trace"])
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize(("pattern", "params", "line"), [
-    ("iterative", {"rounds": 2, "query_with": "links", "hop": {"k": 10}},
-     "params: query_with, hop: .* write operators: {hop: {name: links, params: {k: 10}}}"),
-    ("iterative", {"query_with": "llm", "max_tokens": 32},
-     "params: query_with, max_tokens: .* write operators: {hop: {name: thought, params: {max_tokens: 32}}}"),
-    ("iterative", {"query_with": "answer"}, "params: query_with: .* write operators: {hop: answer}"),
-    ("branching", {"mode": "passages", "hop_with": "evidence", "passage_words": 40},
-     "params: hop_with, passage_words: .* write operators: {hop: {name: evidence, params: {passage_words: 40}}}"),
-    ("recursive", {"expand": "links"}, "params.expand: 'links' is spelled 'hop' now"),
-])  # fmt: skip
-def test_a_former_hop_spelling_is_refused_with_the_line_that_replaces_it(pattern: str, params: dict[str, Any],
-                                                                         line: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("pattern", "params", "line"),
+    [
+        (
+            "iterative",
+            {"rounds": 2, "query_with": "links", "hop": {"k": 10}},
+            "params: query_with, hop: .* write operators: {hop: {name: links, params: {k: 10}}}",
+        ),
+        (
+            "iterative",
+            {"query_with": "llm", "max_tokens": 32},
+            "params: query_with, max_tokens: .* write operators: {hop: {name: thought, params: {max_tokens: 32}}}",
+        ),
+        ("iterative", {"query_with": "answer"}, "params: query_with: .* write operators: {hop: answer}"),
+        (
+            "branching",
+            {"mode": "passages", "hop_with": "evidence", "passage_words": 40},
+            "params: hop_with, passage_words: .* write operators: {hop: {name: evidence, params: {passage_words: 40}}}",
+        ),
+        ("recursive", {"expand": "links"}, "params.expand: 'links' is spelled 'hop' now"),
+    ],
+)
+def test_a_former_hop_spelling_is_refused_with_the_line_that_replaces_it(
+    pattern: str, params: dict[str, Any], line: str
+) -> None:
     from modular_rag.builder import resolution
 
     with pytest.raises(ConfigError, match=line):

@@ -21,8 +21,9 @@ def chunker(name: str, **params: object):
     return info.factory(info.params.model_validate(params), None)
 
 
-DOC = Document(doc_id="d", text="First paragraph here. It has two sentences.\n\nSecond paragraph. Short.",
-               metadata={"title": "T"})  # fmt: skip
+DOC = Document(
+    doc_id="d", text="First paragraph here. It has two sentences.\n\nSecond paragraph. Short.", metadata={"title": "T"}
+)
 
 
 @pytest.mark.unit
@@ -41,8 +42,7 @@ def test_chunkers_split_and_attach_metadata() -> None:
     assert all(len(c["text"]) <= 30 for c in fixed)
     assert fixed[0]["text"].split()[-1] in fixed[1]["text"]  # overlap carries words over
     win = chunker("sentence_window", window=1)(DOC)
-    assert [c["text"] for c in win] == ["First paragraph here.", "It has two sentences.", "Second paragraph.",
-                                        "Short."]  # fmt: skip
+    assert [c["text"] for c in win] == ["First paragraph here.", "It has two sentences.", "Second paragraph.", "Short."]
     assert win[1]["metadata"]["window"] == "First paragraph here. It has two sentences. Second paragraph."
     whole = chunker("document")(DOC)
     assert len(whole) == 1 and whole[0]["chunk_id"] == chunk_id("d", whole[0]["text"])
@@ -65,8 +65,13 @@ def test_bad_files_are_skipped_with_reasons(tmp_path: Path) -> None:
     (tmp_path / "bin.txt").write_bytes(b"\x00\x01\x02abc")
     (tmp_path / "latin.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     (tmp_path / "img.png").write_bytes(b"\x89PNG")
-    rows = ['{"id": "1", "title": "a", "text": "alpha"}', "{broken", '{"id": "1", "text": "dup"}',
-            '{"id": "2", "text": ""}', '{"_id": "3", "text": "gamma"}']  # fmt: skip
+    rows = [
+        '{"id": "1", "title": "a", "text": "alpha"}',
+        "{broken",
+        '{"id": "1", "text": "dup"}',
+        '{"id": "2", "text": ""}',
+        '{"_id": "3", "text": "gamma"}',
+    ]
     (tmp_path / "c.jsonl").write_text("\n".join(rows))
     env = Providers()
     reports = {p.name: load_file(p, tmp_path, env) for p, _ in iter_files([tmp_path])}
@@ -77,8 +82,11 @@ def test_bad_files_are_skipped_with_reasons(tmp_path: Path) -> None:
     assert docs[0]["text"] == "café au lait" and "not UTF-8" in rep.notes[0]
     docs, rep = reports["c.jsonl"]
     assert [d["doc_id"] for d in docs] == ["1", "3"]
-    assert rep.notes == ["1 broken lines skipped", "1 duplicate ids skipped (first kept)",
-                         "1 rows with empty text skipped"]  # fmt: skip
+    assert rep.notes == [
+        "1 broken lines skipped",
+        "1 duplicate ids skipped (first kept)",
+        "1 rows with empty text skipped",
+    ]
 
 
 @pytest.mark.integration
@@ -126,8 +134,11 @@ def test_an_add_of_new_chunks_asks_the_store_nothing(tmp_path: Path, monkeypatch
     store = type(env.index.dense)
     with monkeypatch.context() as m:
         m.setattr(store, "count", lambda self: pytest.fail("the add counted the store"))
-        m.setattr(store, "existing", lambda self, ids: pytest.fail(f"the add looked up {len(ids)} new chunks") if ids
-                  else set())
+        m.setattr(
+            store,
+            "existing",
+            lambda self, ids: pytest.fail(f"the add looked up {len(ids)} new chunks") if ids else set(),
+        )
         summary = index_paths([DEMO / "display-error-e12.md"], env, progress=False)
     assert summary.added and env.index.dense.count() == env.index.catalog.count()
 
@@ -199,8 +210,9 @@ def _two_notes(tmp_path: Path, second: str, collection: str) -> tuple[Path, Prov
     docs.mkdir()
     _write(docs, "keep.md", "Saddle", "Set the saddle height so the knee is slightly bent at the bottom.")
     _write(docs, second, "Chain", "Oil the chain every 300 km with a dry lubricant.")
-    return docs, Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"),
-                                                                    collection=collection)))  # fmt: skip
+    return docs, Providers(
+        ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection=collection))
+    )
 
 
 @pytest.mark.integration
@@ -213,8 +225,9 @@ def test_a_sync_reads_only_the_files_that_changed_since_the_last(
     index_paths([docs], env, progress=False, sync=True)
     read: list[str] = []
     stream = indexing.stream_file
-    monkeypatch.setattr(indexing, "stream_file",
-                        lambda path, *a, **k: (read.append(path.name), stream(path, *a, **k))[1])  # fmt: skip
+    monkeypatch.setattr(
+        indexing, "stream_file", lambda path, *a, **k: (read.append(path.name), stream(path, *a, **k))[1]
+    )
 
     _write(docs, "edit.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
     second = index_paths([docs], env, progress=False, sync=True)
@@ -286,8 +299,13 @@ def test_adding_and_pruning_touch_only_what_changed_and_equal_a_fresh_build(
 
     docs = tmp_path / "docs"
     docs.mkdir()
-    for name in ("display-error-e07.md", "display-error-e12.md", "chain-lubrication-guide.md", "company-history.md",
-                 "tw-e1-ebike-manual.md"):  # fmt: skip
+    for name in (
+        "display-error-e07.md",
+        "display-error-e12.md",
+        "chain-lubrication-guide.md",
+        "company-history.md",
+        "tw-e1-ebike-manual.md",
+    ):
         (docs / name).write_text((DEMO / name).read_text())
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="incremental")))
     index_paths([docs], env, progress=False, sync=True)
@@ -328,7 +346,8 @@ def test_adding_and_pruning_touch_only_what_changed_and_equal_a_fresh_build(
     assert fresh.index.count() == env.index.count() and set(fresh.index.catalog.ids()) == now
     for query in ("E03 display error", "wax chain rain", "battery recycling", "company founded", "brake pads TW-E1"):
         assert [(h["chunk_id"], round(h["score"], 4)) for h in env.index.search_sparse(query, 5)] == [
-            (h["chunk_id"], round(h["score"], 4)) for h in fresh.index.search_sparse(query, 5)]
+            (h["chunk_id"], round(h["score"], 4)) for h in fresh.index.search_sparse(query, 5)
+        ]
     terms = ["wax", "chain", "e03", "found", "tw"]
     assert env.index.idfs(terms) == fresh.index.idfs(terms)
     assert env.index.links.outlinks(sorted(now)) == fresh.index.links.outlinks(sorted(now))
@@ -363,8 +382,9 @@ def test_documents_are_read_and_written_as_a_stream(tmp_path: Path, monkeypatch:
         def lazy_load(self):  # type: ignore[no-untyped-def]
             for i in range(120):
                 held_when.append(env.index.count())
-                yield LCDocument(page_content=f"Note {i}: the part number is TP-{4000 + i}.",
-                                 metadata={"source": f"notes/{i}.md"})  # fmt: skip
+                yield LCDocument(
+                    page_content=f"Note {i}: the part number is TP-{4000 + i}.", metadata={"source": f"notes/{i}.md"}
+                )
 
     summary = indexing.index_documents(Notes(), env, chunker=OperatorSpec(name="document"), progress=False)
     assert summary.documents == summary.chunks == summary.added == 120 and env.index.count() == 120
@@ -376,8 +396,10 @@ def test_documents_are_read_and_written_as_a_stream(tmp_path: Path, monkeypatch:
 def test_a_json_lines_file_over_max_file_mb_is_streamed_not_refused(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
-    rows = [json.dumps({"id": f"r{i}", "title": f"Row {i}", "text": f"Row {i} says the code is E{i:02d}."})
-            for i in range(60)]  # fmt: skip
+    rows = [
+        json.dumps({"id": f"r{i}", "title": f"Row {i}", "text": f"Row {i} says the code is E{i:02d}."})
+        for i in range(60)
+    ]
     (docs / "export.jsonl").write_text("\n".join(rows) + "\nnot json\n", encoding="utf-8")
     (docs / "big.txt").write_text("x " * 20_000, encoding="utf-8")
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="jsonl")))

@@ -24,8 +24,10 @@ def write_pdf(path: Path, pages: list[str], title: str | None = None) -> None:
     font = 3 + 2 * len(pages)
     for i, text in enumerate(pages):
         content = f"BT /F1 12 Tf 40 700 Td ({text}) Tj ET".encode()
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
-                       f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode())  # fmt: skip
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
+            f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode()
+        )
         objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     info = len(objects) + 1
@@ -47,14 +49,21 @@ def write_docx(path: Path, paragraphs: list[str], title: str) -> None:
     w = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
     body = "".join(f"<w:p><w:r><w:t>{p}</w:t></w:r></w:p>" for p in paragraphs)
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/'
-                   'package/2006/content-types"><Override PartName="/word/document.xml" ContentType="application/'
-                   'vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>')  # fmt: skip
-        z.writestr("word/document.xml", f'<?xml version="1.0"?><w:document xmlns:w="{w}"><w:body>{body}'
-                                        "</w:body></w:document>")  # fmt: skip
-        z.writestr("docProps/core.xml", '<?xml version="1.0"?><cp:coreProperties xmlns:cp="http://schemas.'
-                   'openxmlformats.org/package/2006/metadata/core-properties" xmlns:dc="http://purl.org/dc/elements/'
-                   f'1.1/"><dc:title>{title}</dc:title></cp:coreProperties>')  # fmt: skip
+        z.writestr(
+            "[Content_Types].xml",
+            '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/'
+            'package/2006/content-types"><Override PartName="/word/document.xml" ContentType="application/'
+            'vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>',
+        )
+        z.writestr(
+            "word/document.xml", f'<?xml version="1.0"?><w:document xmlns:w="{w}"><w:body>{body}</w:body></w:document>'
+        )
+        z.writestr(
+            "docProps/core.xml",
+            '<?xml version="1.0"?><cp:coreProperties xmlns:cp="http://schemas.'
+            'openxmlformats.org/package/2006/metadata/core-properties" xmlns:dc="http://purl.org/dc/elements/'
+            f'1.1/"><dc:title>{title}</dc:title></cp:coreProperties>',
+        )
 
 
 HTML = """<html><head><title>Brake service</title><style>.x { color: red }</style>
@@ -68,8 +77,11 @@ HTML = """<html><head><title>Brake service</title><style>.x { color: red }</styl
 @pytest.mark.unit
 def test_pdf_pages_become_documents_with_their_page_numbers(tmp_path: Path) -> None:
     file = tmp_path / "manual.pdf"
-    write_pdf(file, ["Charge the battery before the first ride.", "", "Error E07 means the speed sensor is lost."],
-              title="Rider manual")  # fmt: skip
+    write_pdf(
+        file,
+        ["Charge the battery before the first ride.", "", "Error E07 means the speed sensor is lost."],
+        title="Rider manual",
+    )
     docs, report = load_file(file, tmp_path, Providers())
     assert report.skipped is None, report.skipped
     assert [(d["metadata"]["page"], d["metadata"]["title"]) for d in docs] == [(1, "Rider manual"), (3, "Rider manual")]
@@ -89,8 +101,10 @@ def test_encrypted_and_image_only_pdfs_are_skipped_with_the_reason(tmp_path: Pat
     with (tmp_path / "scan.pdf").open("wb") as fh:
         blank.write(fh)
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4\nnot really a pdf")
-    reasons = {name: load_file(tmp_path / name, tmp_path, Providers())[1].skipped
-               for name in ("locked.pdf", "scan.pdf", "broken.pdf")}  # fmt: skip
+    reasons = {
+        name: load_file(tmp_path / name, tmp_path, Providers())[1].skipped
+        for name in ("locked.pdf", "scan.pdf", "broken.pdf")
+    }
     assert "encrypted" in str(reasons["locked.pdf"])
     assert "image-only" in str(reasons["scan.pdf"])
     assert str(reasons["broken.pdf"]).startswith(("unreadable PDF", "no extractable text"))
@@ -151,8 +165,10 @@ def test_langchain_documents_loaders_and_splitters_index_from_python(tmp_path: P
 
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="langchain")))
     splitter = CharacterTextSplitter(separator=". ", chunk_size=40, chunk_overlap=0)
-    pages = {"wiki/gears.md": "Shift before the climb. Keep a high cadence. Never cross-chain",
-             "wiki/lights.md": "Charge the front light weekly"}  # fmt: skip
+    pages = {
+        "wiki/gears.md": "Shift before the climb. Keep a high cadence. Never cross-chain",
+        "wiki/lights.md": "Charge the front light weekly",
+    }
     first = index_documents(Wiki(pages), env, chunker=splitter, progress=False)
     assert (first.documents, first.files_read) == (2, 2) and first.chunks >= 3  # the splitter made the chunks
     hit = env.index.search_sparse("cadence", 1)[0]

@@ -33,15 +33,36 @@ def test_link_hop_follows_the_bridge_the_first_passage_names(demo_env: Providers
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(("pattern", "extra", "retrievals"), [
-    ("linear", {"operators": {"retrieve": RETRIEVE, "rerank": {"name": "link_hop", "params": {"k": 5}}}}, 4),
-    ("iterative", {"operators": {"retrieve": RETRIEVE, "judge": "none", "hop": {"name": "links", "params": {"k": 5}}},
-                   "params": {"rounds": 2}}, 4),
-    ("branching", {"operators": {"retrieve": RETRIEVE, "fuse": {"name": "pairs", "params": {"k": 5}}},
-                   "params": {"mode": "passages", "branches": 2}}, 5),
-    ("recursive", {"operators": {"retrieve": RETRIEVE, "fuse": {"name": "pairs", "params": {"k": 5}}},
-                   "params": {"expand": "hop", "branching": 2, "max_depth": 1, "max_nodes": 10}}, 4),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("pattern", "extra", "retrievals"),
+    [
+        ("linear", {"operators": {"retrieve": RETRIEVE, "rerank": {"name": "link_hop", "params": {"k": 5}}}}, 4),
+        (
+            "iterative",
+            {
+                "operators": {"retrieve": RETRIEVE, "judge": "none", "hop": {"name": "links", "params": {"k": 5}}},
+                "params": {"rounds": 2},
+            },
+            4,
+        ),
+        (
+            "branching",
+            {
+                "operators": {"retrieve": RETRIEVE, "fuse": {"name": "pairs", "params": {"k": 5}}},
+                "params": {"mode": "passages", "branches": 2},
+            },
+            5,
+        ),
+        (
+            "recursive",
+            {
+                "operators": {"retrieve": RETRIEVE, "fuse": {"name": "pairs", "params": {"k": 5}}},
+                "params": {"expand": "hop", "branching": 2, "max_depth": 1, "max_nodes": 10},
+            },
+            4,
+        ),
+    ],
+)
 def test_every_multi_hop_pattern_reaches_the_second_passage_without_an_llm(
     demo_dir: Path, pattern: str, extra: dict[str, Any], retrievals: int
 ) -> None:
@@ -56,9 +77,15 @@ def test_every_multi_hop_pattern_reaches_the_second_passage_without_an_llm(
 
 @pytest.mark.integration
 def test_the_extractive_answer_follows_the_bridge_to_the_second_passage(demo_dir: Path) -> None:
-    config = demo_flow(demo_dir, operators={"retrieve": RETRIEVE, "rerank": {"name": "link_hop", "params": {"k": 10}},
-                                            "context": "evidence_first",
-                                            "generate": {"name": "cited_answer", "params": {"mode": "extractive"}}})
+    config = demo_flow(
+        demo_dir,
+        operators={
+            "retrieve": RETRIEVE,
+            "rerank": {"name": "link_hop", "params": {"k": 10}},
+            "context": "evidence_first",
+            "generate": {"name": "cited_answer", "params": {"mode": "extractive"}},
+        },
+    )
     out = build_flow(config).invoke({"query": AWARD})
     assert "chromoly steel" in out["answer"]["text"]
     [cited] = out["answer"]["citations"]

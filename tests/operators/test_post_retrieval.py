@@ -60,8 +60,16 @@ def test_operator_errors_name_the_slot(demo_dir: Path) -> None:
     from modular_rag.builder import build_flow
     from tests.conftest import demo_flow
 
-    flow = build_flow(demo_flow(demo_dir, operators={
-        "retrieve": "bm25", "rerank": {"name": "cross_encoder", "params": {"model": "/nowhere"}}, "generate": "none"}))
+    flow = build_flow(
+        demo_flow(
+            demo_dir,
+            operators={
+                "retrieve": "bm25",
+                "rerank": {"name": "cross_encoder", "params": {"model": "/nowhere"}},
+                "generate": "none",
+            },
+        )
+    )
     with pytest.raises(OperatorError, match=r"rerank \(cross_encoder\)"):
         flow.invoke({"query": "E07"})
 
@@ -71,18 +79,22 @@ def hit(cid: str, text: str, score: float = 1.0) -> dict[str, Any]:
 
 
 def test_mmr_prefers_diverse_chunks(demo_env: Providers) -> None:
-    hits = [hit("a", "Chain lube keeps the chain quiet and rust free."),
-            hit("b", "Chain lube keeps the chain quiet and free of rust."),
-            hit("c", "Tyre pressure depends on rider weight and tyre width.")]  # fmt: skip
+    hits = [
+        hit("a", "Chain lube keeps the chain quiet and rust free."),
+        hit("b", "Chain lube keeps the chain quiet and free of rust."),
+        hit("c", "Tyre pressure depends on rider weight and tyre width."),
+    ]
     state = {"query": "chain lube and tyre pressure", "candidates": hits}
     picked = [h["chunk_id"] for h in build(Port.REFINE, "mmr", demo_env, k=2, lambda_mult=0.5)(state)["candidates"]]
     assert "c" in picked and len(picked) == 2
 
 
 def test_mmr_on_incoming_scores_keeps_the_order_at_lambda_one_and_diversifies_below(demo_env: Providers) -> None:
-    hits = [hit("a", "Chain lube keeps the chain quiet and rust free.", 3.0),
-            hit("b", "Chain lube keeps the chain quiet and free of rust.", 2.9),
-            hit("c", "Tyre pressure depends on rider weight and tyre width.", 1.0)]  # fmt: skip
+    hits = [
+        hit("a", "Chain lube keeps the chain quiet and rust free.", 3.0),
+        hit("b", "Chain lube keeps the chain quiet and free of rust.", 2.9),
+        hit("c", "Tyre pressure depends on rider weight and tyre width.", 1.0),
+    ]
     state = {"query": "tyre pressure", "candidates": hits}
 
     def picked(lam: float) -> list[str]:
@@ -94,9 +106,12 @@ def test_mmr_on_incoming_scores_keeps_the_order_at_lambda_one_and_diversifies_be
 
 
 def test_dedup_drops_exact_and_near_duplicates(demo_env: Providers) -> None:
-    hits = [hit("a", "Chain lube keeps the chain quiet."), hit("b", "chain lube keeps the chain quiet!"),
-            hit("c", "Chain lube keeps the chains quiet."),
-            hit("d", "Helmets must sit level on the head.")]  # fmt: skip
+    hits = [
+        hit("a", "Chain lube keeps the chain quiet."),
+        hit("b", "chain lube keeps the chain quiet!"),
+        hit("c", "Chain lube keeps the chains quiet."),
+        hit("d", "Helmets must sit level on the head."),
+    ]
     out = build(Port.REFINE, "dedup", demo_env, near_threshold=0.95)({"candidates": hits, "query": "q"})["candidates"]
     assert [h["chunk_id"] for h in out] == ["a", "d"]
     exact_only = build(Port.REFINE, "dedup", demo_env, near_threshold=None)({"candidates": hits})["candidates"]
@@ -104,10 +119,13 @@ def test_dedup_drops_exact_and_near_duplicates(demo_env: Providers) -> None:
 
 
 def test_extractive_compression_keeps_query_sentences(demo_env: Providers) -> None:
-    text = ("The TW-E1 has a 504 Wh battery. Its frame is aluminium. The display shows error codes. "
-            "Charging takes four hours.")  # fmt: skip
+    text = (
+        "The TW-E1 has a 504 Wh battery. Its frame is aluminium. The display shows error codes. "
+        "Charging takes four hours."
+    )
     out = build(Port.REFINE, "extractive", demo_env, max_sentences=1)(
-        {"query": "How long does charging take?", "candidates": [hit("a", text)]})["candidates"]  # fmt: skip
+        {"query": "How long does charging take?", "candidates": [hit("a", text)]}
+    )["candidates"]
     assert out[0]["text"] == "Charging takes four hours."
 
 
@@ -115,8 +133,9 @@ def test_lost_in_the_middle_and_compress_budget(demo_env: Providers, base_state:
     five = [hit(str(i), f"text {i}", 5 - i) for i in range(5)]
     out = build(Port.REFINE, "lost_in_the_middle", demo_env)({"candidates": five})["candidates"]
     assert [h["chunk_id"] for h in out] == ["0", "2", "4", "3", "1"]
-    ev = build(Port.CONTEXT, "compress_budget", demo_env, keep_whole=1, max_sentences=1, max_chunks=3)(
-        base_state)["evidence"]  # fmt: skip
+    ev = build(Port.CONTEXT, "compress_budget", demo_env, keep_whole=1, max_sentences=1, max_chunks=3)(base_state)[
+        "evidence"
+    ]
     assert ev[0]["text"] == base_state["candidates"][0]["text"]
     assert len(ev) == 3
     assert all(len(e["text"]) <= len(c["text"]) for e, c in zip(ev, base_state["candidates"], strict=False))
@@ -131,6 +150,7 @@ def test_llm_critique_and_pointwise_on_scripted_replies(demo_dir: Path, base_sta
     env = fake_env(demo_dir, "yes", "no", "maybe")
     kept = build(Port.REFINE, "llm_critique", env, max_candidates=3, concurrency=1)(base_state)["candidates"]
     assert [h["chunk_id"] for h in kept] == [base_state["candidates"][i]["chunk_id"] for i in (0, 2)]
-    ranked = build(Port.REFINE, "llm_pointwise", fake_env(demo_dir, "no", "yes", "no"), max_candidates=3,
-                   concurrency=1)(base_state)["candidates"]  # fmt: skip
+    ranked = build(
+        Port.REFINE, "llm_pointwise", fake_env(demo_dir, "no", "yes", "no"), max_candidates=3, concurrency=1
+    )(base_state)["candidates"]
     assert ranked[0]["chunk_id"] == base_state["candidates"][1]["chunk_id"]

@@ -101,8 +101,12 @@ def test_filter_extraction_is_validated_against_the_index(demo_dir: Path, demo_e
 
 
 E07 = "What does error code E07 mean on the e-bike display?"
-TURNS = [HumanMessage("Which bike won the 2022 Coastline Design Award?"), AIMessage("The TW-550 Gravel [1]."),
-         HumanMessage(E07), AIMessage("Error E07 means speed sensor signal lost [1].")]  # fmt: skip
+TURNS = [
+    HumanMessage("Which bike won the 2022 Coastline Design Award?"),
+    AIMessage("The TW-550 Gravel [1]."),
+    HumanMessage(E07),
+    AIMessage("Error E07 means speed sensor signal lost [1]."),
+]
 
 
 def scripted_env(demo_dir: Path, reply: str):
@@ -133,11 +137,14 @@ def test_condense_writes_a_standalone_question_from_the_last_turns(demo_dir: Pat
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(("reply", "why"), [
-    ("Sorry, I cannot help with that.", "is unusable"),
-    (f"User: {E07}", "copies an earlier question"),  # SmolLM2-135M, asked to condense "Is it dangerous?"
-    ("What does error code E17 mean on the e-bike display?", "drops e12"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ("Sorry, I cannot help with that.", "is unusable"),
+        (f"User: {E07}", "copies an earlier question"),  # SmolLM2-135M, asked to condense "Is it dangerous?"
+        ("What does error code E17 mean on the e-bike display?", "drops e12"),
+    ],
+)
 def test_condense_falls_back_to_the_question_as_asked(demo_dir: Path, reply: str, why: str) -> None:
     from modular_rag.trace import metered
 

@@ -185,16 +185,29 @@ def test_a_swapped_word_is_a_neighbour_by_the_embedder(passages: PassageSet) -> 
 @pytest.mark.unit
 def test_sentence_spans_are_offsets_into_the_text() -> None:
     text = "First one here. Second: 2.5 km long!\n\nA new paragraph"
-    assert [text[s:e] for s, e in sentence_spans(text)] == ["First one here.", "Second: 2.5 km long!",
-                                                            "A new paragraph"]  # fmt: skip
+    assert [text[s:e] for s, e in sentence_spans(text)] == [
+        "First one here.",
+        "Second: 2.5 km long!",
+        "A new paragraph",
+    ]
 
 
 @pytest.mark.unit
 def test_bridge_questions_do_not_name_the_second_passage(tmp_path: Path) -> None:
-    docs = [Passage("film", "Kiss and Tell", "Kiss and Tell is a 1945 comedy film starring Shirley Temple as Corliss "
-                    "Archer. It was directed by Richard Wallace."),  # fmt: skip
-            Passage("actress", "Shirley Temple", "Shirley Temple was an American actress. She served as Chief of "
-                    "Protocol of the United States from 1976 to 1977.")]  # fmt: skip
+    docs = [
+        Passage(
+            "film",
+            "Kiss and Tell",
+            "Kiss and Tell is a 1945 comedy film starring Shirley Temple as Corliss "
+            "Archer. It was directed by Richard Wallace.",
+        ),
+        Passage(
+            "actress",
+            "Shirley Temple",
+            "Shirley Temple was an American actress. She served as Chief of "
+            "Protocol of the United States from 1976 to 1977.",
+        ),
+    ]
     bridge = get_operator(Port.QUESTION, "bridge")
     made = bridge.factory(bridge.params(drop=0.0), Providers())(PassageSet(docs), 4, random.Random(0))
     assert made, "the film passage names the actress: a bridge question was expected"
@@ -206,16 +219,33 @@ def test_bridge_questions_do_not_name_the_second_passage(tmp_path: Path) -> None
 def _linked() -> PassageSet:
     """Two passages linked by a title (an actress named in a film's passage) and two linked only by an acronym the
     first sentence of a paper defines (CREB), as in abstracts titled by a sentence."""
-    return PassageSet([
-        Passage("film", "Kiss and Tell", "Kiss and Tell is a 1945 comedy film starring Shirley Temple as Corliss "
-                "Archer. It was directed by Richard Wallace."),
-        Passage("actress", "Shirley Temple", "Shirley Temple was an American actress. She served as Chief of "
-                "Protocol of the United States from 1976 to 1977."),
-        Passage("paper", "Phosphorylation of a transcription factor in the liver", "CREB is a transcription factor "
-                "of the liver. It was described by Marc Montminy in 1987 at the Salk Institute."),
-        Passage("other", "Fasting hormones", "Glucagon acts through CREB during fasting. The effect was measured in "
-                "40 mice in 2004."),
-    ])  # fmt: skip
+    return PassageSet(
+        [
+            Passage(
+                "film",
+                "Kiss and Tell",
+                "Kiss and Tell is a 1945 comedy film starring Shirley Temple as Corliss "
+                "Archer. It was directed by Richard Wallace.",
+            ),
+            Passage(
+                "actress",
+                "Shirley Temple",
+                "Shirley Temple was an American actress. She served as Chief of "
+                "Protocol of the United States from 1976 to 1977.",
+            ),
+            Passage(
+                "paper",
+                "Phosphorylation of a transcription factor in the liver",
+                "CREB is a transcription factor "
+                "of the liver. It was described by Marc Montminy in 1987 at the Salk Institute.",
+            ),
+            Passage(
+                "other",
+                "Fasting hormones",
+                "Glucagon acts through CREB during fasting. The effect was measured in 40 mice in 2004.",
+            ),
+        ]
+    )
 
 
 @pytest.mark.unit
@@ -234,8 +264,12 @@ def test_bridge_questions_cross_title_links_unless_told_any_anchor() -> None:
 def test_not_verbatim_lets_a_held_out_sentence_be_copied_but_not_a_copy_elsewhere() -> None:
     check = get_operator(Port.CHECK, "not_verbatim").factory(VerbatimParams(), Providers())
     sentence = "The Loopcell plant in Ghent opened in 2019 and recovers lithium from cells"
-    passages = PassageSet([Passage("p1", "Loopcell", f"Loopcell recycles batteries. {sentence}."),
-                           Passage("p2", "Other", "Ghent has a port.")])  # fmt: skip
+    passages = PassageSet(
+        [
+            Passage("p1", "Loopcell", f"Loopcell recycles batteries. {sentence}."),
+            Passage("p2", "Other", "Ghent has a port."),
+        ]
+    )
     held = Question(sentence, "inverse_cloze", ("p1",), meta={"held_out": True})
     assert [v.keep for v in check([held, Question(sentence, "inverse_cloze", ("p1",))], passages)] == [True, False]
     copied = PassageSet([*passages.passages, Passage("p3", "Copy", f"As reported: {sentence}.")])

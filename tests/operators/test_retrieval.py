@@ -37,8 +37,9 @@ def test_metadata_filter_passes_through_every_channel(demo_env: Providers) -> No
     for name in ("dense", "bm25", "hybrid"):
         hits = run(demo_env, name, {"query": "warranty on aluminium frames", "filter": where}, k=5)
         assert hits and all(h["metadata"]["year"] <= 2019 for h in hits), name
-    static = run(demo_env, "hybrid", {"query": "warranty", "filter": {"source": "policy"}}, k=5,
-                 filter={"year": {"$gte": 2023}})  # fmt: skip
+    static = run(
+        demo_env, "hybrid", {"query": "warranty", "filter": {"source": "policy"}}, k=5, filter={"year": {"$gte": 2023}}
+    )
     assert static and all(h["metadata"]["source"] == "policy" and h["metadata"]["year"] >= 2023 for h in static)
 
 

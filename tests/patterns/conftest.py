@@ -18,9 +18,10 @@ def template(pattern: str, demo_dir: Path | None = None, **overrides: Any) -> di
     deep (``operators={"judge": ...}`` replaces only that slot)."""
     config = yaml.safe_load(template_path(pattern).read_text())
     config["providers"]["vectorstore"] = (
-        {"name": "chroma", "path": str(demo_dir), "collection": "demo"} if demo_dir else {"name": "chroma",
-                                                                                           "in_memory": True}
-    )  # fmt: skip
+        {"name": "chroma", "path": str(demo_dir), "collection": "demo"}
+        if demo_dir
+        else {"name": "chroma", "in_memory": True}
+    )
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = {**config[key], **value}

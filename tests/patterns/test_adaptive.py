@@ -59,8 +59,14 @@ def test_flare_ends_at_max_steps_when_the_judge_never_accepts(demo_dir: Path, st
 @pytest.mark.integration
 @pytest.mark.parametrize("steps", [1, 3])
 def test_self_rag_ends_at_max_steps_when_the_judge_never_accepts(demo_dir: Path, steps: int) -> None:
-    config = load_config(template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": steps},
-                                  operators={"rerank": "none", "rewrite": "none", "gate": "none", "draft": "none"}))
+    config = load_config(
+        template(
+            "adaptive",
+            demo_dir,
+            params={"mode": "self_rag", "max_steps": steps},
+            operators={"rerank": "none", "rewrite": "none", "gate": "none", "draft": "none"},
+        )
+    )
     config.providers.llm = fake_llm("E07 means the speed sensor signal was lost [1].")
     config.operators["judge"] = OperatorSpec.from_object(never_stop)
     out = build_flow(config).invoke({"query": "What does error code E07 mean?"})
@@ -69,8 +75,14 @@ def test_self_rag_ends_at_max_steps_when_the_judge_never_accepts(demo_dir: Path,
 
 @pytest.mark.integration
 def test_self_rag_gate_can_skip_retrieval(demo_dir: Path) -> None:
-    config = load_config(template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": 2},
-                                  operators={"judge": {"name": "llm_judge"}, "draft": "none"}))  # fmt: skip
+    config = load_config(
+        template(
+            "adaptive",
+            demo_dir,
+            params={"mode": "self_rag", "max_steps": 2},
+            operators={"judge": {"name": "llm_judge"}, "draft": "none"},
+        )
+    )
     config.providers.llm = fake_llm("No", "Paris is the capital of France.", "Yes")
     out = build_flow(config).invoke({"query": "What is the capital of France?"})
     nodes = [e["node"] for e in out["trace"]]
@@ -84,8 +96,12 @@ def test_self_rag_gate_can_skip_retrieval(demo_dir: Path) -> None:
 @pytest.mark.integration
 def test_flare_end_to_end_on_the_local_model(demo_dir: Path) -> None:
     # tau 0.99: some token of the first draft is below it, so FLARE must re-query with that draft, masked
-    config = template("adaptive", demo_dir, params={"mode": "flare", "max_steps": 2, "mask_below": 0.3},
-                      operators={"judge": {"name": "token_confidence", "params": {"tau": 0.99}}})  # fmt: skip
+    config = template(
+        "adaptive",
+        demo_dir,
+        params={"mode": "flare", "max_steps": 2, "mask_below": 0.3},
+        operators={"judge": {"name": "token_confidence", "params": {"tau": 0.99}}},
+    )
     question = "What does error code E07 mean on the e-bike display?"
     drafts, final = [], {}
     for mode, chunk in build_flow(config).stream({"query": question}, stream_mode=["updates", "values"]):
@@ -106,10 +122,18 @@ def test_flare_end_to_end_on_the_local_model(demo_dir: Path) -> None:
 
 @pytest.mark.integration
 def test_self_rag_end_to_end_on_the_local_model(demo_dir: Path) -> None:
-    config = template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": 2}, operators={
-        "draft": "none", "gate": "none", "judge": "reflection",
-        "generate": {"name": "cited_answer", "params": {"max_tokens": 48, "without_evidence": "answer"}},
-        "rerank": {"name": "llm_critique", "params": {"max_candidates": 4}}})  # fmt: skip
+    config = template(
+        "adaptive",
+        demo_dir,
+        params={"mode": "self_rag", "max_steps": 2},
+        operators={
+            "draft": "none",
+            "gate": "none",
+            "judge": "reflection",
+            "generate": {"name": "cited_answer", "params": {"max_tokens": 48, "without_evidence": "answer"}},
+            "rerank": {"name": "llm_critique", "params": {"max_candidates": 4}},
+        },
+    )
     out = build_flow(config).invoke({"query": "What does error code E12 mean on the display?"})
     assert 1 <= out["step"] <= 2 and out["answer"]["text"].strip()
     reflections = [v for v in out["verdicts"] if v["judge"] == "reflection"]
@@ -120,8 +144,14 @@ def test_self_rag_end_to_end_on_the_local_model(demo_dir: Path) -> None:
 
 @pytest.mark.integration
 def test_self_rag_without_passages_judges_usefulness_only(demo_dir: Path) -> None:
-    config = load_config(template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": 2},
-                                  operators={"draft": "none", "judge": "reflection"}))  # fmt: skip
+    config = load_config(
+        template(
+            "adaptive",
+            demo_dir,
+            params={"mode": "self_rag", "max_steps": 2},
+            operators={"draft": "none", "judge": "reflection"},
+        )
+    )
     config.providers.llm = fake_llm("No", "Paris is the capital of France.", "Yes")  # gate, answer, useful?
     out = build_flow(config).invoke({"query": "What is the capital of France?"})
     assert "retrieve" not in [e["node"] for e in out["trace"]]
@@ -133,12 +163,18 @@ def test_self_rag_without_passages_judges_usefulness_only(demo_dir: Path) -> Non
 
 @pytest.mark.integration
 def test_self_rag_retrieves_again_when_the_answer_is_not_useful(demo_dir: Path) -> None:
-    config = load_config(template("adaptive", demo_dir, params={"mode": "self_rag", "max_steps": 2},
-                                  operators={"draft": "none", "gate": "none", "rerank": "none", "rewrite": "none",
-                                             "judge": "reflection"}))  # fmt: skip
+    config = load_config(
+        template(
+            "adaptive",
+            demo_dir,
+            params={"mode": "self_rag", "max_steps": 2},
+            operators={"draft": "none", "gate": "none", "rerank": "none", "rewrite": "none", "judge": "reflection"},
+        )
+    )
     # round 1: answer, supported: yes, useful: no -> again; round 2: answer, yes, yes -> stop
-    config.providers.llm = fake_llm("It is a code [1].", "Yes", "No", "E07 means speed sensor signal lost [1].",
-                                    "Yes", "Yes")  # fmt: skip
+    config.providers.llm = fake_llm(
+        "It is a code [1].", "Yes", "No", "E07 means speed sensor signal lost [1].", "Yes", "Yes"
+    )
     out = build_flow(config).invoke({"query": "What does error code E07 mean?"})
     reasons = [v["reason"] for v in out["verdicts"] if v["judge"] == "reflection"]
     assert reasons == ["supported:yes,useful:no", "supported:yes,useful:yes"]
@@ -160,18 +196,23 @@ def test_flare_citations_resolve_to_the_pack_each_sentence_was_drafted_from(demo
 
     def judge(state: Mapping[str, Any]) -> dict[str, Any]:  # accept sentence 1, re-query for sentence 2
         step = state.get("step", 0)
-        return {"verdicts": [{"judge": "scripted", "decision": "stop" if step == 0 else "continue", "reason": "test",
-                              "step": step}]}  # fmt: skip
+        return {
+            "verdicts": [
+                {"judge": "scripted", "decision": "stop" if step == 0 else "continue", "reason": "test", "step": step}
+            ]
+        }
 
     config = load_config(template("adaptive", demo_dir, params={"mode": "flare", "max_steps": 2}))
-    config.providers.llm = fake_llm("E07 means speed sensor signal lost [1].", "Unsure [2].",
-                                    "E17 is a motor controller communication fault [1].")  # fmt: skip
+    config.providers.llm = fake_llm(
+        "E07 means speed sensor signal lost [1].", "Unsure [2].", "E17 is a motor controller communication fault [1]."
+    )
     config.operators["retrieve"] = OperatorSpec.from_object(retrieve)
     config.operators["judge"] = OperatorSpec.from_object(judge)
     out = build_flow(config).invoke({"query": "What do E07 and E17 mean?"})
     refs = {e["ref"]: e["chunk_id"] for e in out["evidence"]}
-    assert out["answer"]["text"] == ("E07 means speed sensor signal lost [1]. "
-                                     "E17 is a motor controller communication fault [3].")  # fmt: skip
+    assert out["answer"]["text"] == (
+        "E07 means speed sensor signal lost [1]. E17 is a motor controller communication fault [3]."
+    )
     assert refs == {1: e07["chunk_id"], 2: e12["chunk_id"], 3: e17["chunk_id"]}  # every chunk a draft saw is kept
     model = [c for c in out["answer"]["citations"] if c["method"] == "model"]
     assert [(c["ref"], c["chunk_id"]) for c in model] == [(1, e07["chunk_id"]), (3, e17["chunk_id"])]

@@ -25,8 +25,11 @@ from tests.patterns.conftest import snapshot, template
 def test_template_graphs_match_snapshots() -> None:
     mermaid = build_flow(template("branching")).get_graph().draw_mermaid()
     assert mermaid == snapshot("branching", mermaid)
-    docs = template("branching", params={"mode": "documents", "branches": 3},
-                    operators={"fuse": {"name": "replug"}, "expand": "none"})  # fmt: skip
+    docs = template(
+        "branching",
+        params={"mode": "documents", "branches": 3},
+        operators={"fuse": {"name": "replug"}, "expand": "none"},
+    )
     mermaid = build_flow(docs).get_graph().draw_mermaid()
     assert mermaid == snapshot("branching-documents", mermaid)
 
@@ -109,12 +112,18 @@ def test_replug_weights_come_from_dense_similarity_and_decide_the_vote(demo_dir:
     docs = [_chunk_of(demo_env, d) for d in ("display-error-e07", "display-error-e17", "display-error-e12")]
     ranked = [{**h, "score": float(3 - i)} for i, h in enumerate(docs)]
     query = "What does the E12 error on the e-bike display indicate?"
-    config = load_config(template("branching", demo_dir, params={"mode": "documents", "branches": 3},
-                                  operators={"fuse": {"name": "replug", "params": {"temperature": 0.05}},
-                                             "expand": "none"}))  # fmt: skip
+    config = load_config(
+        template(
+            "branching",
+            demo_dir,
+            params={"mode": "documents", "branches": 3},
+            operators={"fuse": {"name": "replug", "params": {"temperature": 0.05}}, "expand": "none"},
+        )
+    )
     config.operators["retrieve"] = OperatorSpec.from_object(lambda state: {"candidates": ranked})
-    config.providers.llm = PassageChat(answers={"E07 means": "Speed sensor signal lost", "E17": "Controller fault",
-                                                "E12": "Battery overtemperature"})  # fmt: skip
+    config.providers.llm = PassageChat(
+        answers={"E07 means": "Speed sensor signal lost", "E17": "Controller fault", "E12": "Battery overtemperature"}
+    )
     out = build_flow(config).invoke({"query": query})  # its own providers: the scripted reader over the demo index
     q = demo_env.encoder.encode_query(query)
     sims = [float(demo_env.encoder.encode([h["text"]])[0] @ q) for h in docs]
@@ -127,8 +136,14 @@ def test_replug_weights_come_from_dense_similarity_and_decide_the_vote(demo_dir:
 
 @pytest.mark.integration
 def test_replug_vote_with_a_model_without_token_probabilities(demo_dir: Path) -> None:
-    config = load_config(template("branching", demo_dir, params={"mode": "documents", "branches": 3},
-                                  operators={"fuse": {"name": "replug"}, "expand": "none"}))  # fmt: skip
+    config = load_config(
+        template(
+            "branching",
+            demo_dir,
+            params={"mode": "documents", "branches": 3},
+            operators={"fuse": {"name": "replug"}, "expand": "none"},
+        )
+    )
     config.providers.llm = fake_llm("Speed sensor signal lost.", "Speed sensor signal lost.", "Battery too hot.")
     out = build_flow(config).invoke({"query": "What does error code E07 mean?"})
     assert len(out["branches"]) == 3
@@ -138,10 +153,17 @@ def test_replug_vote_with_a_model_without_token_probabilities(demo_dir: Path) ->
 
 @pytest.mark.integration
 def test_replug_token_level_on_the_local_model(demo_dir: Path) -> None:
-    config = template("branching", demo_dir, params={"mode": "documents", "branches": 2},
-                      operators={"fuse": {"name": "replug", "params": {"max_tokens": 16}}, "expand": "none",
-                                 "generate": {"name": "cited_answer", "params": {"max_tokens": 24}},
-                                 "retrieve": {"name": "bm25", "params": {"k": 4}}})  # fmt: skip
+    config = template(
+        "branching",
+        demo_dir,
+        params={"mode": "documents", "branches": 2},
+        operators={
+            "fuse": {"name": "replug", "params": {"max_tokens": 16}},
+            "expand": "none",
+            "generate": {"name": "cited_answer", "params": {"max_tokens": 24}},
+            "retrieve": {"name": "bm25", "params": {"k": 4}},
+        },
+    )
     out = build_flow(config).invoke({"query": "What does error code E07 mean?"})
     fuse = next(e for e in out["trace"] if e["node"] == "fuse")
     assert "token-level ensemble over 2 documents" in fuse["summary"]
@@ -156,9 +178,14 @@ def test_replug_token_level_on_the_local_model(demo_dir: Path) -> None:
 
 @pytest.mark.integration
 def test_end_to_end_multi_query_on_the_local_model(demo_dir: Path) -> None:
-    config = template("branching", demo_dir, operators={
-        "expand": {"name": "multi_query", "params": {"styles": ["standalone", "synonyms"], "max_tokens": 24}},
-        "generate": {"name": "cited_answer", "params": {"max_tokens": 48}}})  # fmt: skip
+    config = template(
+        "branching",
+        demo_dir,
+        operators={
+            "expand": {"name": "multi_query", "params": {"styles": ["standalone", "synonyms"], "max_tokens": 24}},
+            "generate": {"name": "cited_answer", "params": {"max_tokens": 48}},
+        },
+    )
     out = build_flow(config).invoke({"query": "What does display code E17 report?"})
     assert 1 <= len(out["branches"]) <= 3 and out["answer"]["text"].strip()
     assert "display-error-e17" in [h["metadata"]["doc_id"] for h in out["candidates"][:3]]

@@ -16,18 +16,25 @@ from tests.conftest import fake_env
 from tests.patterns.conftest import snapshot, template
 
 ROUTES = {
-    "exact": {"description": "Questions naming a product model, an error code or a part number.",
-              "keywords": ["re:\\b[A-Z]{1,3}-?\\d{1,4}\\b", "error", "code", "part"],
-              "examples": ["What does error E12 mean?", "Which brake pads fit the TW-E1?"]},
-    "open": {"description": "Open questions about riding, maintenance, policies and the company.",
-             "examples": ["How should I look after my chain in winter?", "Why choose disc brakes?"]},
-}  # fmt: skip
+    "exact": {
+        "description": "Questions naming a product model, an error code or a part number.",
+        "keywords": ["re:\\b[A-Z]{1,3}-?\\d{1,4}\\b", "error", "code", "part"],
+        "examples": ["What does error E12 mean?", "Which brake pads fit the TW-E1?"],
+    },
+    "open": {
+        "description": "Open questions about riding, maintenance, policies and the company.",
+        "examples": ["How should I look after my chain in winter?", "Why choose disc brakes?"],
+    },
+}
 
 
 def router(name: str, env: Providers, threshold: float = 0.0, **params: Any):
     info = get_operator(Port.ROUTE, name)
-    injected = {"routes": {k: {kk: v for kk, v in r.items()} for k, r in ROUTES.items()}, "fallback": "open",
-                "threshold": threshold}  # fmt: skip
+    injected = {
+        "routes": {k: {kk: v for kk, v in r.items()} for k, r in ROUTES.items()},
+        "fallback": "open",
+        "threshold": threshold,
+    }
     return info.factory(info.params.model_validate({**params, **injected}), env)
 
 
@@ -125,8 +132,9 @@ def test_a_skipped_or_failed_router_takes_the_fallback_route_and_says_so(demo_di
 
     config = load_config(template("conditional", demo_dir))
     if control == "skip_when":
-        config.operators["route"] = OperatorSpec(name="keyword", skip_when={"key": "query", "op": "contains",
-                                                                            "value": "E07"})  # fmt: skip
+        config.operators["route"] = OperatorSpec(
+            name="keyword", skip_when={"key": "query", "op": "contains", "value": "E07"}
+        )
     else:
         spec = OperatorSpec.from_object(broken)
         spec.on_error = "skip"
@@ -147,8 +155,12 @@ class _ScriptedLogprobs:
 
         from modular_rag.providers import Completion, TokenLogprob
 
-        self.completion = Completion("".join(t for t, _ in tokens), tuple(
-            TokenLogprob(t, math.log(dict(top)[t]), tuple((a, math.log(p)) for a, p in top)) for t, top in tokens))
+        self.completion = Completion(
+            "".join(t for t, _ in tokens),
+            tuple(
+                TokenLogprob(t, math.log(dict(top)[t]), tuple((a, math.log(p)) for a, p in top)) for t, top in tokens
+            ),
+        )
 
     def complete(self, *args: Any, **kwargs: Any) -> Any:
         return self.completion
@@ -166,13 +178,15 @@ class _ScriptedLogprobs:
 def test_llm_router_scores_each_route_by_its_full_name() -> None:
     from types import SimpleNamespace
 
-    routes = {"explain": {"description": "explanations"}, "exact": {"description": "codes and parts"},
-              "open": {"description": "anything else"}}  # fmt: skip
+    routes = {
+        "explain": {"description": "explanations"},
+        "exact": {"description": "codes and parts"},
+        "open": {"description": "anything else"},
+    }
     # the model wrote "exact": "ex" (0.9, else "open" 0.1), then "act" (0.7, else "plain" 0.3)
     llm = _ScriptedLogprobs([("ex", [("ex", 0.9), ("open", 0.1)]), ("act", [("act", 0.7), ("plain", 0.3)])])
     info = get_operator(Port.ROUTE, "llm")
-    route = info.factory(info.params.model_validate({"routes": routes, "fallback": "open"}),
-                         SimpleNamespace(llm=llm))  # fmt: skip
+    route = info.factory(info.params.model_validate({"routes": routes, "fallback": "open"}), SimpleNamespace(llm=llm))
     out = route({"query": "What does E07 mean?"})
     assert out["route"] == "exact"  # the name the model wrote, never a route that only shares its first token
     assert out["route_confidence"] == pytest.approx(0.9 * 0.7 / (0.9 * 0.7 + 0.9 * 0.3 + 0.1))

@@ -43,8 +43,9 @@ def test_round_t_retrieves_with_the_previous_answer(demo_dir: Path) -> None:
     out = build_flow(config).invoke({"query": "Which bike won the 2022 Coastline Design Award?"})
     assert out["rounds"][0]["query"] == "Which bike won the 2022 Coastline Design Award?"
     # the answer joins the query without its citation markers, which mean nothing to a retriever
-    assert out["rounds"][1]["query"] == ("Which bike won the 2022 Coastline Design Award? The award went to the "
-                                         "TW-550 Gravel.")  # fmt: skip
+    assert out["rounds"][1]["query"] == (
+        "Which bike won the 2022 Coastline Design Award? The award went to the TW-550 Gravel."
+    )
 
 
 AWARD_WINNER = "Which bike won the 2022 Coastline Design Award?"
@@ -54,10 +55,15 @@ def quoted(demo_dir: Path, question: str) -> str:
     """The sentence the extractive answer quotes from the evidence the template's first round builds (same retrieval,
     same context): an independent run of the linear pattern."""
     config = template("iterative", demo_dir)
-    linear = {"pattern": "linear", "providers": config["providers"],
-              "operators": {"retrieve": config["operators"]["retrieve"], "context": config["operators"]["context"],
-                            "generate": {"name": "cited_answer", "params": {"mode": "extractive",
-                                                                            "min_relevance": None}}}}  # fmt: skip
+    linear = {
+        "pattern": "linear",
+        "providers": config["providers"],
+        "operators": {
+            "retrieve": config["operators"]["retrieve"],
+            "context": config["operators"]["context"],
+            "generate": {"name": "cited_answer", "params": {"mode": "extractive", "min_relevance": None}},
+        },
+    }
     return build_flow(linear).invoke({"query": question})["answer"]["quote"]
 
 
@@ -80,9 +86,18 @@ def test_a_refused_round_conditions_the_next_query_on_the_sentence_it_would_have
 def test_an_extractive_round_conditions_the_next_query_on_the_sentence_it_quoted(demo_dir: Path) -> None:
     """An extractive answer may be a bare span ("TW-550 Gravel"); the generation it stands for is the sentence it
     quoted."""
-    config = template("iterative", demo_dir, params={"rounds": 2}, operators={
-        "judge": "none", "generate": {"name": "cited_answer", "params": {"mode": "extractive", "extract": "span",
-                                                                          "min_relevance": None}}})  # fmt: skip
+    config = template(
+        "iterative",
+        demo_dir,
+        params={"rounds": 2},
+        operators={
+            "judge": "none",
+            "generate": {
+                "name": "cited_answer",
+                "params": {"mode": "extractive", "extract": "span", "min_relevance": None},
+            },
+        },
+    )
     out = build_flow(config).invoke({"query": AWARD_WINNER})
     sentence = quoted(demo_dir, AWARD_WINNER)
     assert len(out["rounds"][0]["answer"]) < len(sentence)  # the span, not the sentence
@@ -95,14 +110,23 @@ def test_no_progress_stops_when_the_answer_repeats(demo_dir: Path) -> None:
     config.providers.llm = fake_llm("Chromoly steel [1].")
     out = build_flow(config).invoke({"query": "Which frame material does the award-winning bike use?"})
     assert out["step"] == 2
-    assert out["verdicts"][-1] == {"judge": "no_progress", "decision": "stop", "reason": "no_progress", "step": 2,
-                                   "score": 1.0}  # fmt: skip
+    assert out["verdicts"][-1] == {
+        "judge": "no_progress",
+        "decision": "stop",
+        "reason": "no_progress",
+        "step": 2,
+        "score": 1.0,
+    }
 
 
 @pytest.mark.integration
 def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
-    config = template("iterative", demo_dir, params={"rounds": 2},
-                      operators={"generate": {"name": "cited_answer", "params": {"max_tokens": 48}}})  # fmt: skip
+    config = template(
+        "iterative",
+        demo_dir,
+        params={"rounds": 2},
+        operators={"generate": {"name": "cited_answer", "params": {"max_tokens": 48}}},
+    )
     out = build_flow(config).invoke({"query": "Which frame material does the 2022 Coastline Design Award winner use?"})
     assert 1 <= out["step"] <= 2 and out["answer"]["text"].strip()
     assert sum(e["llm_calls"] for e in out["ledger"]) == out["step"]
@@ -110,11 +134,18 @@ def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
 
 def hop_config(demo_dir: Path, name: str, rounds: int, retrieve: Any, **hop: Any) -> dict[str, Any]:
     """An LLM-free iterative config on the demo index: retrieval only, no judge."""
-    return {"pattern": "iterative", "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir),
-                                                                  "collection": "demo"}},
-            "operators": {"retrieve": retrieve, "context": "none", "generate": "none", "judge": "none",
-                          "hop": {"name": name, "params": {"question_titles": False, **hop}}},
-            "params": {"rounds": rounds}}  # fmt: skip
+    return {
+        "pattern": "iterative",
+        "providers": {"vectorstore": {"name": "chroma", "path": str(demo_dir), "collection": "demo"}},
+        "operators": {
+            "retrieve": retrieve,
+            "context": "none",
+            "generate": "none",
+            "judge": "none",
+            "hop": {"name": name, "params": {"question_titles": False, **hop}},
+        },
+        "params": {"rounds": rounds},
+    }
 
 
 @pytest.mark.integration
@@ -126,8 +157,10 @@ def test_evidence_hops_never_repeat_a_query_and_pair_hits_with_the_passage_the_q
 
     env = fake_env(demo_dir)
     by_doc = {h["metadata"]["doc_id"]: h["chunk_id"] for h in env.index.search_dense("bike", 100)}
-    award, distractor, history, ebike = (by_doc[d] for d in ("coastline-design-award-2022", "warranty-policy-2019",
-                                                             "company-history", "tw-e1-ebike-manual"))  # fmt: skip
+    award, distractor, history, ebike = (
+        by_doc[d]
+        for d in ("coastline-design-award-2022", "warranty-policy-2019", "company-history", "tw-e1-ebike-manual")
+    )
     question = "Which e-bike did the company behind the award winner make first?"
 
     def query_of(chunk: str) -> str:
@@ -143,8 +176,7 @@ def test_evidence_hops_never_repeat_a_query_and_pair_hits_with_the_passage_the_q
         searched.append(query)
         return {"candidates": hits_by_id(env, script.get(query, []))}
 
-    config = load_config(hop_config(demo_dir, "evidence", 3, "hybrid", beam=1, k=5,
-                                    weights={"link": 10.0}))  # fmt: skip
+    config = load_config(hop_config(demo_dir, "evidence", 3, "hybrid", beam=1, k=5, weights={"link": 10.0}))
     config.operators["retrieve"] = OperatorSpec.from_object(retrieve)
     out = build_flow(config, providers=env).invoke({"query": question})
     assert [r["query"] for r in out["rounds"]] == [question, query_of(award), query_of(history)]
@@ -154,16 +186,24 @@ def test_evidence_hops_never_repeat_a_query_and_pair_hits_with_the_passage_the_q
 
 
 CHAIN = {  # a prize names a kettle, the kettle's page names its maker, the maker's page names the town
-    "harrow-prize.md": ("Harrow Bridge Prize 2021", "The Harrow Bridge Prize 2021 for household design went to the "
-                        "Vellum Kettle, chosen from forty entries by a jury of five."),
-    "vellum-kettle.md": ("Vellum Kettle", "The Vellum Kettle is a stovetop kettle with a folding handle. It is cast "
-                         "by Orrin Forge and sold in three sizes."),
-    "orrin-forge.md": ("Orrin Forge", "Orrin Forge is a family foundry in the harbour town of Calder Bay, founded in "
-                       "1902."),
+    "harrow-prize.md": (
+        "Harrow Bridge Prize 2021",
+        "The Harrow Bridge Prize 2021 for household design went to the "
+        "Vellum Kettle, chosen from forty entries by a jury of five.",
+    ),
+    "vellum-kettle.md": (
+        "Vellum Kettle",
+        "The Vellum Kettle is a stovetop kettle with a folding handle. It is cast "
+        "by Orrin Forge and sold in three sizes.",
+    ),
+    "orrin-forge.md": (
+        "Orrin Forge",
+        "Orrin Forge is a family foundry in the harbour town of Calder Bay, founded in 1902.",
+    ),
     "tide-tables.md": ("Tide tables", "Tide tables give the times of high and low water for each day of the year."),
     "bread-ovens.md": ("Bread ovens", "A brick bread oven holds its heat for hours after the fire is raked out."),
     "sail-care.md": ("Sail care", "Rinse a sail in fresh water and dry it loosely folded, never in direct sun."),
-}  # fmt: skip
+}
 
 
 @pytest.mark.integration
@@ -180,11 +220,18 @@ def test_link_hops_follow_a_chain_from_the_passages_the_last_round_found(tmp_pat
         (corpus / name).write_text(f"---\ntitle: {title}\n---\n\n{text}\n", encoding="utf-8")
     store = {"name": "chroma", "path": str(tmp_path / "index"), "collection": "chain"}
     index_paths([corpus], Providers(ProvidersConfig(vectorstore=ChromaConfig(**store))), progress=False)
-    config = {"pattern": "iterative", "providers": {"vectorstore": store},
-              "operators": {"retrieve": {"name": "hybrid", "params": {"k": 1, "pool": 3}}, "context": "none",
-                            "generate": "none", "judge": "none",
-                            "hop": {"name": "links", "params": {"beam": 1, "k": 4, "question_titles": False}}},
-              "params": {"rounds": 3}}
+    config = {
+        "pattern": "iterative",
+        "providers": {"vectorstore": store},
+        "operators": {
+            "retrieve": {"name": "hybrid", "params": {"k": 1, "pool": 3}},
+            "context": "none",
+            "generate": "none",
+            "judge": "none",
+            "hop": {"name": "links", "params": {"beam": 1, "k": 4, "question_titles": False}},
+        },
+        "params": {"rounds": 3},
+    }
     question = "In which town was the kettle that won the Harrow Bridge Prize 2021 cast?"
     out = build_flow(config).invoke({"query": question})
     titles = [h["metadata"]["title"] for h in out["candidates"]]
@@ -193,8 +240,10 @@ def test_link_hops_follow_a_chain_from_the_passages_the_last_round_found(tmp_pat
     assert sum(e["retrievals"] for e in out["ledger"]) == 2 + 1 + 1  # a search, then one lookup a round
 
 
-THOUGHTS = ["The 2022 Coastline Design Award went to the TW-550 Gravel.",
-            "The TW-550 Gravel has a chromoly steel frame, so the answer is chromoly steel."]  # fmt: skip
+THOUGHTS = [
+    "The 2022 Coastline Design Award went to the TW-550 Gravel.",
+    "The TW-550 Gravel has a chromoly steel frame, so the answer is chromoly steel.",
+]
 
 
 def _ircot_reply(prompt: str) -> str:
@@ -209,10 +258,20 @@ def test_thought_mode_interleaves_chain_of_thought_with_retrieval_as_ircot_does(
     from tests.conftest import ScriptedChat
 
     question = "What is the frame material of the bike that won the 2022 Coastline Design Award?"
-    config = load_config(template("iterative", demo_dir, params={"rounds": 5}, operators={
-        "hop": "thought", "judge": "none", "retrieve": {"name": "hybrid", "params": {"k": 3}},
-        "context": {"name": "budget", "params": {"max_chunks": 15, "max_tokens": 4000}},
-        "generate": {"name": "cited_answer", "params": {"unsupported": "mark", "min_relevance": None}}}))  # fmt: skip
+    config = load_config(
+        template(
+            "iterative",
+            demo_dir,
+            params={"rounds": 5},
+            operators={
+                "hop": "thought",
+                "judge": "none",
+                "retrieve": {"name": "hybrid", "params": {"k": 3}},
+                "context": {"name": "budget", "params": {"max_chunks": 15, "max_tokens": 4000}},
+                "generate": {"name": "cited_answer", "params": {"unsupported": "mark", "min_relevance": None}},
+            },
+        )
+    )
     model = ScriptedChat.of(_ircot_reply)
     config.providers.llm = model
     out = build_flow(config).invoke({"query": question})
@@ -237,8 +296,7 @@ def test_every_hop_spends_within_its_cost_model(demo_dir: Path, hop: str) -> Non
     from modular_rag.costs import estimate
     from modular_rag.trace import totals
 
-    config = load_config(template("iterative", demo_dir, params={"rounds": 3},
-                                  operators={"judge": "none", "hop": hop}))  # fmt: skip
+    config = load_config(template("iterative", demo_dir, params={"rounds": 3}, operators={"judge": "none", "hop": hop}))
     config.providers.llm = fake_llm("The award went to the TW-550 Gravel [1].", "It is chromoly steel [1].")
     expected = estimate(config)
     flow = build_flow(config)

@@ -24,9 +24,17 @@ def test_template_graph_matches_snapshot() -> None:
 
 @pytest.mark.unit
 def test_disabled_slots_leave_the_graph() -> None:
-    cfg = {"pattern": "linear", "providers": {"vectorstore": {"in_memory": True}},
-           "operators": {"rewrite": "rewrite", "retrieve": "bm25", "context": {"name": "budget", "enabled": False},
-                         "generate": "none", "rerank": [{"name": "embedding"}, {"name": "embedding"}]}}  # fmt: skip
+    cfg = {
+        "pattern": "linear",
+        "providers": {"vectorstore": {"in_memory": True}},
+        "operators": {
+            "rewrite": "rewrite",
+            "retrieve": "bm25",
+            "context": {"name": "budget", "enabled": False},
+            "generate": "none",
+            "rerank": [{"name": "embedding"}, {"name": "embedding"}],
+        },
+    }
     nodes = set(build_linear(cfg).get_graph().nodes)
     assert nodes == {"__start__", "rewrite", "retrieve", "rerank", "__end__"}
 
@@ -39,12 +47,17 @@ def test_recursion_limit_is_derived_from_the_flow() -> None:
 
 @pytest.mark.integration
 def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
-    flow = build_flow(demo_flow(demo_dir, operators={
-        "rewrite": {"name": "rewrite", "params": {"max_tokens": 24}},
-        "retrieve": {"name": "hybrid", "params": {"k": 5}},
-        "context": {"name": "budget", "params": {"max_tokens": 400, "max_chunks": 3}},
-        "generate": {"name": "cited_answer", "params": {"max_tokens": 60}},
-    }))  # fmt: skip
+    flow = build_flow(
+        demo_flow(
+            demo_dir,
+            operators={
+                "rewrite": {"name": "rewrite", "params": {"max_tokens": 24}},
+                "retrieve": {"name": "hybrid", "params": {"k": 5}},
+                "context": {"name": "budget", "params": {"max_tokens": 400, "max_chunks": 3}},
+                "generate": {"name": "cited_answer", "params": {"max_tokens": 60}},
+            },
+        )
+    )
     out = flow.invoke({"query": "What does error code E12 on the display mean?"})
     assert out["answer"]["text"].strip()
     assert out["candidates"][0]["metadata"]["doc_id"] == "display-error-e12"

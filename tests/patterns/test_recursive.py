@@ -17,8 +17,13 @@ from tests.patterns.conftest import snapshot, template
 
 def keep_all(state: Mapping[str, Any]) -> dict[str, Any]:
     level = max(n["depth"] for n in state["tree"])
-    return {"verdicts": [{"judge": "keep", "decision": "continue", "reason": "kept", "step": level,
-                          "target": n["node_id"]} for n in state["tree"] if n["depth"] == level]}  # fmt: skip
+    return {
+        "verdicts": [
+            {"judge": "keep", "decision": "continue", "reason": "kept", "step": level, "target": n["node_id"]}
+            for n in state["tree"]
+            if n["depth"] == level
+        ]
+    }
 
 
 @pytest.mark.unit
@@ -30,11 +35,13 @@ def test_template_graph_matches_snapshot() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize(("depth", "nodes", "expected"), [(3, 64, 1 + 2 + 4 + 8), (3, 5, 5), (1, 64, 3)])
 def test_tree_grows_breadth_first_to_its_bounds(demo_dir: Path, depth: int, nodes: int, expected: int) -> None:
-    config = load_config(template("recursive", demo_dir, params={"branching": 2, "max_depth": depth,
-                                                                 "max_nodes": nodes}))  # fmt: skip
+    config = load_config(
+        template("recursive", demo_dir, params={"branching": 2, "max_depth": depth, "max_nodes": nodes})
+    )
     config.providers.llm = fake_llm("Which model?\nWhich year?", "An answer [1].", "An answer [1].")
     config.operators["clarify"] = OperatorSpec.from_object(
-        lambda s: {"queries": [f"{s['query']} (a)", f"{s['query']} (b)", f"{s['query']} (c)"]})
+        lambda s: {"queries": [f"{s['query']} (a)", f"{s['query']} (b)", f"{s['query']} (c)"]}
+    )
     config.operators["prune"] = OperatorSpec.from_object(keep_all)
     out = build_flow(config).invoke({"query": "What is the warranty?"})
     tree = out["tree"]
@@ -50,25 +57,59 @@ def test_pruned_nodes_are_not_expanded_or_fused(demo_dir: Path, demo_env) -> Non
     from modular_rag.registry import Port, get_operator
 
     prune = get_operator(Port.JUDGE, "prune").factory(get_operator(Port.JUDGE, "prune").params(), demo_env)
-    state = {"query": "How long is the warranty on a carbon frame?", "tree": [
-        {"node_id": "n0", "parent": None, "depth": 0, "question": "How long is the warranty on a carbon frame?",
-         "answer": "7 years", "chunk_ids": []},
-        {"node_id": "n1", "parent": "n0", "depth": 1, "question": "How long is the warranty on a carbon frame?",
-         "answer": "7 years", "chunk_ids": []},
-        {"node_id": "n2", "parent": "n0", "depth": 1, "question": "What is the best pizza topping in Naples?",
-         "answer": "basil", "chunk_ids": []},
-        {"node_id": "n3", "parent": "n0", "depth": 1, "question": "What warranty applied to carbon frames in 2023?",
-         "answer": "7 years", "chunk_ids": []}]}  # fmt: skip
+    state = {
+        "query": "How long is the warranty on a carbon frame?",
+        "tree": [
+            {
+                "node_id": "n0",
+                "parent": None,
+                "depth": 0,
+                "question": "How long is the warranty on a carbon frame?",
+                "answer": "7 years",
+                "chunk_ids": [],
+            },
+            {
+                "node_id": "n1",
+                "parent": "n0",
+                "depth": 1,
+                "question": "How long is the warranty on a carbon frame?",
+                "answer": "7 years",
+                "chunk_ids": [],
+            },
+            {
+                "node_id": "n2",
+                "parent": "n0",
+                "depth": 1,
+                "question": "What is the best pizza topping in Naples?",
+                "answer": "basil",
+                "chunk_ids": [],
+            },
+            {
+                "node_id": "n3",
+                "parent": "n0",
+                "depth": 1,
+                "question": "What warranty applied to carbon frames in 2023?",
+                "answer": "7 years",
+                "chunk_ids": [],
+            },
+        ],
+    }
     verdicts = {v["target"]: v["reason"] for v in prune(state)["verdicts"]}
     assert verdicts == {"n1": "duplicate", "n2": "irrelevant", "n3": "kept"}
 
 
 @pytest.mark.integration
 def test_end_to_end_on_the_local_model(demo_dir: Path) -> None:
-    config = template("recursive", demo_dir, params={"branching": 2, "max_depth": 1, "max_nodes": 3}, operators={
-        "clarify": {"name": "decompose", "params": {"mode": "clarify", "max_questions": 2, "max_tokens": 48}},
-        "generate": {"name": "cited_answer", "params": {"max_tokens": 40}},
-        "fuse": {"name": "llm_fusion", "params": {"max_tokens": 60}}})  # fmt: skip
+    config = template(
+        "recursive",
+        demo_dir,
+        params={"branching": 2, "max_depth": 1, "max_nodes": 3},
+        operators={
+            "clarify": {"name": "decompose", "params": {"mode": "clarify", "max_questions": 2, "max_tokens": 48}},
+            "generate": {"name": "cited_answer", "params": {"max_tokens": 40}},
+            "fuse": {"name": "llm_fusion", "params": {"max_tokens": 60}},
+        },
+    )
     out = build_flow(config).invoke({"query": "How long is the warranty?"})
     assert 1 <= len(out["tree"]) <= 3 and out["tree"][0]["depth"] == 0
     assert out["answer"]["text"].strip()
@@ -101,12 +142,19 @@ def test_tree_of_clarifications_clarifies_from_passages_verifies_and_fuses_with_
 ) -> None:
     from tests.conftest import ScriptedChat
 
-    config = load_config(template("recursive", demo_dir, params={"branching": 2, "max_depth": 2, "max_nodes": 7},
-                                  operators={"prune": "self_verify",
-                                             "fuse": {"name": "llm_fusion", "params": {"style": "long_form"}},
-                                             # keep every scripted node answer: the judge under test is the model's
-                                             "generate": {"name": "cited_answer", "params": {
-                                                 "unsupported": "mark", "min_relevance": None}}}))  # fmt: skip
+    config = load_config(
+        template(
+            "recursive",
+            demo_dir,
+            params={"branching": 2, "max_depth": 2, "max_nodes": 7},
+            operators={
+                "prune": "self_verify",
+                "fuse": {"name": "llm_fusion", "params": {"style": "long_form"}},
+                # keep every scripted node answer: the judge under test is the model's
+                "generate": {"name": "cited_answer", "params": {"unsupported": "mark", "min_relevance": None}},
+            },
+        )
+    )
     model = ScriptedChat.of(_toc_reply)
     config.providers.llm = model
     out = build_flow(config).invoke({"query": ROOT})

@@ -31,10 +31,14 @@ def test_bad_documents_are_skipped_with_reasons_and_counts_reconcile(tmp_path: P
     (docs / "binary.txt").write_bytes(bytes(range(256)) * 20)
     (docs / "latin1.txt").write_bytes("Les pneus tubeless réduisent les crevaisons.".encode("latin-1"))
     (docs / "big.txt").write_bytes(b"spoke " * (50 * 1024 * 1024 // 6 + 1))  # a 50 MB file
-    rows = ['{"id": "r1", "title": "Row one", "text": "Tyre pressure depends on rider weight."}',
-            '{"id": "r2", "text": "Helmets sit level on the head."', "not json at all",
-            '{"id": "r1", "text": "A duplicate id."}', '{"id": "r3", "text": "Lights must be on at night."}',
-            "[1, 2, 3]"]  # fmt: skip
+    rows = [
+        '{"id": "r1", "title": "Row one", "text": "Tyre pressure depends on rider weight."}',
+        '{"id": "r2", "text": "Helmets sit level on the head."',
+        "not json at all",
+        '{"id": "r1", "text": "A duplicate id."}',
+        '{"id": "r3", "text": "Lights must be on at night."}',
+        "[1, 2, 3]",
+    ]
     (docs / "rows.jsonl").write_text("\n".join(rows))
     (docs / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     (docs / "frontmatter-only.md").write_text("---\ntitle: Nothing\n---\n")
@@ -43,11 +47,14 @@ def test_bad_documents_are_skipped_with_reasons_and_counts_reconcile(tmp_path: P
     skipped = {r.path: r.skipped for r in summary.files if r.skipped}
     assert summary.files_read == summary.files_indexed + summary.files_skipped == 10
     assert skipped == {
-        "empty.txt": "empty file", "spaces.md": "empty file", "binary.txt": "binary file (NUL bytes)",
-        "big.txt": "52.4 MB is larger than max_file_mb=20", "frontmatter-only.md": "no text after the front matter",
+        "empty.txt": "empty file",
+        "spaces.md": "empty file",
+        "binary.txt": "binary file (NUL bytes)",
+        "big.txt": "52.4 MB is larger than max_file_mb=20",
+        "frontmatter-only.md": "no text after the front matter",
         "image.png": "unsupported file type '.png'; supported: .txt, .text, .md, .markdown, .jsonl, .pdf, .html, "
-                         ".htm, .docx",
-    }  # fmt: skip
+        ".htm, .docx",
+    }
     notes = {r.path: r.notes for r in summary.files if r.notes}
     assert notes["rows.jsonl"] == ["3 broken lines skipped", "1 duplicate ids skipped (first kept)"]
     assert "not UTF-8" in notes["latin1.txt"][0]
@@ -59,8 +66,20 @@ def test_bad_documents_are_skipped_with_reasons_and_counts_reconcile(tmp_path: P
 
 def _corpus(folder: Path, n: int) -> None:
     folder.mkdir()
-    words = ["chain", "brake", "tyre", "saddle", "spoke", "frame", "battery", "motor", "display", "pedal", "crank",
-             "gear"]  # fmt: skip
+    words = [
+        "chain",
+        "brake",
+        "tyre",
+        "saddle",
+        "spoke",
+        "frame",
+        "battery",
+        "motor",
+        "display",
+        "pedal",
+        "crank",
+        "gear",
+    ]
     for i in range(n):
         body = " ".join(words[(i + j) % len(words)] + str((i * 7 + j) % 97) for j in range(120))
         (folder / f"doc{i:04d}.txt").write_text(f"Document {i}. {body}.")
@@ -84,9 +103,15 @@ def test_sigkill_midway_then_rerun_gives_every_chunk_exactly_once(tmp_path: Path
     _corpus(corpus, 400)
     store = tmp_path / "store"
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"pattern": "linear", "providers": {"vectorstore": {
-        "name": "chroma", "path": str(store), "collection": "crash"}},
-        "indexing": {"chunker": {"name": "document"}, "batch_size": 16}}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pattern": "linear",
+                "providers": {"vectorstore": {"name": "chroma", "path": str(store), "collection": "crash"}},
+                "indexing": {"chunker": {"name": "document"}, "batch_size": 16},
+            }
+        )
+    )
     cmd = [sys.executable, "-m", "modular_rag.cli", "index", str(corpus), "--config", str(config), "--quiet"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sqlite = store / "chroma.sqlite3"

@@ -35,9 +35,17 @@ def faulty(run: str, demo_dir: Path, proxy_url: str, **llm: object):
     if run == "linear":  # its template quotes the evidence; here the model must answer
         data["operators"]["generate"] = {"name": "cited_answer", "params": {"mode": "llm"}}
     data["providers"]["vectorstore"] = {"name": "chroma", "path": str(demo_dir), "collection": "demo"}
-    data["providers"]["llm"] = {"name": "openai", "base_url": proxy_url + "/v1", "api_key_env": "NO_KEY_NEEDED",
-                                "model": "smollm2", "prefill": True, "timeout_s": 20.0, "max_retries": 3,
-                                "max_tokens": 32, **llm}  # fmt: skip
+    data["providers"]["llm"] = {
+        "name": "openai",
+        "base_url": proxy_url + "/v1",
+        "api_key_env": "NO_KEY_NEEDED",
+        "model": "smollm2",
+        "prefill": True,
+        "timeout_s": 20.0,
+        "max_retries": 3,
+        "max_tokens": 32,
+        **llm,
+    }
     flows = [data] + [r["flow"] for r in data.get("params", {}).get("routes", {}).values()]
     for flow in flows:
         ops = flow.setdefault("operators", {})

@@ -10,8 +10,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["make_testset", "TestsetConfig", "TestsetResult", "MakerSpec", "CheckSpec", "load_testset_config",
-           "DEFAULT_MAKERS", "DEFAULT_CHECKS"]
+__all__ = [
+    "make_testset",
+    "TestsetConfig",
+    "TestsetResult",
+    "MakerSpec",
+    "CheckSpec",
+    "load_testset_config",
+    "DEFAULT_MAKERS",
+    "DEFAULT_CHECKS",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -28,8 +28,17 @@ from modular_rag.config import ProvidersConfig
 from modular_rag.errors import ConfigError
 from modular_rag.questions import Passage, PassageSet, Question, Span
 
-__all__ = ["MakerSpec", "CheckSpec", "TestsetConfig", "TestsetResult", "make_testset", "load_testset_config",
-           "hold_out", "DEFAULT_MAKERS", "DEFAULT_CHECKS"]  # fmt: skip
+__all__ = [
+    "MakerSpec",
+    "CheckSpec",
+    "TestsetConfig",
+    "TestsetResult",
+    "make_testset",
+    "load_testset_config",
+    "hold_out",
+    "DEFAULT_MAKERS",
+    "DEFAULT_CHECKS",
+]
 
 DEFAULT_MAKERS = ("inverse_cloze", "fact_question", "bridge")
 """The LLM-free makers a test set uses unless told otherwise."""
@@ -46,10 +55,13 @@ class MakerSpec(_Strict):
 
     name: str = Field(..., min_length=1, description="a registered question maker (port question)")
     params: dict[str, Any] = Field(default_factory=dict)
-    share: float | Literal["corpus"] = Field(1.0, description="its share of the questions, relative to the other "
-                                             "makers'; corpus: the share of the whole set the maker reads from the "
-                                             "corpus (bridge: the share of passages that link to another by its "
-                                             "title), the others sharing the rest")  # fmt: skip
+    share: float | Literal["corpus"] = Field(
+        1.0,
+        description="its share of the questions, relative to the other "
+        "makers'; corpus: the share of the whole set the maker reads from the "
+        "corpus (bridge: the share of passages that link to another by its "
+        "title), the others sharing the rest",
+    )
 
     @field_validator("share")
     @classmethod
@@ -149,12 +161,16 @@ class TestsetResult:
         """A short summary (what ``modular-rag testset`` prints)."""
         dev = sum(c.get("dev", 0) for c in self.counts.values())
         train = sum(c.get("train", 0) for c in self.counts.values())
-        out = [f"test set: {train + dev} questions ({train} train, {dev} dev) from {self.passages} passages "
-               f"({self.covered} gold) -> {self.folder}"]  # fmt: skip
+        out = [
+            f"test set: {train + dev} questions ({train} train, {dev} dev) from {self.passages} passages "
+            f"({self.covered} gold) -> {self.folder}"
+        ]
         for kind, c in self.counts.items():
             dropped = ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("dropped: ") and v)
-            out.append(f"  {kind:<14} {c.get('kept', 0):>4} kept of {c.get('candidates', 0):>4} candidates"
-                       + (f" (dropped: {dropped})" if dropped else ""))  # fmt: skip
+            out.append(
+                f"  {kind:<14} {c.get('kept', 0):>4} kept of {c.get('candidates', 0):>4} candidates"
+                + (f" (dropped: {dropped})" if dropped else "")
+            )
         if self.unanswerable:
             out.append(f"  unanswerable   {self.unanswerable} in unanswerable.jsonl")
         out.extend(f"  note: {n}" for n in self.notes)
@@ -235,8 +251,10 @@ def make_testset(
     for k, (spec, maker) in enumerate(zip(cfg.makers, built, strict=True)):
         if spec.share == "corpus":
             if not callable(getattr(maker, "corpus_share", None)):
-                raise ConfigError(f"makers.{k}.share", f"{spec.name} cannot read its share from the corpus; give a "
-                                  "number (makers that can: bridge)")  # fmt: skip
+                raise ConfigError(
+                    f"makers.{k}.share",
+                    f"{spec.name} cannot read its share from the corpus; give a number (makers that can: bridge)",
+                )
             fixed[k] = float(maker.corpus_share(passages))  # type: ignore[attr-defined]
             notes.append(f"{spec.name} takes {fixed[k]:.0%} of the set, its share read from the corpus")
     quotas = _quotas(cfg.makers, cfg.size, fixed)
@@ -259,8 +277,10 @@ def make_testset(
     for q in refused:
         counts[q.kind]["dropped: held_out"] += 1
     if refused:
-        notes.append(f"{len(refused)} held-out sentences were kept in their passage (another question's evidence, or "
-                     "too little text left): those questions were dropped")  # fmt: skip
+        notes.append(
+            f"{len(refused)} held-out sentences were kept in their passage (another question's evidence, or "
+            "too little text left): those questions were dropped"
+        )
     if any(isinstance(q.meta.get("held_out"), dict) for q in chosen):
         link = None  # the set's corpus lacks the held-out sentences: it is written, not linked
     rng = random.Random(f"{cfg.seed}:split")
@@ -286,18 +306,32 @@ def make_testset(
             fh.write(json.dumps(question_row(f"unanswerable-{n:05d}", q, passages), ensure_ascii=False) + "\n")
     gold = {g for q in chosen for g in q.gold}
     types = dict(Counter(q.answer_type for q in chosen))
-    result = TestsetResult(folder, len(passages), {k: dict(v) for k, v in counts.items()}, types, len(gold),
-                           len(unanswerable), notes)  # fmt: skip
-    (folder / "testset.json").write_text(json.dumps({
-        "sources": [str(p) for p in paths], "config": cfg.model_dump(mode="json", exclude={"providers"}),
-        "passages": len(passages), "counts": result.counts, "answer_types": result.answer_types,
-        "gold_passages": len(gold), "unanswerable": len(unanswerable), "notes": notes}, indent=1), encoding="utf-8")
+    result = TestsetResult(
+        folder, len(passages), {k: dict(v) for k, v in counts.items()}, types, len(gold), len(unanswerable), notes
+    )
+    (folder / "testset.json").write_text(
+        json.dumps(
+            {
+                "sources": [str(p) for p in paths],
+                "config": cfg.model_dump(mode="json", exclude={"providers"}),
+                "passages": len(passages),
+                "counts": result.counts,
+                "answer_types": result.answer_types,
+                "gold_passages": len(gold),
+                "unanswerable": len(unanswerable),
+                "notes": notes,
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     write_report(folder / "report.md", result, cfg, passages, rows, sample=sample)
     return result
 
 
-def _balance(kept: list[tuple[int, Question]], quotas: list[int],
-             notes: list[str]) -> tuple[list[Question], list[Question]]:  # fmt: skip
+def _balance(
+    kept: list[tuple[int, Question]], quotas: list[int], notes: list[str]
+) -> tuple[list[Question], list[Question]]:
     """Each maker's quota from its kept candidates (in the order it made them); a maker short of its quota leaves
     the rest to the others, in turn. Unanswerable questions are set apart and do not count towards the quotas."""
     unanswerable = [q for _, q in kept if not q.gold]
@@ -319,8 +353,9 @@ def _balance(kept: list[tuple[int, Question]], quotas: list[int],
     return [q for k, pool in enumerate(pools) for q in pool[: taken[k]]], unanswerable
 
 
-def hold_out(passages: PassageSet, questions: Sequence[Question],
-             min_words: int = 5) -> tuple[PassageSet, list[Question], list[Question]]:  # fmt: skip
+def hold_out(
+    passages: PassageSet, questions: Sequence[Question], min_words: int = 5
+) -> tuple[PassageSet, list[Question], list[Question]]:
     """Cut the sentences of held-out questions (``meta["held_out"]`` true, their evidence the sentence) out of their
     passages, as the inverse cloze task does (Lee et al. 2019): the set's corpus no longer holds a copy of the query.
 
@@ -366,12 +401,25 @@ def hold_out(passages: PassageSet, questions: Sequence[Question],
             continue
         if q.meta.get("held_out") is True and len(q.evidence) == 1:
             span = q.evidence[0]
-            meta = {**q.meta, "held_out": {"doc": span.doc, "at": shifts[span.doc](span.start),
-                                           "text": passages[passages.position[span.doc]].text[span.start : span.end]}}
+            meta = {
+                **q.meta,
+                "held_out": {
+                    "doc": span.doc,
+                    "at": shifts[span.doc](span.start),
+                    "text": passages[passages.position[span.doc]].text[span.start : span.end],
+                },
+            }
             kept.append(replace(q, evidence=(), meta=meta))
         else:
-            kept.append(replace(q, evidence=tuple(Span(s.doc, shifts[s.doc](s.start), shifts[s.doc](s.end))
-                                                  if s.doc in shifts else s for s in q.evidence)))  # fmt: skip
+            kept.append(
+                replace(
+                    q,
+                    evidence=tuple(
+                        Span(s.doc, shifts[s.doc](s.start), shifts[s.doc](s.end)) if s.doc in shifts else s
+                        for s in q.evidence
+                    ),
+                )
+            )
     return PassageSet(out), kept, [q for q in questions if id(q) in refused]
 
 

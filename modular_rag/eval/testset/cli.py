@@ -11,18 +11,28 @@ __all__ = ["add_parser"]
 def add_parser(sub: Any) -> None:
     """Register ``testset`` on the command line's subparsers."""
     p = sub.add_parser(
-        "testset", help="make a labelled test set (a BEIR folder: questions, answers, gold passages, train and dev "
+        "testset",
+        help="make a labelled test set (a BEIR folder: questions, answers, gold passages, train and dev "
         "splits, report.md) from a folder of documents, for eval, recommend, tune and train-router",
-    )  # fmt: skip
-    p.add_argument("docs", nargs="+", help="files and folders of documents (.md .txt .jsonl .pdf .html .docx), or a "
-                                           "BEIR folder (its corpus.jsonl)")  # fmt: skip
+    )
+    p.add_argument(
+        "docs",
+        nargs="+",
+        help="files and folders of documents (.md .txt .jsonl .pdf .html .docx), or a BEIR folder (its corpus.jsonl)",
+    )
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--size", type=int, help="questions in the set, train and dev together (default 200)")
-    p.add_argument("--kinds", nargs="+", metavar="MAKER",
-                   help="question makers, equal shares (default: inverse_cloze fact_question bridge; llm needs a "
-                        "model, see --config)")  # fmt: skip
-    p.add_argument("--config", help="test-set config (YAML): makers with params and shares, checks, providers, "
-                                    "size, train_share, seed")  # fmt: skip
+    p.add_argument(
+        "--kinds",
+        nargs="+",
+        metavar="MAKER",
+        help="question makers, equal shares (default: inverse_cloze fact_question bridge; llm needs a "
+        "model, see --config)",
+    )
+    p.add_argument(
+        "--config",
+        help="test-set config (YAML): makers with params and shares, checks, providers, size, train_share, seed",
+    )
     p.add_argument("--seed", type=int, help="seeds every draw (default 0)")
     p.set_defaults(func=_cmd_testset)
 

@@ -30,8 +30,10 @@ def _sources(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     for given in paths:
         path = Path(given)
         if not path.exists():
-            raise DatasetError(f"{path} does not exist; give folders or files of documents (.md .txt .jsonl .pdf "
-                               ".html .docx) or a BEIR folder")  # fmt: skip
+            raise DatasetError(
+                f"{path} does not exist; give folders or files of documents (.md .txt .jsonl .pdf "
+                ".html .docx) or a BEIR folder"
+            )
         out.append(path / "corpus.jsonl" if path.is_dir() and (path / "corpus.jsonl").is_file() else path)
     return out
 
@@ -82,8 +84,9 @@ def read_passages(
                 seen.add(pid)
                 passages.append(Passage(pid, title, piece, doc=doc["doc_id"]))
     if not passages:
-        raise DatasetError(f"no passages read from {', '.join(map(str, paths))}" + (f" ({'; '.join(notes)})"
-                                                                                     if notes else ""))  # fmt: skip
+        raise DatasetError(
+            f"no passages read from {', '.join(map(str, paths))}" + (f" ({'; '.join(notes)})" if notes else "")
+        )
     link = files[0] if as_is and len(files) == 1 and files[0].suffix == ".jsonl" else None
     return PassageSet(passages), link, notes
 
@@ -91,8 +94,12 @@ def read_passages(
 def _split(text: str, max_chars: int) -> list[str]:
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-    splitter = RecursiveCharacterTextSplitter(separators=["\n\n", "\n", ". ", "? ", "! ", "; ", " ", ""],
-                                              chunk_size=max_chars, chunk_overlap=0, keep_separator="end")  # fmt: skip
+    splitter = RecursiveCharacterTextSplitter(
+        separators=["\n\n", "\n", ". ", "? ", "! ", "; ", " ", ""],
+        chunk_size=max_chars,
+        chunk_overlap=0,
+        keep_separator="end",
+    )
     return [p.strip() for p in splitter.split_text(text) if p.strip()]
 
 
@@ -116,8 +123,10 @@ def question_row(qid: str, q: Question, passages: PassageSet) -> dict[str, Any]:
     row: dict[str, Any] = {"_id": qid, "text": q.text}
     if q.answer:
         row["answers"] = [q.answer]
-    evidence = [{"doc": s.doc, "start": s.start, "end": s.end,
-                 "text": passages[passages.position[s.doc]].text[s.start : s.end]} for s in q.evidence]  # fmt: skip
+    evidence = [
+        {"doc": s.doc, "start": s.start, "end": s.end, "text": passages[passages.position[s.doc]].text[s.start : s.end]}
+        for s in q.evidence
+    ]
     row.update(kind=q.kind, answer_type=q.answer_type, gold=list(q.gold), evidence=evidence)
     if isinstance(q.meta.get("held_out"), dict):
         row["held_out"] = q.meta["held_out"]

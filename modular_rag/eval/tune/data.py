@@ -47,8 +47,9 @@ def read_source(spec: str, questions: str | None = None) -> tuple[BeirDataset, B
     if questions is not None or (root / "questions.jsonl").is_file():
         return load_documents(root, questions), None
     if not root.is_dir():
-        raise DatasetError(f"--dataset {spec}: not a folder (a BEIR folder, or documents in corpus/ with "
-                           "questions.jsonl)")  # fmt: skip
+        raise DatasetError(
+            f"--dataset {spec}: not a folder (a BEIR folder, or documents in corpus/ with questions.jsonl)"
+        )
     if (root / "train_queries.jsonl").is_file():
         report = load_beir(root, split="dev") if (root / "queries.jsonl").is_file() else None
         return load_beir(root, split="train"), report
@@ -72,9 +73,14 @@ def _link_corpus(source: BeirDataset, folder: Path) -> None:
 
 
 def prepare_data(
-    spec: str, out: Path, *, seed: int = 0, val_fraction: float = 0.25, report_fraction: float = 0.3,
+    spec: str,
+    out: Path,
+    *,
+    seed: int = 0,
+    val_fraction: float = 0.25,
+    report_fraction: float = 0.3,
     questions: str | None = None,
-) -> TuneData:  # fmt: skip
+) -> TuneData:
     """Split the dataset's tuning questions into fit/val (and hold out a report split when it has no dev/train
     pair), writing the splits to ``out/data`` once; a second call with the same arguments reads them back.
 
@@ -112,9 +118,13 @@ def prepare_data(
         if held:
             write_split(folder, "report", held, tune_on.qrels)
         record = {
-            **wanted, "tuned_on": tune_on.split, "report_split": "held out" if held else ("dev" if report else None),
-            "fit": [q.id for q in fit], "val": [q.id for q in val], "report": [q.id for q in held],
-        }  # fmt: skip
+            **wanted,
+            "tuned_on": tune_on.split,
+            "report_split": "held out" if held else ("dev" if report else None),
+            "fit": [q.id for q in fit],
+            "val": [q.id for q in val],
+            "report": [q.id for q in held],
+        }
         record_file.write_text(json.dumps(record, indent=1), encoding="utf-8")
     fit_ds, val_ds = load_beir(folder, split="fit"), load_beir(folder, split="val")
     order = {qid: i for i, qid in enumerate(record["val"])}

@@ -54,8 +54,11 @@ class PairedPruner(optuna.pruners.BasePruner):
         mine = trial.user_attrs.get(SCORES) or []
         if not mine:
             return False
-        done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                if t.user_attrs.get(SCORES) and t.user_attrs.get("feasible", True) and t.value is not None]  # fmt: skip
+        done = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get(SCORES) and t.user_attrs.get("feasible", True) and t.value is not None
+        ]
         if len(done) < self.min_trials:
             return False
         best = max(done, key=lambda t: t.value or 0.0)

@@ -75,10 +75,16 @@ class TuneSettings:
 
     def recorded(self) -> dict[str, Any]:
         """What must match for a stored study to be resumed (the budget and the report may change)."""
-        return {"objective": self.objective, "max_llm_calls": self.max_llm_calls,
-                "max_latency_ms": self.max_latency_ms, "seed": self.seed, "min_questions": self.min_questions,
-                "reduction": self.reduction, "pruner": self.pruner,
-                "finetune": dict(self.finetune) if self.finetune is not None else None}  # fmt: skip
+        return {
+            "objective": self.objective,
+            "max_llm_calls": self.max_llm_calls,
+            "max_latency_ms": self.max_latency_ms,
+            "seed": self.seed,
+            "min_questions": self.min_questions,
+            "reduction": self.reduction,
+            "pruner": self.pruner,
+            "finetune": dict(self.finetune) if self.finetune is not None else None,
+        }
 
 
 @dataclass

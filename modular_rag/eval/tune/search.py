@@ -136,15 +136,23 @@ def tune(
     folder.mkdir(parents=True, exist_ok=True)
     lock = OutLock(folder / ".lock")
     try:
-        data = prepare_data(dataset, folder, seed=settings.seed, val_fraction=settings.val_fraction,
-                            report_fraction=settings.report_fraction, questions=questions)  # fmt: skip
+        data = prepare_data(
+            dataset,
+            folder,
+            seed=settings.seed,
+            val_fraction=settings.val_fraction,
+            report_fraction=settings.report_fraction,
+            questions=questions,
+        )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         first = rungs(len(data.val.queries), min_questions=settings.min_questions, reduction=settings.reduction)[0]
         study = open_study(folder, space, settings, dataset, first)
-        say(f"{dataset}: {len(data.fit.queries)} fit / {len(data.val.queries)} val questions"
+        say(
+            f"{dataset}: {len(data.fit.queries)} fit / {len(data.val.queries)} val questions"
             f"{f' / {len(data.report.queries)} report' if data.report else ''} ({data.folder / 'split.json'}); "
             f"space {space.source}, ~{space.size():.3g} candidates; study {folder / 'study.db'} "
-            f"({len(study.trials)} trials stored)")  # fmt: skip
+            f"({len(study.trials)} trials stored)"
+        )
         runner = _Search(study, space, settings, data, folder, say)
         finished = runner.run(progress=progress)
         rows = trial_rows(study)
@@ -166,8 +174,15 @@ def tune(
 class _Search:
     """One tuning run over a stored study."""
 
-    def __init__(self, study: Any, space: SearchSpace, settings: TuneSettings, data: TuneData, out: Path,
-                 say: Callable[[str], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        study: Any,
+        space: SearchSpace,
+        settings: TuneSettings,
+        data: TuneData,
+        out: Path,
+        say: Callable[[str], None],
+    ) -> None:
         self.study, self.space, self.settings, self.data, self.out, self.say = study, space, settings, data, out, say
         self.envs = _Envs(data.val)
         self.rungs = rungs(len(data.val.queries), min_questions=settings.min_questions, reduction=settings.reduction)
@@ -196,12 +211,21 @@ class _Search:
         model = self.out / "model"
         if not (model / "finetune.json").exists():
             interrupted = last_checkpoint(model)  # a fine-tune killed with the search continues from its checkpoint
-            self.say(f"fine-tuning the embedder on {len(self.data.fit.queries)} fit questions -> {model}" +
-                     (f" (continuing from {interrupted.name})" if interrupted is not None else ""))  # fmt: skip
+            self.say(
+                f"fine-tuning the embedder on {len(self.data.fit.queries)} fit questions -> {model}"
+                + (f" (continuing from {interrupted.name})" if interrupted is not None else "")
+            )
             start = time.monotonic()
-            report = finetune(self.data.folder, model, split="fit", settings=dict(self.settings.finetune),
-                              overwrite=interrupted is None, resume=interrupted is not None, progress=False,
-                              log=self.say)  # fmt: skip
+            report = finetune(
+                self.data.folder,
+                model,
+                split="fit",
+                settings=dict(self.settings.finetune),
+                overwrite=interrupted is None,
+                resume=interrupted is not None,
+                progress=False,
+                log=self.say,
+            )
             self.say(f"fine-tuned in {time.monotonic() - start:.0f}s ({report.steps} steps)")
             self._save_spent()
         self.base_providers = {"embeddings": {"name": "sentence_transformers", "path": str(model)}}
@@ -238,8 +262,10 @@ class _Search:
             docs = max(1, int(info.get("chunks", 1)))
             self.study.set_user_attr("index_s_per_doc", (time.monotonic() - start) / docs)
             self.study.set_user_attr("corpus_docs", docs)
-            self.say(f"indexed the corpus for {chunker.name} / {config.providers.embeddings.name} in "
-                     f"{time.monotonic() - start:.0f}s")  # fmt: skip
+            self.say(
+                f"indexed the corpus for {chunker.name} / {config.providers.embeddings.name} in "
+                f"{time.monotonic() - start:.0f}s"
+            )
         return env
 
     def objective(self, trial: Any) -> float:
@@ -307,13 +333,17 @@ class _Search:
                 spent = time.monotonic() - started
                 if done_q < self.rungs[-1] and spent / done_q * self.rungs[-1] > cap:  # projected to all of val
                     self._record(trial, merge_results(parts).summary(), done_q)
-                    trial.set_user_attr("verdict", f"too slow: {spent:.1f}s for {done_q} questions; one trial may "
-                                                   f"take {cap:.1f}s of the budget")  # fmt: skip
+                    trial.set_user_attr(
+                        "verdict",
+                        f"too slow: {spent:.1f}s for {done_q} questions; one trial may take {cap:.1f}s of the budget",
+                    )
                     raise optuna.TrialPruned()
             result = merge_results(parts)
             value = self._record(trial, result.summary(), rung)
-            trial.set_user_attr(SCORES, [round(v, 5) for v in per_question(result.records, self.data.val.qrels,
-                                                                             self.settings.objective)])  # fmt: skip
+            trial.set_user_attr(
+                SCORES,
+                [round(v, 5) for v in per_question(result.records, self.data.val.qrels, self.settings.objective)],
+            )
             trial.report(value, rung)
             if rung < self.rungs[-1]:
                 if trial.should_prune():
@@ -361,8 +391,13 @@ class _Search:
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=int(self.settings.budget_s), initial=min(int(self.spent()), int(self.settings.budget_s)),
-                       unit="s", desc="tune", leave=True)  # fmt: skip
+            bar = tqdm(
+                total=int(self.settings.budget_s),
+                initial=min(int(self.spent()), int(self.settings.budget_s)),
+                unit="s",
+                desc="tune",
+                leave=True,
+            )
 
         def after(study: Any, trial: Any) -> None:
             self._save_spent()
@@ -371,8 +406,11 @@ class _Search:
             if bar is not None:
                 bar.n = min(int(self.spent()), bar.total)
                 best = best_value(study)
-                bar.set_postfix_str(f"trials {len(study.trials)}, best {best:.4f}" if best is not None else
-                                    f"trials {len(study.trials)}")  # fmt: skip
+                bar.set_postfix_str(
+                    f"trials {len(study.trials)}, best {best:.4f}"
+                    if best is not None
+                    else f"trials {len(study.trials)}"
+                )
                 bar.refresh()
             if not self._more(study):
                 study.stop()
@@ -383,14 +421,17 @@ class _Search:
         try:
             with self.interrupt:
                 if self._more(self.study):
-                    self.study.optimize(self.objective, callbacks=[after], gc_after_trial=False,
-                                        catch=(ModularRagError,))  # fmt: skip
+                    self.study.optimize(
+                        self.objective, callbacks=[after], gc_after_trial=False, catch=(ModularRagError,)
+                    )
             if self.interrupt.hit:
                 raise KeyboardInterrupt
         except KeyboardInterrupt:
             self._save_spent()
-            self.say(f"interrupted: {counted(self.study)} trials are stored in {self.out / 'study.db'}; rerun the "
-                     "same command to continue")  # fmt: skip
+            self.say(
+                f"interrupted: {counted(self.study)} trials are stored in {self.out / 'study.db'}; rerun the "
+                "same command to continue"
+            )
             return False
         finally:
             if bar is not None:
@@ -414,8 +455,12 @@ class _Search:
             if row.confirmed is not None:
                 continue
             config = load_config(row.config)
-            res = evaluate_flow(config, self.data.fit, self.envs.get(config.providers, OperatorSpec.model_validate(
-                row.chunker)), concurrency=self.settings.concurrency)  # fmt: skip
+            res = evaluate_flow(
+                config,
+                self.data.fit,
+                self.envs.get(config.providers, OperatorSpec.model_validate(row.chunker)),
+                concurrency=self.settings.concurrency,
+            )
             fit_value = float(res.summary().get(self.settings.objective, 0.0))
             n_fit, n_val = len(self.data.fit.queries), max(row.questions, 1)
             both = (fit_value * n_fit + (row.value or 0.0) * n_val) / (n_fit + n_val)
@@ -442,18 +487,25 @@ class _Search:
         chunker = order[0].chunker
         routes = [r for r in pareto_front(rows) if r.chunker == chunker][:4]
         if len(routes) < 2:  # a front of one: route between the best and the cheapest flow
-            cheapest = min((r for r in order if r.chunker == chunker and r is not order[0]),
-                           key=lambda r: (r.llm_calls or 0.0, r.retrievals or 0.0, r.ms or 0.0), default=None)
+            cheapest = min(
+                (r for r in order if r.chunker == chunker and r is not order[0]),
+                key=lambda r: (r.llm_calls or 0.0, r.retrievals or 0.0, r.ms or 0.0),
+                default=None,
+            )
             routes = [order[0], cheapest] if cheapest is not None else []
         if len(routes) < 2:
             self.say("router stage skipped: one distinct flow finished")
             return
-        quality = self.settings.objective if self.settings.objective in ("all@5", "recall@5", "f1", "em",
-                                                                         "contains") else "recall@5"  # fmt: skip
+        quality = (
+            self.settings.objective
+            if self.settings.objective in ("all@5", "recall@5", "f1", "em", "contains")
+            else "recall@5"
+        )
         configs = {f"trial{r.number}": load_config({**r.config, "name": f"trial{r.number}"}) for r in routes}
         self.say(f"router stage: training over {', '.join(configs)} on the fit questions ({quality})")
-        training = train_router(self.data.fit, configs, self.out / "router", quality=quality, seed=self.settings.seed,
-                                log=self.say)  # fmt: skip
+        training = train_router(
+            self.data.fit, configs, self.out / "router", quality=quality, seed=self.settings.seed, log=self.say
+        )
         import yaml
 
         routed_map = yaml.safe_load(training.config_file.read_text(encoding="utf-8"))
@@ -461,24 +513,35 @@ class _Search:
         env = self.envs.get(routed.providers, OperatorSpec.model_validate(chunker))
         summary = evaluate_flow(routed, self.data.val, env, concurrency=self.settings.concurrency).summary()
         value = float(summary.get(self.settings.objective, 0.0))
-        attrs = {"config": routed_map, "chunker": chunker, "pattern": routed.pattern,
-                 "summary": f"learned router over {', '.join(configs)}", "key": "router", "questions":
-                 len(self.data.val.queries), "llm_calls": round(summary["llm_calls"], 4), "retrievals":
-                 round(summary["retrievals"], 4), "ms": round(summary["ms"], 2)}  # fmt: skip
+        attrs = {
+            "config": routed_map,
+            "chunker": chunker,
+            "pattern": routed.pattern,
+            "summary": f"learned router over {', '.join(configs)}",
+            "key": "router",
+            "questions": len(self.data.val.queries),
+            "llm_calls": round(summary["llm_calls"], 4),
+            "retrievals": round(summary["retrievals"], 4),
+            "ms": round(summary["ms"], 2),
+        }
         s = self.settings
         attrs["feasible"] = (s.max_llm_calls is None or summary["llm_calls"] <= s.max_llm_calls) and (
-            s.max_latency_ms is None or summary["ms"] <= s.max_latency_ms)  # fmt: skip
+            s.max_latency_ms is None or summary["ms"] <= s.max_latency_ms
+        )
         attrs["verdict"] = "complete" if attrs["feasible"] else "over budget (measured)"
         self.study.add_trial(optuna.trial.create_trial(value=value, user_attrs=attrs))
-        self.say(f"router stage: routed flow val {self.settings.objective} {value:.4f}, "
-                 f"{summary['llm_calls']:.2f} LLM calls/q, {summary['retrievals']:.2f} retrievals/q")  # fmt: skip
+        self.say(
+            f"router stage: routed flow val {self.settings.objective} {value:.4f}, "
+            f"{summary['llm_calls']:.2f} LLM calls/q, {summary['retrievals']:.2f} retrievals/q"
+        )
 
     def result(self, rows: list[TrialRow], finished: bool) -> TuneResult:
         order = ranked(rows)
         confirmed = [r for r in order if r.confirmed is not None]
         best = max(confirmed, key=lambda r: r.confirmed or 0.0) if confirmed else (order[0] if order else None)
-        return TuneResult(self.out, self.settings.objective, rows, best, pareto_front(rows), self.spent(), finished,
-                          self.data)  # fmt: skip
+        return TuneResult(
+            self.out, self.settings.objective, rows, best, pareto_front(rows), self.spent(), finished, self.data
+        )
 
     def report(self, best: TrialRow, compare: Sequence[tuple[str, Any]]) -> list[FlowResult]:
         """Score the best (and the configs to compare) once on the report split."""
@@ -492,10 +555,11 @@ class _Search:
             config = load_config(cfg)
             chunker = config_chunker(config, self.data.report.default_chunker)
             env = dataset_providers(self.data.report, config.providers, chunker=chunker, progress=False)
-            results.append(evaluate_flow(config, self.data.report, env, name=name,
-                                         concurrency=self.settings.concurrency))  # fmt: skip
-            self.say(f"report split: {name} {self.settings.objective} "
-                     f"{results[-1].summary().get(self.settings.objective, 0.0):.4f}")  # fmt: skip
+            results.append(
+                evaluate_flow(config, self.data.report, env, name=name, concurrency=self.settings.concurrency)
+            )
+            self.say(
+                f"report split: {name} {self.settings.objective} "
+                f"{results[-1].summary().get(self.settings.objective, 0.0):.4f}"
+            )
         return results
-
-

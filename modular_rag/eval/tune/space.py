@@ -235,10 +235,13 @@ class SearchSpace:
         for name, template in patterns.items():
             _check(template or {}, name)
         return cls(
-            patterns={name: dict(t or {}) for name, t in patterns.items()}, objective=objective,
-            base=dict(data.get("base") or {}), providers=dict(data.get("providers") or {}),
-            chunker=data.get("chunker"), source=source,
-        )  # fmt: skip
+            patterns={name: dict(t or {}) for name, t in patterns.items()},
+            objective=objective,
+            base=dict(data.get("base") or {}),
+            providers=dict(data.get("providers") or {}),
+            chunker=data.get("chunker"),
+            source=source,
+        )
 
     def size(self) -> float:
         """Roughly how many distinct candidates the space holds (continuous ranges count as 10 values)."""

@@ -12,8 +12,20 @@ from modular_rag.errors import ConfigError, ModularRagError
 from modular_rag.eval.tune.records import TrialRow, TuneSettings
 from modular_rag.eval.tune.space import SearchSpace
 
-__all__ = ["STUDY", "require_optuna", "open_study", "trial_rows", "trial_row", "measured_rates", "best_value", "ran",
-           "counted", "stale", "Interrupt", "OutLock"]
+__all__ = [
+    "STUDY",
+    "require_optuna",
+    "open_study",
+    "trial_rows",
+    "trial_row",
+    "measured_rates",
+    "best_value",
+    "ran",
+    "counted",
+    "stale",
+    "Interrupt",
+    "OutLock",
+]
 
 
 STUDY = "tune"
@@ -58,10 +70,20 @@ def trial_row(t: Any) -> TrialRow:
     a = t.user_attrs
     value = t.value if t.state.name == "COMPLETE" else a.get("last_value")
     return TrialRow(
-        t.number, t.state.name.lower(), a.get("verdict", t.state.name.lower()), str(a.get("pattern", "")),
-        str(a.get("summary", "")), value, int(a.get("questions", 0)), a.get("llm_calls"), a.get("retrievals"),
-        a.get("ms"), bool(a.get("feasible", False)), dict(a.get("config") or {}), dict(a.get("chunker") or {}),
-    )  # fmt: skip
+        t.number,
+        t.state.name.lower(),
+        a.get("verdict", t.state.name.lower()),
+        str(a.get("pattern", "")),
+        str(a.get("summary", "")),
+        value,
+        int(a.get("questions", 0)),
+        a.get("llm_calls"),
+        a.get("retrievals"),
+        a.get("ms"),
+        bool(a.get("feasible", False)),
+        dict(a.get("config") or {}),
+        dict(a.get("chunker") or {}),
+    )
 
 
 class Interrupt:
@@ -111,8 +133,9 @@ class OutLock:
         try:
             self.lock.acquire(timeout=0)
         except Timeout:
-            raise ModularRagError(f"another modular-rag tune is running on {path.parent}; wait for it or use "
-                                  "another --out") from None  # fmt: skip
+            raise ModularRagError(
+                f"another modular-rag tune is running on {path.parent}; wait for it or use another --out"
+            ) from None
 
     def release(self) -> None:
         """Let the next run take the folder."""
@@ -131,14 +154,14 @@ def open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: s
         sampler = optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True, n_startup_trials=8)
     pruner: Any = {
         "paired": PairedPruner(),
-        "halving": optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung,
-                                                          reduction_factor=settings.reduction),
+        "halving": optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung, reduction_factor=settings.reduction),
         "median": optuna.pruners.MedianPruner(n_startup_trials=5),
         "none": optuna.pruners.NopPruner(),
     }[settings.pruner]
     storage = optuna.storages.RDBStorage(f"sqlite:///{(out / 'study.db').resolve()}")
-    study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize", sampler=sampler,
-                                pruner=pruner, load_if_exists=True)  # fmt: skip
+    study = optuna.create_study(
+        study_name=STUDY, storage=storage, direction="maximize", sampler=sampler, pruner=pruner, load_if_exists=True
+    )
     recorded = {"space": space.fingerprint(), "dataset": dataset, **settings.recorded()}
     stored = study.user_attrs.get("settings")
     if stored is None:
@@ -146,13 +169,17 @@ def open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: s
         study.set_user_attr("spent_s", 0.0)
     elif stored != recorded:
         changed = sorted(k for k in recorded if stored.get(k) != recorded[k])
-        raise ConfigError("--out", f"{out} holds a study made with other settings ({', '.join(changed)}); rerun "
-                          "with the same ones to continue it, or use another --out")  # fmt: skip
+        raise ConfigError(
+            "--out",
+            f"{out} holds a study made with other settings ({', '.join(changed)}); rerun "
+            "with the same ones to continue it, or use another --out",
+        )
     # a trial that was running when the process was killed, or stopped by Ctrl-C: close it, run its candidate again
     rerun = {t.user_attrs.get("rerun_of") for t in study.get_trials(deepcopy=False)}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL)):
-        if t.state == optuna.trial.TrialState.FAIL and (t.user_attrs.get("verdict") != "interrupted" or
-                                                         t.number in rerun):  # fmt: skip
+        if t.state == optuna.trial.TrialState.FAIL and (
+            t.user_attrs.get("verdict") != "interrupted" or t.number in rerun
+        ):
             continue
         if t.state == optuna.trial.TrialState.RUNNING:
             study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
@@ -162,15 +189,21 @@ def open_study(out: Path, space: SearchSpace, settings: TuneSettings, dataset: s
 
 
 def best_value(study: Any) -> float | None:
-    values = [t.value for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"
-              and t.user_attrs.get("feasible") and t.value is not None]  # fmt: skip
+    values = [
+        t.value
+        for t in study.get_trials(deepcopy=False)
+        if t.state.name == "COMPLETE" and t.user_attrs.get("feasible") and t.value is not None
+    ]
     return max(values) if values else None
 
 
 def ran(t: Any) -> bool:
     """Whether a finished trial asked questions itself (not rejected before running, not a repeat)."""
-    return t.state.name in ("COMPLETE", "PRUNED") and bool(t.user_attrs.get("questions")) and (
-        t.user_attrs.get("duplicate_of") is None)
+    return (
+        t.state.name in ("COMPLETE", "PRUNED")
+        and bool(t.user_attrs.get("questions"))
+        and (t.user_attrs.get("duplicate_of") is None)
+    )
 
 
 def counted(study: Any) -> int:
