@@ -6,9 +6,10 @@ operator. Step controls from the config apply to every slot without code changes
 ``name: none`` leaves the slot out of the graph; ``skip_when`` skips it for a run when a condition on the state
 holds; ``timeout_s`` bounds it; ``on_error: skip`` records a failure in the trace and goes on.
 
-The step instrumentation (traced, timed, deadline-bounded nodes and the node thread pool) is in
-:mod:`modular_rag.steps`, re-exported here; the answer cache's lookup and store steps are in
-:mod:`modular_rag.cache`.
+The step instrumentation is split by idea, and re-exported here: traced, timed nodes in :mod:`modular_rag.steps`,
+``skip_when`` and ``timeout_s`` in :mod:`modular_rag.controls`, the event loop, the node thread pool and
+:func:`waiting` bodies in :mod:`modular_rag.concurrency`, the per-operator LangChain runs in :mod:`modular_rag.runs`;
+the answer cache's lookup and store steps are in :mod:`modular_rag.cache`.
 
 A pattern factory adds its nodes, then connects them, as LangGraph's own tutorials do::
 
@@ -35,33 +36,27 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 from typing_extensions import TypedDict, TypeVar, Unpack
 
+from modular_rag.concurrency import NODE_THREADS, PooledNode, WaitingBody, gathered, pooled, waiting
 from modular_rag.config import FlowConfig, OperatorSpec, load_config
+from modular_rag.controls import evaluate_condition
 from modular_rag.errors import ConfigError
 from modular_rag.graphs import BEGIN, REPLY, compile_graph, output_schema, state_graph, supersteps
 from modular_rag.providers import Providers
 from modular_rag.registry import Hop, Port, Search
-from modular_rag.resolve import ResolvedFlow, resolve
+from modular_rag.resolve import ResolvedFlow, resolve, resolve_operator
+from modular_rag.runs import node_metadata
 from modular_rag.state import RAGState, trace_and_ledger
 from modular_rag.steps import (
-    NODE_THREADS,
     PORT_READS,
     GraphNode,
-    PooledNode,
     Runner,
     SlotNode,
-    WaitingBody,
-    _pooled,
     _prefixed,
     _Step,
-    evaluate_condition,
-    gathered,
     internal_node,
     make_node,
-    node_metadata,
-    resolve_operator,
     run_chain,
     summarise,
-    waiting,
 )
 
 if TYPE_CHECKING:
@@ -126,7 +121,7 @@ class BuildOptions(TypedDict, total=False):
 class BoundHop:
     """The :class:`~modular_rag.registry.Hop` of a hop slot (operator ``name``) bound to the flow's search by
     :meth:`FlowBuilder.hop`: each function takes the state alone; ``next_round`` is a traced step (``hop:<name>``),
-    ``follow`` is traced by the pattern's step that runs it, a :func:`~modular_rag.steps.waiting` body
+    ``follow`` is traced by the pattern's step that runs it, a :func:`~modular_rag.concurrency.waiting` body
     (``update = yield from hop.follow(state)``), so the searches a follow waits on are awaited in async runs."""
 
     name: str
@@ -263,7 +258,7 @@ class FlowBuilder(Generic[P]):
 
         LangSmith and other LangChain tracers show one run per node, named after the slot, with the slot's operators
         and their params in its metadata, and under it one run per operator, named after the operator, with its
-        params (see :func:`~modular_rag.steps.node_metadata`).
+        params (see :func:`~modular_rag.runs.node_metadata`).
 
         Args:
             slot: The slot name.
@@ -282,7 +277,7 @@ class FlowBuilder(Generic[P]):
             return False
         if steps:
             kwargs.setdefault("metadata", node_metadata(steps))
-        self.graph.add_node(slot, _pooled(slot, fn), **kwargs)
+        self.graph.add_node(slot, pooled(slot, fn), **kwargs)
         return True
 
     def optional(
@@ -319,22 +314,22 @@ class FlowBuilder(Generic[P]):
         Args:
             name: The node name.
             fn: The step: takes the state, returns a partial update (with the trace and ledger entries of any
-                operators it ran, see :func:`trace_and_ledger`); a :func:`~modular_rag.steps.waiting` body or a
+                operators it ran, see :func:`trace_and_ledger`); a :func:`~modular_rag.concurrency.waiting` body or a
                 :class:`~modular_rag.steps.Runner` is awaited on the event loop in async runs.
             operator: The operator name its trace event and ledger entry carry.
 
         Returns:
             ``name``.
         """
-        self.graph.add_node(name, _pooled(name, internal_node(name, fn, operator)))
+        self.graph.add_node(name, pooled(name, internal_node(name, fn, operator)))
         return name
 
     def add_node(self, name: str, fn: Callable[..., Any], **kwargs: Any) -> str:
         """Add a node function (a fan-out target, a tree step) as it is: not traced as an operator.
 
-        Async runs give it the kit's thread pool (:class:`PooledNode`); a :func:`~modular_rag.steps.waiting` body (one
-        that yields the :class:`~modular_rag.steps.Runner` runs it makes) is awaited on the event loop instead, so it
-        holds no thread while its operators wait on a model.
+        Async runs give it the kit's thread pool (:class:`PooledNode`); a :func:`~modular_rag.concurrency.waiting`
+        body (one that yields the :class:`~modular_rag.steps.Runner` runs it makes) is awaited on the event loop
+        instead, so it holds no thread while its operators wait on a model.
 
         Args:
             name: The node name.
@@ -344,7 +339,7 @@ class FlowBuilder(Generic[P]):
         Returns:
             ``name``.
         """
-        self.graph.add_node(name, _pooled(name, fn), **kwargs)
+        self.graph.add_node(name, pooled(name, fn), **kwargs)
         return name
 
     def edge(self, source: str, target: str) -> None:
@@ -385,8 +380,8 @@ class FlowBuilder(Generic[P]):
     ) -> Runner:
         """The given slots' operators, run in order on a sub-state (a branch, a tree node) by a node of the pattern:
         ``runner(state)`` returns the merged update with trace and ledger entries named ``label`` (``{branch}`` is
-        filled from the state); a :func:`~modular_rag.steps.waiting` node body yields ``runner.ask(state)`` (or
-        several in :func:`~modular_rag.steps.gathered`), so async runs await them on the loop, holding no thread.
+        filled from the state); a :func:`~modular_rag.concurrency.waiting` node body yields ``runner.ask(state)`` (or
+        several in :func:`~modular_rag.concurrency.gathered`), so async runs await them on the loop, holding no thread.
 
         Raises:
             ConfigError: If none of the slots is active.
@@ -475,9 +470,9 @@ class FlowBuilder(Generic[P]):
             return "hit" if state.get("answer") else "miss"
 
         outer = state_graph(self.output_schema)
-        outer.add_node("cache_lookup", _pooled("cache_lookup", internal_node("cache_lookup", lookup)))
-        outer.add_node("flow", _pooled("flow", run_flow))
-        outer.add_node("cache_store", _pooled("cache_store", internal_node("cache_store", store)))
+        outer.add_node("cache_lookup", pooled("cache_lookup", internal_node("cache_lookup", lookup)))
+        outer.add_node("flow", pooled("flow", run_flow))
+        outer.add_node("cache_store", pooled("cache_store", internal_node("cache_store", store)))
         outer.add_edge(START, "cache_lookup")
         outer.add_conditional_edges("cache_lookup", hit, {"hit": END, "miss": "flow"})
         outer.add_edge("flow", "cache_store")
@@ -528,8 +523,8 @@ def moved_to_slot(keys: Sequence[str], slot: str, spec: str | Mapping[str, Any],
 
 class _GraphCall:
     """A node that runs a compiled flow on the state's question (``query``, ``filter``, ``messages``): ``invoke`` in
-    sync runs, ``ainvoke`` in async ones (:class:`~modular_rag.steps.PooledNode` awaits ``acall`` on the event loop),
-    so the inner flow's async operators stay async and no thread waits for the whole inner run.
+    sync runs, ``ainvoke`` in async ones (:class:`~modular_rag.concurrency.PooledNode` awaits ``acall`` on the event
+    loop), so the inner flow's async operators stay async and no thread waits for the whole inner run.
 
     Args:
         graph: The compiled flow.

@@ -304,7 +304,7 @@ class ChatClient:
         stop: Sequence[str] | None = None,
     ) -> Wait:
         """The completion :meth:`complete` makes, as a :class:`~modular_rag.trace.Wait` an operator yields
-        (:func:`modular_rag.steps.waiting`): blocking in sync runs, awaited (:meth:`acomplete`) in async ones."""
+        (:func:`modular_rag.concurrency.waiting`): blocking in sync runs, awaited (:meth:`acomplete`) in async ones."""
         options: dict[str, Any] = {
             "system": system,
             "max_tokens": max_tokens,

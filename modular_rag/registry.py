@@ -158,7 +158,7 @@ class Search(Protocol):
     """The flow's search as a hop gets it: the retrieve slot run on a state's ``queries`` (its update, trace,
     ledger). Called, it searches in this thread; ``ask(state)`` is the same search as a
     :class:`~modular_rag.trace.Wait`, for a hop's ``follow`` written as a waiting body to yield (alone, or several in
-    :func:`~modular_rag.steps.gathered`), so async runs await it on the loop."""
+    :func:`~modular_rag.concurrency.gathered`), so async runs await it on the loop."""
 
     def __call__(self, state: Mapping[str, Any], /) -> dict[str, Any]: ...
 
@@ -176,7 +176,7 @@ class Hop:
         follow: ``(state whose candidates are passages, search) -> {"branches": [per passage: the passage, then
             what it leads to]}``; ``None`` when the strategy does not start from passages. It may be a generator
             function that yields the searches it waits on (``search.ask(...)``, several in
-            :func:`~modular_rag.steps.gathered`) and returns that update: sync runs make them in turn, async runs
+            :func:`~modular_rag.concurrency.gathered`) and returns that update: sync runs make them in turn, async runs
             await them together on the event loop.
         think: What a round produces when the hop writes it (IRCoT's next thought), not the generation.
         finished: With ``think``: whether what a round produced ends the loop (the thought gives the answer).

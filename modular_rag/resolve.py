@@ -12,7 +12,8 @@ the same object, so the graph and the cost estimate cannot disagree on which ope
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -26,8 +27,9 @@ from modular_rag.validation import validate_params
 
 if TYPE_CHECKING:
     from modular_rag.config import FlowConfig
+    from modular_rag.providers import Providers
 
-__all__ = ["ResolvedStep", "ResolvedFlow", "resolve", "check_flow", "Default"]
+__all__ = ["ResolvedStep", "ResolvedFlow", "resolve", "check_flow", "Default", "resolve_operator"]
 
 P = TypeVar("P", bound=BaseModel)
 
@@ -250,3 +252,39 @@ def check_flow(config: FlowConfig, *, path: str = "") -> FlowConfig:
     """
     resolve(config, path=path)
     return config
+
+
+def resolve_operator(
+    spec: OperatorSpec, port: Port, env: Providers, *, path: str, allow_imports: bool = False
+) -> tuple[str, Callable[[Mapping[str, Any]], dict[str, Any]]]:
+    """Build the operator a spec names for a port: look it up, validate its params, call its factory.
+
+    Returns:
+        ``(operator name, operator callable)``.
+
+    Raises:
+        ConfigError: If the name is unknown, fits another port, its params are invalid, or an import path is
+            used without ``allow_imports``.
+    """
+    obj = spec.object
+    if obj is not None:
+        return spec.name, registry.adapt(obj, port, env, path=path)
+    if ":" in spec.name:
+        if not allow_imports:
+            raise ConfigError(f"{path}.name", f"{spec.name!r} is an import path; set allow_imports: true to allow it")
+        module_name, _, attr = spec.name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"{path}.name", f"cannot import {spec.name!r}: {exc}") from None
+        info = registry.info_of(factory)
+        if info is not None and info.port is not port:
+            raise ConfigError(f"{path}.name", f"{spec.name!r} fits port {info.port.value}, not {port.value}")
+        params: Any = validate_params(info.params, spec.params, f"{path}.params") if info else dict(spec.params)
+        return spec.name, factory(params, env)
+    try:
+        info = registry.get_operator(port, spec.name)
+    except registry.RegistryError as exc:
+        raise ConfigError(f"{path}.name", str(exc)) from None
+    params = validate_params(info.params, spec.params, f"{path}.params")
+    return info.name, info.factory(params, env)

@@ -168,7 +168,7 @@ def under_deadline(deadline: Deadline) -> Iterator[Deadline]:
 class Wait:
     """A call an operator waits on (a chat completion, an embedding request) in its two forms: ``call()`` blocks
     the thread until the answer is there, ``acall()`` is awaited on the event loop. An operator written as a
-    generator yields these (:func:`modular_rag.steps.waiting`), so one body serves sync and async runs.
+    generator yields these (:func:`modular_rag.concurrency.waiting`), so one body serves sync and async runs.
 
     Args:
         call: The blocking call.

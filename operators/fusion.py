@@ -21,11 +21,11 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from modular_rag.chat import Completion
+from modular_rag.concurrency import waiting
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm, retrievals
 from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, pack_of
-from modular_rag.steps import waiting
 from modular_rag.text import token_f1
 from modular_rag.trace import Wait, note
 from operators.generation import (

@@ -18,11 +18,11 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from modular_rag.chat import Completion
+from modular_rag.concurrency import run_blocking, waiting
 from modular_rag.costs import ZERO, Cost, CostContext, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import REFUSAL, Answer, Citation, Evidence, evidence_of, is_refusal
-from modular_rag.steps import run_blocking, waiting
 from modular_rag.text import Analyzer, split_sentences
 from modular_rag.trace import Wait
 from operators.attribution import (
@@ -255,8 +255,8 @@ def ask_model_yes_no(providers: Providers, prompt: str, *, max_tokens: int = 4) 
 def yes_no_asked(
     providers: Providers, prompt: str, *, max_tokens: int = 4
 ) -> Generator[Wait, Completion, tuple[str | None, float | None]]:
-    """:func:`ask_model_yes_no` for a :func:`~modular_rag.steps.waiting` body (``yield from``): the call is yielded,
-    so an async run awaits it."""
+    """:func:`ask_model_yes_no` for a :func:`~modular_rag.concurrency.waiting` body (``yield from``): the call is
+    yielded, so an async run awaits it."""
     completion = yield providers.llm.ask(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
     first = next((t for t in completion.tokens or () if t.token.strip()), None)
     return parse_yes_no(completion.text, first.top if first is not None else ())

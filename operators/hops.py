@@ -31,11 +31,11 @@ from typing import Any
 
 from pydantic import Field
 
+from modular_rag.concurrency import gathered
 from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.providers import Providers
 from modular_rag.registry import Hop, NoParams, OperatorParams, Port, Search, operator
 from modular_rag.state import Branch, Hit, step_of, trace_and_ledger
-from modular_rag.steps import gathered
 from modular_rag.text import split_sentences
 from modular_rag.trace import Wait, note
 from operators.generation import DATA_RULE, evidence_of, format_evidence, is_refusal, quoted_sentence, strip_citations

@@ -21,12 +21,12 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from modular_rag.chat import Completion
+from modular_rag.concurrency import run_blocking, waiting
 from modular_rag.costs import ZERO, llm
 from modular_rag.errors import JudgeError
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import Verdict, step_of
-from modular_rag.steps import run_blocking, waiting
 from modular_rag.text import token_f1
 from modular_rag.trace import Wait, totals
 from operators.generation import (
@@ -114,7 +114,8 @@ def ask_yes_no(
 def yes_no_about(
     providers: Providers, state: Mapping[str, Any], ask: str, *, passages: bool, max_tokens: int = 4
 ) -> Generator[Wait, Completion, tuple[str | None, float | None]]:
-    """:func:`ask_yes_no` for a :func:`~modular_rag.steps.waiting` body (``yield from``): an async run awaits it."""
+    """:func:`ask_yes_no` for a :func:`~modular_rag.concurrency.waiting` body (``yield from``): an async run awaits
+    it."""
     evidence = evidence_of(state) if passages else []
     context = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
     answer = _answer_text(state)

@@ -14,12 +14,12 @@ import numpy as np
 from pydantic import Field
 
 from modular_rag.chat import Completion
+from modular_rag.concurrency import gathered, waiting
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
 from modular_rag.cross_encoder import CrossEncoderScorer
 from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Evidence, Hit
-from modular_rag.steps import gathered, waiting
 from modular_rag.text import estimate_tokens
 from modular_rag.trace import Wait
 from operators.attribution import ScoredSentence, SentenceScorer, SentenceWeights

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from modular_rag.chat import Completion
+from modular_rag.concurrency import waiting
 from modular_rag.costs import Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
-from modular_rag.steps import waiting
 from modular_rag.trace import Wait
 from operators.generation import clean_completion
 

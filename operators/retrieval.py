@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from modular_rag.concurrency import waiting
 from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.errors import ProviderError
 from modular_rag.index import LangChainStore
@@ -23,7 +24,6 @@ from modular_rag.milvus import MilvusStore
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator, register_adapter
 from modular_rag.state import Hit, queries_of
-from modular_rag.steps import waiting
 from modular_rag.trace import Wait, note, record
 from operators.fusion import fuse
 from operators.multihop import HopParams, hop

@@ -37,10 +37,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from modular_rag.chat import Completion
+from modular_rag.concurrency import run_blocking, waiting
 from modular_rag.costs import ZERO, llm
 from modular_rag.providers import Providers, TokenLogprob
 from modular_rag.registry import Operator, OperatorParams, Port, operator
-from modular_rag.steps import run_blocking, waiting
 from modular_rag.text import Analyzer, normalize_question
 from modular_rag.trace import Wait, note
 

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from modular_rag.builder import build_flow
+from modular_rag.concurrency import run_blocking
 from modular_rag.errors import ConfigError
 from modular_rag.providers import Providers
 from modular_rag.registry import PORT_WRITES, Hop, NoParams, OperatorInfo, Port, catalogue, get_operator, operator
 from modular_rag.state import Branch
-from modular_rag.steps import run_blocking
 from tests.conftest import demo_flow
 from tests.operators.test_multihop import AWARD, docs
 

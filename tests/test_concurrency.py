@@ -1,6 +1,7 @@
-"""The step mechanism's fan-out: :func:`~modular_rag.steps.gathered` calls, awaited together on the loop in async runs
-(at most ``in_flight`` at once), made in order in a sync run's thread unless threads are asked for; the first failure
-raised, and an async run's other calls cancelled; a :func:`~modular_rag.steps.waiting` body sent their results."""
+"""The step mechanism's fan-out: :func:`~modular_rag.concurrency.gathered` calls, awaited together on the loop in
+async runs (at most ``in_flight`` at once), made in order in a sync run's thread unless threads are asked for; the
+first failure raised, and an async run's other calls cancelled; a :func:`~modular_rag.concurrency.waiting` body sent
+their results."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from modular_rag.steps import gathered, waiting
+from modular_rag.concurrency import gathered, waiting
 from modular_rag.trace import Wait
 
 
