@@ -7,8 +7,9 @@ operator. Step controls from the config apply to every slot without code changes
 holds; ``timeout_s`` bounds it; ``on_error: skip`` records a failure in the trace and goes on.
 
 The step instrumentation is split by idea, and re-exported here: traced, timed nodes in :mod:`modular_rag.steps`,
-``skip_when`` and ``timeout_s`` in :mod:`modular_rag.controls`, the event loop, the node thread pool and
-:func:`waiting` bodies in :mod:`modular_rag.concurrency`, the per-operator LangChain runs in :mod:`modular_rag.runs`;
+``skip_when`` and ``timeout_s`` in :mod:`modular_rag.controls`, the event loop, the node thread pool and the
+fan-out of ``async def`` nodes in :mod:`modular_rag.concurrency`, the per-operator LangChain runs in
+:mod:`modular_rag.runs`;
 the answer cache's lookup and store steps are in :mod:`modular_rag.cache`.
 
 A pattern factory adds its nodes, then connects them, as LangGraph's own tutorials do::
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
@@ -36,7 +37,7 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 from typing_extensions import TypedDict, TypeVar, Unpack
 
-from modular_rag.concurrency import NODE_THREADS, PooledNode, WaitingBody, gathered, pooled, waiting
+from modular_rag.concurrency import NODE_THREADS, AsyncNode, PooledNode, in_pool, pooled, together
 from modular_rag.config import FlowConfig, OperatorSpec, load_config
 from modular_rag.controls import evaluate_condition
 from modular_rag.errors import ConfigError
@@ -85,9 +86,8 @@ __all__ = [
     "summarise",
     "PORT_READS",
     "Runner",
-    "waiting",
-    "gathered",
-    "WaitingBody",
+    "AsyncNode",
+    "together",
 ]
 
 
@@ -121,12 +121,12 @@ class BuildOptions(TypedDict, total=False):
 class BoundHop:
     """The :class:`~modular_rag.registry.Hop` of a hop slot (operator ``name``) bound to the flow's search by
     :meth:`FlowBuilder.hop`: each function takes the state alone; ``next_round`` is a traced step (``hop:<name>``),
-    ``follow`` is traced by the pattern's step that runs it, a :func:`~modular_rag.concurrency.waiting` body
-    (``update = yield from hop.follow(state)``), so the searches a follow waits on are awaited in async runs."""
+    ``follow`` is traced by the pattern's step that runs it, an ``async def`` node (``update = await
+    hop.follow(state)``), so the searches an async follow waits on are awaited in async runs."""
 
     name: str
     next_round: GraphNode
-    follow: Callable[[Mapping[str, Any]], WaitingBody] | None
+    follow: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]] | None
     think: Callable[[Mapping[str, Any]], str] | None
     finished: Callable[[str], bool] | None
 
@@ -307,15 +307,19 @@ class FlowBuilder(Generic[P]):
         return slot
 
     def add_step(
-        self, name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], *, operator: str = "pattern"
+        self,
+        name: str,
+        fn: Callable[[Mapping[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]],
+        *,
+        operator: str = "pattern",
     ) -> str:
         """Add a pattern's own step (bookkeeping, fan-out preparation, a hop), traced like an operator.
 
         Args:
             name: The node name.
             fn: The step: takes the state, returns a partial update (with the trace and ledger entries of any
-                operators it ran, see :func:`trace_and_ledger`); a :func:`~modular_rag.concurrency.waiting` body or a
-                :class:`~modular_rag.steps.Runner` is awaited on the event loop in async runs.
+                operators it ran, see :func:`trace_and_ledger`); an ``async def`` is awaited on the event loop in
+                async runs (on the kit's loop in sync ones).
             operator: The operator name its trace event and ledger entry carry.
 
         Returns:
@@ -327,9 +331,9 @@ class FlowBuilder(Generic[P]):
     def add_node(self, name: str, fn: Callable[..., Any], **kwargs: Any) -> str:
         """Add a node function (a fan-out target, a tree step) as it is: not traced as an operator.
 
-        Async runs give it the kit's thread pool (:class:`PooledNode`); a :func:`~modular_rag.concurrency.waiting`
-        body (one that yields the :class:`~modular_rag.steps.Runner` runs it makes) is awaited on the event loop
-        instead, so it holds no thread while its operators wait on a model.
+        Async runs give a sync function the kit's thread pool (:class:`PooledNode`); an ``async def`` (one that
+        awaits the :class:`~modular_rag.steps.Runner` runs it makes) is awaited on the event loop instead, and run on
+        the kit's loop in sync runs (:class:`~modular_rag.concurrency.AsyncNode`).
 
         Args:
             name: The node name.
@@ -380,8 +384,8 @@ class FlowBuilder(Generic[P]):
     ) -> Runner:
         """The given slots' operators, run in order on a sub-state (a branch, a tree node) by a node of the pattern:
         ``runner(state)`` returns the merged update with trace and ledger entries named ``label`` (``{branch}`` is
-        filled from the state); a :func:`~modular_rag.concurrency.waiting` node body yields ``runner.ask(state)`` (or
-        several in :func:`~modular_rag.concurrency.gathered`), so async runs await them on the loop, holding no thread.
+        filled from the state); an ``async def`` node awaits ``runner.acall(state)`` (several
+        :func:`~modular_rag.concurrency.together`), so async runs await them on the loop.
 
         Raises:
             ConfigError: If none of the slots is active.
@@ -483,14 +487,14 @@ class FlowBuilder(Generic[P]):
 
 def _bound_follow(
     follow: Callable[[Mapping[str, Any], Search], Any], search: Search
-) -> Callable[[Mapping[str, Any]], WaitingBody]:
-    """A hop's ``follow`` bound to the flow's search, as a waiting body whether it yields its searches or not."""
+) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]:
+    """A hop's ``follow`` bound to the flow's search, to await: an ``async def`` follow awaited, a sync one run in
+    the kit's thread pool."""
 
-    def followed(state: Mapping[str, Any]) -> WaitingBody:
-        out = follow(state, search)
-        if inspect.isgenerator(out):  # a follow that yields the searches it waits on
-            out = yield from out
-        return out
+    async def followed(state: Mapping[str, Any]) -> dict[str, Any]:
+        if inspect.iscoroutinefunction(follow):
+            return await follow(state, search)
+        return await in_pool(follow, state, search)
 
     return followed
 

@@ -1,8 +1,7 @@
 """The chat model client: :class:`ChatClient` (cost metering, token log-probabilities, retries with tenacity,
-an optional content-keyed cache, reviving a dead local server; blocking ``complete`` and awaited ``acomplete``, and
-``ask``, the call as a :class:`~modular_rag.trace.Wait` for operators that serve both), its :class:`Completion` and
-:class:`TokenLogprob` results, redaction of API keys from error messages, and the builders of ``ChatOpenAI`` chat
-models from configs.
+an optional content-keyed cache, reviving a dead local server; blocking ``complete`` and awaited ``acomplete``), its
+:class:`Completion` and :class:`TokenLogprob` results, redaction of API keys from error messages, and the builders of
+``ChatOpenAI`` chat models from configs.
 
 A local model's server is in :mod:`modular_rag.llama_server`; :mod:`modular_rag.providers` picks the chat model
 for a config.
@@ -11,7 +10,6 @@ for a config.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +19,7 @@ from typing import Any
 from modular_rag.config import LocalLLMConfig, OpenAILLMConfig
 from modular_rag.errors import MissingDependencyError, ProviderError
 from modular_rag.text import estimate_tokens
-from modular_rag.trace import Deadline, Wait, current_deadline, record
+from modular_rag.trace import Deadline, current_deadline, record
 
 __all__ = ["ChatClient", "Completion", "TokenLogprob"]
 
@@ -292,29 +290,6 @@ class ChatClient:
         if cached:
             return await asyncio.to_thread(self._completion, request, message)
         return self._completion(request, message)
-
-    def ask(
-        self,
-        prompt: str | Sequence[tuple[str, str]],
-        *,
-        system: str | None = None,
-        max_tokens: int | None = None,
-        logprobs: bool = False,
-        top_logprobs: int = 0,
-        stop: Sequence[str] | None = None,
-    ) -> Wait:
-        """The completion :meth:`complete` makes, as a :class:`~modular_rag.trace.Wait` an operator yields
-        (:func:`modular_rag.concurrency.waiting`): blocking in sync runs, awaited (:meth:`acomplete`) in async ones."""
-        options: dict[str, Any] = {
-            "system": system,
-            "max_tokens": max_tokens,
-            "logprobs": logprobs,
-            "top_logprobs": top_logprobs,
-            "stop": stop,
-        }
-        return Wait(
-            functools.partial(self.complete, prompt, **options), functools.partial(self.acomplete, prompt, **options)
-        )
 
     def _request(
         self,

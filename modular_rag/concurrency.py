@@ -1,12 +1,13 @@
-"""How steps wait: the kit's own event loop and thread pool, and operator bodies written as generators of waits.
+"""How steps wait: the kit's own event loop and thread pool, and fan-out inside a step.
 
-* :func:`waiting` makes one operator of a generator that yields the model calls it waits on
-  (:class:`~modular_rag.trace.Wait`): a sync run makes each call in its thread (:func:`run_blocking`), an async run
-  awaits it on the event loop and runs the code between calls in the kit's pool (:meth:`WaitingOperator.acall`).
-  :func:`gathered` is several such calls at once.
-* :func:`await_sync` runs an async operator to completion from a sync run, on the kit's one event loop thread.
-* :class:`PooledNode` (:func:`pooled`) gives node functions of async runs the kit's pool of :data:`NODE_THREADS`
-  threads instead of the event loop's default executor.
+One async path. An operator is a plain function or an ``async def`` (or has an async ``acall``): under ``ainvoke``
+an async one is awaited on the event loop and a sync one runs in the kit's pool of :data:`NODE_THREADS` threads
+(:class:`PooledNode`, :func:`in_pool`); under ``invoke`` a sync one runs in the caller's thread and an async one on
+the kit's one loop thread (:func:`await_sync`).
+
+* A pattern's fan-out node is an ``async def`` (:class:`AsyncNode`) that awaits its runs :func:`together`: at once
+  in async runs, in turn in sync ones.
+* A sync operator that fans out (one judgement per passage) runs its calls :func:`in_threads`.
 """
 
 from __future__ import annotations
@@ -17,29 +18,31 @@ import contextvars
 import functools
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from modular_rag.trace import Wait, current_deadline
+from modular_rag.trace import current_deadline
 
 __all__ = [
     "NODE_THREADS",
+    "AsyncNode",
     "PooledNode",
-    "WaitingBody",
-    "WaitingOperator",
-    "WaitingSteps",
     "async_form",
     "await_sync",
-    "gathered",
     "in_pool",
+    "in_threads",
     "pooled",
-    "run_blocking",
     "settle",
     "settle_call",
-    "waiting",
+    "together",
 ]
+
+T = TypeVar("T")
+
+_SYNC_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar("modular_rag_sync_run", default=False)
+"""Set while :func:`await_sync` runs an awaitable for sync code: :func:`together` then awaits in turn."""
 
 
 def settle(result: Any) -> Any:
@@ -81,6 +84,7 @@ def await_sync(awaitable: Awaitable[Any]) -> Any:
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     async def run() -> Any:
+        _SYNC_RUN.set(True)  # in the task's own copy of the caller's context
         deadline = current_deadline()
         if deadline is None:
             return await awaitable
@@ -119,151 +123,87 @@ def async_form(fn: Any) -> Callable[[Mapping[str, Any]], Awaitable[Any]] | None:
     return acall if acall is not None and inspect.iscoroutinefunction(acall) else None
 
 
-WaitingBody = Generator[Wait, Any, dict[str, Any]]
-"""What a waiting body returns when called: a generator that yields each :class:`~modular_rag.trace.Wait` (a model
-call, a :class:`Runner`'s run, :func:`gathered` calls) and is sent its result (or has its exception thrown in); it
-returns the update."""
-
-
-WaitingSteps = Callable[[Mapping[str, Any]], WaitingBody]
-"""An operator body written as a generator (see :data:`WaitingBody`)."""
-
-
-class WaitingOperator:
-    """An operator whose body (a generator, see :data:`WaitingSteps`) yields the model calls it waits on: called,
-    it makes each call blocking (the sync path, as a plain operator would); ``acall`` awaits each call on the event
-    loop and runs the code between them in the kit's thread pool, so no thread is held while the model answers.
-
-    As a node function of its own (a pattern's fan-out node, :meth:`~modular_rag.builder.FlowBuilder.add_node`) it
-    is awaited on the loop in async runs, as :class:`PooledNode` does for every ``is_async`` node.
+def in_threads(calls: Sequence[Callable[[], T]], *, in_flight: int | None = None) -> list[T]:
+    """Run calls of a sync operator (one judgement per passage): one after another in this thread, or with
+    ``in_flight`` > 1 in that many threads, each in a copy of this context (its meter, deadline and LangChain run).
+    The results come back in order; the first failure is raised.
 
     Args:
-        steps: The generator function.
-    """
-
-    is_async = True
-
-    def __init__(self, steps: WaitingSteps) -> None:
-        self.steps = steps
-        functools.update_wrapper(self, steps)
-
-    def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """Run the body, making each call it yields in this thread."""
-        return run_blocking(self.steps(state))
-
-    def ask(self, state: Mapping[str, Any]) -> Wait:
-        """The operator's run as a :class:`~modular_rag.trace.Wait` (a retrieve operator given to a hop as the flow's
-        search)."""
-        return Wait(functools.partial(self, state), functools.partial(self.acall, state))
-
-    async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """Run the body, awaiting each call it yields; the code between runs in the kit's thread pool."""
-        body = self.steps(state)
-        sent: Any = None
-        failed: BaseException | None = None
-        while True:
-            done, value = await in_pool(_advance, body, sent, failed)
-            if done:
-                return value
-            sent, failed = None, None
-            try:
-                sent = await value.acall()
-            except Exception as exc:
-                failed = exc
-
-
-def run_blocking(body: Generator[Wait, Any, Any]) -> Any:
-    """Run a generator that yields :class:`~modular_rag.trace.Wait` calls to its end, making each call in this
-    thread (sent its result, or its exception thrown in); returns what the generator returns. A helper written as
-    such a generator (``yield from`` in a :func:`waiting` body) is called from sync code through this."""
-    sent: Any = None
-    failed: BaseException | None = None
-    while True:
-        done, value = _advance(body, sent, failed)
-        if done:
-            return value
-        sent, failed = None, None
-        try:
-            sent = value.call()
-        except Exception as exc:
-            failed = exc
-
-
-def _advance(body: Generator[Wait, Any, Any], sent: Any, failed: BaseException | None) -> tuple[bool, Any]:
-    """Run a body to its next wait: ``(False, wait)``, or ``(True, update)`` when it returned (a StopIteration
-    cannot cross a future, so it ends here)."""
-    try:
-        wait = body.throw(failed) if failed is not None else body.send(sent)
-    except StopIteration as stop:
-        return True, stop.value
-    if not isinstance(wait, Wait):
-        raise TypeError(f"a waiting operator yielded {type(wait).__name__}; it yields modular_rag.trace.Wait calls")
-    return False, wait
-
-
-def gathered(waits: Sequence[Wait], *, in_flight: int | None = None) -> Wait:
-    """Several calls as one :class:`~modular_rag.trace.Wait`, sent the list of their results in order: a fan-out
-    inside one step (one clarification per parent, one judgement per passage). An async run awaits them concurrently
-    on the loop, at most ``in_flight`` at once (``None``: all); a sync run makes them one after another in its thread,
-    or with ``in_flight`` > 1 in that many threads. Each call runs in a copy of the step's context (its meter,
-    deadline and LangChain run). The first failure is raised; an async run cancels the calls still running first.
-
-    Args:
-        waits: The calls.
-        in_flight: How many run at once (threads in a sync run, awaited calls in an async one); ``None``: every call
-            at once in an async run, one after another in a sync one, where each would hold a thread.
+        calls: The calls, each taking no argument.
+        in_flight: How many run at once; ``None`` or 1: in turn, in this thread.
 
     Raises:
         ValueError: If ``in_flight`` is less than 1.
     """
     if in_flight is not None and in_flight < 1:
         raise ValueError(f"in_flight must be >= 1 or None (got {in_flight})")
-    calls = list(waits)
-
-    def call() -> list[Any]:
-        if in_flight is None or in_flight == 1 or len(calls) <= 1:
-            return [wait.call() for wait in calls]
-        with concurrent.futures.ThreadPoolExecutor(
-            max_workers=min(in_flight, len(calls)), thread_name_prefix="modular-rag-gathered"
-        ) as pool:
-            futures = [pool.submit(contextvars.copy_context().run, wait.call) for wait in calls]
-            return [future.result() for future in futures]
-
-    async def acall() -> list[Any]:
-        limit = asyncio.Semaphore(in_flight) if in_flight is not None else None
-
-        async def one(wait: Wait) -> Any:
-            if limit is None:
-                return await wait.acall()
-            async with limit:
-                return await wait.acall()
-
-        tasks = [asyncio.ensure_future(one(wait)) for wait in calls]
-        try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-
-    return Wait(call, acall)
+    todo = list(calls)
+    if in_flight is None or in_flight == 1 or len(todo) <= 1:
+        return [call() for call in todo]
+    with concurrent.futures.ThreadPoolExecutor(
+        max_workers=min(in_flight, len(todo)), thread_name_prefix="modular-rag-fan-out"
+    ) as threads:
+        futures = [threads.submit(contextvars.copy_context().run, call) for call in todo]
+        return [future.result() for future in futures]
 
 
-def waiting(steps: WaitingSteps) -> WaitingOperator:
-    """Make an operator of a generator that yields the model calls it waits on (``ChatClient.ask(...)``), each sent
-    back its result: one body for sync runs (blocking calls) and async runs (awaited calls, no thread held)::
+async def together(calls: Sequence[Callable[[], Awaitable[T]]], *, in_flight: int | None = None) -> list[T]:
+    """Await an async node's fan-out (one clarification per parent, one search per passage): in an async run
+    together on the loop, at most ``in_flight`` at once; in a sync run (the node awaited by :func:`await_sync`) one
+    after another, as a sync node would make them. The results come back in order; the first failure is raised,
+    and the calls still running are cancelled first.
 
-        def run(state):
-            completion = yield providers.llm.ask(prompt, max_tokens=64)
-            return {"answer": ...}
+    Args:
+        calls: Coroutine functions taking no argument.
+        in_flight: How many run at once in an async run; ``None``: all.
 
-        return waiting(run)
-
-    A pattern's node that runs operators itself is written the same way, yielding a :class:`Runner`'s run
-    (``update = yield runner.ask(state)``) or several at once (``updates = yield gathered([...])``).
+    Raises:
+        ValueError: If ``in_flight`` is less than 1.
     """
-    return WaitingOperator(steps)
+    if in_flight is not None and in_flight < 1:
+        raise ValueError(f"in_flight must be >= 1 or None (got {in_flight})")
+    if _SYNC_RUN.get():
+        return [await call() for call in calls]
+    limit = asyncio.Semaphore(in_flight) if in_flight is not None else None
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        if limit is None:
+            return await call()
+        async with limit:
+            return await call()
+
+    tasks = [asyncio.ensure_future(one(call)) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+class AsyncNode:
+    """A pattern's ``async def`` node function (a fan-out: a tree level's clarifications, a hop's searches) in both
+    kinds of run: awaited on the event loop under ``ainvoke`` (:meth:`acall`, as :class:`PooledNode` does for every
+    ``is_async`` node), run to completion on the kit's loop under ``invoke`` (:func:`await_sync`).
+
+    Args:
+        fn: The coroutine function, ``fn(state) -> update``.
+    """
+
+    is_async = True
+
+    def __init__(self, fn: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the node from a sync run."""
+        return await_sync(self.fn(state))
+
+    async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the node in an async run."""
+        return await self.fn(state)
 
 
 NODE_THREADS = 64
@@ -293,8 +233,8 @@ class PooledNode(Runnable[Any, Any]):
     most 6 nodes waiting on the model at once. Here async runs use a pool of :data:`NODE_THREADS` threads, so
     ``max_concurrency`` is the bound. Sync runs call the function directly. A function with a ``config`` parameter
     gets the node's ``RunnableConfig``. A node with ``is_async`` and an ``acall`` (a node of async operators from
-    :func:`make_node`, a pattern's :func:`waiting` fan-out node, a flow run as a node) is awaited on the event loop
-    instead: only its sync work takes a pool thread.
+    :func:`~modular_rag.steps.make_node`, a pattern's :class:`AsyncNode`, a flow run as a node) is awaited on the
+    event loop instead: only its sync work takes a pool thread.
 
     Args:
         name: The node name.
@@ -323,7 +263,8 @@ class PooledNode(Runnable[Any, Any]):
 
 
 def pooled(name: str, fn: Callable[..., Any]) -> Any:
-    """``fn`` as a :class:`PooledNode`; runnables and coroutine functions are returned as they are."""
-    if isinstance(fn, Runnable) or inspect.iscoroutinefunction(fn) or not callable(fn):
+    """``fn`` as a :class:`PooledNode` (a coroutine function as an :class:`AsyncNode` in one); runnables are returned
+    as they are."""
+    if isinstance(fn, Runnable) or not callable(fn):
         return fn
-    return PooledNode(name, fn)
+    return PooledNode(name, AsyncNode(fn) if inspect.iscoroutinefunction(fn) else fn)

@@ -22,7 +22,7 @@ import numpy as np
 
 from modular_rag.config import OpenAIEmbeddingsConfig
 from modular_rag.errors import MissingDependencyError, ProviderError
-from modular_rag.trace import Wait, record
+from modular_rag.trace import record
 
 __all__ = [
     "QueryCache",
@@ -93,17 +93,6 @@ class QueryCache:
 
     async def _aembed_query(self, text: str) -> np.ndarray:
         raise NotImplementedError(f"{type(self).__name__} embeds in this process; it has no async path")
-
-    def query_wait(self, text: str) -> Wait | None:
-        """A query's embedding as a :class:`~modular_rag.trace.Wait` an operator yields, when the encoder asks an
-        endpoint (blocking in sync runs, awaited in async ones); ``None`` when it embeds in this process or the
-        query's vector is cached (then :meth:`encode_query` answers at once)."""
-        if type(self)._aembed_query is QueryCache._aembed_query:
-            return None
-        with self._lock:
-            if text in self._query_cache:
-                return None
-        return Wait(lambda: self.encode_query(text), lambda: self.aencode_query(text))
 
     def clear_cache(self) -> None:
         """Forget the cached query embeddings (a benchmark that must embed every query does this)."""

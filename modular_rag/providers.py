@@ -69,7 +69,6 @@ from modular_rag.milvus import MilvusStore
 from modular_rag.milvus_terms import milvus_analyzer
 from modular_rag.sentences import encoder_identity
 from modular_rag.text import Analyzer
-from modular_rag.trace import Wait
 
 __all__ = [
     "QueryCache",
@@ -291,11 +290,6 @@ class _LazyEncoder:
     def encode_query(self, text: str) -> np.ndarray:
         """Embed one query."""
         return self._providers.encoder.encode_query(text)
-
-    def query_wait(self, text: str) -> Wait | None:
-        """The encoder's :meth:`~modular_rag.encoders.QueryCache.query_wait` (``None`` for one that has none)."""
-        wait = getattr(self._providers.encoder, "query_wait", None)
-        return None if wait is None else wait(text)
 
 
 def _milvus_store(vs: MilvusConfig, sp: SparseConfig) -> MilvusStore:

@@ -30,7 +30,7 @@ import importlib
 import inspect
 import threading
 import typing
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import metadata
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from modular_rag.providers import Providers
-    from modular_rag.trace import Wait
 
 __all__ = [
     "MODULES",
@@ -156,13 +155,12 @@ class Operator(Protocol):
 
 class Search(Protocol):
     """The flow's search as a hop gets it: the retrieve slot run on a state's ``queries`` (its update, trace,
-    ledger). Called, it searches in this thread; ``ask(state)`` is the same search as a
-    :class:`~modular_rag.trace.Wait`, for a hop's ``follow`` written as a waiting body to yield (alone, or several in
-    :func:`~modular_rag.concurrency.gathered`), so async runs await it on the loop."""
+    ledger). Called, it searches in this thread; ``await search.acall(state)`` is the same search in an async
+    ``follow`` (several :func:`~modular_rag.concurrency.together`)."""
 
     def __call__(self, state: Mapping[str, Any], /) -> dict[str, Any]: ...
 
-    def ask(self, state: Mapping[str, Any], /) -> Wait: ...
+    async def acall(self, state: Mapping[str, Any], /) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -174,16 +172,16 @@ class Hop:
         next_round: ``(state round t left, search) -> {"queries", "candidates"}`` (and the searches' trace and
             ledger); ``{"queries": []}`` when there is nothing to search.
         follow: ``(state whose candidates are passages, search) -> {"branches": [per passage: the passage, then
-            what it leads to]}``; ``None`` when the strategy does not start from passages. It may be a generator
-            function that yields the searches it waits on (``search.ask(...)``, several in
-            :func:`~modular_rag.concurrency.gathered`) and returns that update: sync runs make them in turn, async runs
-            await them together on the event loop.
+            what it leads to]}``; ``None`` when the strategy does not start from passages. It may be an ``async def``
+            that awaits its searches (``await search.acall(...)``, several
+            :func:`~modular_rag.concurrency.together`): async runs await them together on the event loop, sync runs
+            in turn.
         think: What a round produces when the hop writes it (IRCoT's next thought), not the generation.
         finished: With ``think``: whether what a round produced ends the loop (the thought gives the answer).
     """
 
     next_round: Callable[[Mapping[str, Any], Search], dict[str, Any]]
-    follow: Callable[[Mapping[str, Any], Search], dict[str, Any] | Generator[Wait, Any, dict[str, Any]]] | None = None
+    follow: Callable[[Mapping[str, Any], Search], dict[str, Any] | Awaitable[dict[str, Any]]] | None = None
     think: Callable[[Mapping[str, Any]], str] | None = None
     finished: Callable[[str], bool] | None = None
 

@@ -8,9 +8,9 @@ update, if any). Every run happens inside a cost meter and inside the operator's
 
 * :func:`make_node` / :func:`internal_node` turn steps (or a pattern's bookkeeping function) into node functions;
   :func:`run_chain` runs several steps in order on one state.
-* :class:`Runner` runs a chain of steps from inside a pattern's own node (a branch, a tree node); a
-  :func:`~modular_rag.concurrency.waiting` node body yields ``runner.ask(state)``, or
-  :func:`~modular_rag.concurrency.gathered` runs together.
+* :class:`Runner` runs a chain of steps from inside a pattern's own node (a branch, a tree node): ``runner(state)``
+  in a sync node, ``await runner.acall(state)`` in an ``async def`` one (several
+  :func:`~modular_rag.concurrency.together`).
 
 An operator may be async (an ``async def``, or an object with an async ``acall``): under ``ainvoke`` / ``astream`` /
 ``abatch`` its node is awaited on the event loop; under ``invoke`` it runs on the kit's own loop thread
@@ -36,7 +36,7 @@ from modular_rag.registry import Port
 from modular_rag.resolve import resolve_operator
 from modular_rag.runs import aoperator_run, jsonable_params, operator_run
 from modular_rag.state import APPEND_KEYS, STATE_KEYS, LedgerEntry, RAGState, TraceEvent
-from modular_rag.trace import Meter, Wait, metered
+from modular_rag.trace import Meter, metered
 
 if TYPE_CHECKING:
     from modular_rag.providers import Providers
@@ -276,9 +276,9 @@ async def arun_chain(steps: Sequence[_Step], state: Mapping[str, Any]) -> dict[s
 
 class Runner:
     """Operators that a pattern's own node runs on a sub-state (a branch, a tree node), in order, each seeing the
-    updates before it: ``runner(state)`` runs them in this thread (sync runs); ``await runner.acall(state)`` awaits
-    each async one on the loop (async runs; :func:`arun_chain`); a :func:`waiting` body yields ``runner.ask(state)``
-    and gets whichever its run calls for. Each operator keeps its step controls (``skip_when``, ``timeout_s``,
+    updates before it: ``runner(state)`` runs them in this thread (a sync node); ``await runner.acall(state)``
+    awaits each async one on the loop and runs each sync one in the kit's pool (an ``async def`` node;
+    :func:`arun_chain`). Each operator keeps its step controls (``skip_when``, ``timeout_s``,
     ``on_error``) and its LangChain run; the update carries their trace events and ledger entries, their node named
     ``label`` (``{branch}`` filled from the state's ``branch``).
 
@@ -297,10 +297,6 @@ class Runner:
     async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """Run the operators, awaiting each async one on the loop; a sync one runs in the kit's thread pool."""
         return self._labelled(state, await arun_chain(self.steps, state))
-
-    def ask(self, state: Mapping[str, Any]) -> Wait:
-        """The run as a :class:`~modular_rag.trace.Wait` for a :func:`waiting` body to yield."""
-        return Wait(functools.partial(self, state), functools.partial(self.acall, state))
 
     def _labelled(self, state: Mapping[str, Any], update: dict[str, Any]) -> dict[str, Any]:
         return {**update, **_prefixed(self.label.format(branch=state.get("branch", "")), update)}
@@ -349,17 +345,15 @@ class GraphNode(Protocol):
 
 class SlotNode(Protocol):
     """A slot's node function (:func:`make_node`): called in sync runs; ``acall`` awaited on the event loop in async
-    runs when ``is_async`` (one of its operators is async); ``ask(state)`` its run as a
-    :class:`~modular_rag.trace.Wait`. It is a :class:`GraphNode`, and a :class:`~modular_rag.registry.Search` when it
-    is the retrieve slot's node given to a hop."""
+    runs when ``is_async`` (one of its operators is async), and by an ``async def`` pattern node. It is a
+    :class:`GraphNode`, and a :class:`~modular_rag.registry.Search` when it is the retrieve slot's node given to a
+    hop."""
 
     is_async: bool
 
     def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]: ...
 
     async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    def ask(self, state: Mapping[str, Any]) -> Wait: ...
 
 
 def make_node(steps: Sequence[_Step]) -> SlotNode:
@@ -390,10 +384,6 @@ class _StepsNode:
             return _one(*await self.steps[0].arun(state))
         return await arun_chain(self.steps, state)
 
-    def ask(self, state: Mapping[str, Any]) -> Wait:
-        """The node's run as a :class:`~modular_rag.trace.Wait` (a slot's node given to a hop as the flow's search)."""
-        return Wait(functools.partial(self, state), functools.partial(self.acall, state))
-
 
 def _one(update: dict[str, Any], event: TraceEvent, entry: LedgerEntry) -> dict[str, Any]:
     # a step that runs operators itself (a pattern's bookkeeping node) returns their entries first
@@ -407,7 +397,11 @@ def _call_async_only(fn: Callable[[Mapping[str, Any]], Awaitable[Any]], state: M
     return await_sync(fn(state))
 
 
-def internal_node(name: str, fn: Callable[[Mapping[str, Any]], dict[str, Any]], operator: str = "pattern") -> GraphNode:
-    """Instrument a pattern's own function (a loop counter, a fan-out, a hop) like an operator node; the trace and
-    ledger name it ``operator``."""
-    return make_node([_Step(name, operator, fn, OperatorSpec(name=operator))])
+def internal_node(
+    name: str,
+    fn: Callable[[Mapping[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]],
+    operator: str = "pattern",
+) -> GraphNode:
+    """Instrument a pattern's own function (a loop counter, a fan-out, a hop; sync or ``async def``) like an operator
+    node; the trace and ledger name it ``operator``."""
+    return make_node([_Step(name, operator, fn, OperatorSpec(name=operator))])  # type: ignore[arg-type]

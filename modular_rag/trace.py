@@ -1,5 +1,4 @@
-"""Cost metering: what each node spends (LLM calls, tokens, retrievals, embedding calls); a step's deadline; the
-model calls an operator waits on (:class:`Wait`).
+"""Cost metering: what each node spends (LLM calls, tokens, retrievals, embedding calls); a step's deadline.
 
 The builder opens a :class:`Meter` around every node run; providers record into the current meter through
 :func:`record`. The meter is found through a context variable, so operators never pass it around, and a node's
@@ -11,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,6 @@ __all__ = [
     "current_deadline",
     "run_with_deadline",
     "under_deadline",
-    "Wait",
 ]
 
 
@@ -162,21 +160,6 @@ def under_deadline(deadline: Deadline) -> Iterator[Deadline]:
         yield deadline
     finally:
         _DEADLINE.reset(token)
-
-
-@dataclass(frozen=True)
-class Wait:
-    """A call an operator waits on (a chat completion, an embedding request) in its two forms: ``call()`` blocks
-    the thread until the answer is there, ``acall()`` is awaited on the event loop. An operator written as a
-    generator yields these (:func:`modular_rag.concurrency.waiting`), so one body serves sync and async runs.
-
-    Args:
-        call: The blocking call.
-        acall: The same call as a coroutine function.
-    """
-
-    call: Callable[[], Any]
-    acall: Callable[[], Awaitable[Any]]
 
 
 LEDGER_FIELDS = (

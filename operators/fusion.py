@@ -13,21 +13,19 @@ pattern's fusion operators:
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from modular_rag.chat import Completion
-from modular_rag.concurrency import waiting
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm, retrievals
 from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, pack_of
 from modular_rag.text import token_f1
-from modular_rag.trace import Wait, note
+from modular_rag.trace import note
 from operators.generation import (
     DATA_RULE,
     REFUSAL,
@@ -453,7 +451,7 @@ def llm_fusion(params: LLMFusionParams, providers: Providers) -> Operator:
     """LLM fusion: one answer synthesised from the branch (or tree-node) answers and their passages, with citations;
     each partial answer's own ``[n]`` are renumbered to the passages as the fusion numbers them."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         parts = partials(state)
         evidence = fused_evidence(parts, params.max_evidence)
         if not parts or not evidence:
@@ -463,10 +461,10 @@ def llm_fusion(params: LLMFusionParams, providers: Providers) -> Operator:
         prompt = FUSION_PROMPTS[params.style].format(
             passages=format_evidence(evidence), partials=listing, query=state.get("query", "")
         )
-        completion = yield providers.llm.ask(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
+        completion = providers.llm.complete(prompt, system=f"{SYSTEM} {DATA_RULE}", max_tokens=params.max_tokens)
         return {"answer": make_answer(completion.text, evidence), "evidence": evidence}
 
-    return waiting(run)
+    return run
 
 
 class PairsParams(OperatorParams):

@@ -12,19 +12,16 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from modular_rag.chat import Completion
-from modular_rag.concurrency import run_blocking, waiting
 from modular_rag.costs import ZERO, Cost, CostContext, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import REFUSAL, Answer, Citation, Evidence, evidence_of, is_refusal
 from modular_rag.text import Analyzer, split_sentences
-from modular_rag.trace import Wait
 from operators.attribution import (
     ScoredSentence,
     SentenceScorer,
@@ -49,7 +46,6 @@ __all__ = [
     "check_answer",
     "judge_claims",
     "ask_model_yes_no",
-    "yes_no_asked",
     "JUDGE_PROMPT",
     "SUPPORTED_QUESTION",
     "extractive_answer",
@@ -249,15 +245,7 @@ SUPPORTED_QUESTION = "Is every statement in the answer supported by the passages
 def ask_model_yes_no(providers: Providers, prompt: str, *, max_tokens: int = 4) -> tuple[str | None, float | None]:
     """Ask the chat model a yes/no question (one LLM call): ``(yes | no | None, P(yes))``, P(yes) read from the
     first token's log-probabilities when the model gives them (else ``None``, and the reply read from its text)."""
-    return run_blocking(yes_no_asked(providers, prompt, max_tokens=max_tokens))
-
-
-def yes_no_asked(
-    providers: Providers, prompt: str, *, max_tokens: int = 4
-) -> Generator[Wait, Completion, tuple[str | None, float | None]]:
-    """:func:`ask_model_yes_no` for a :func:`~modular_rag.concurrency.waiting` body (``yield from``): the call is
-    yielded, so an async run awaits it."""
-    completion = yield providers.llm.ask(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
+    completion = providers.llm.complete(prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=10)
     first = next((t for t in completion.tokens or () if t.token.strip()), None)
     return parse_yes_no(completion.text, first.top if first is not None else ())
 
@@ -595,7 +583,7 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
             note(f"bridge: the best sentence names [{best.ref}]; answering from it")
         return best
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
         evidence = evidence_of(state, params.max_evidence)
         if not evidence and params.without_evidence == "refuse":
@@ -626,12 +614,12 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
             return {"answer": answer}
         if evidence:
             prompt = f"{format_evidence(evidence)}\n\nQuestion: {query}\nAnswer:"
-            completion = yield providers.llm.ask(
+            completion = providers.llm.complete(
                 prompt, system=system, max_tokens=params.max_tokens, logprobs=params.logprobs
             )
         else:
             prompt = f"Question: {query}\nAnswer briefly.\nAnswer:"
-            completion = yield providers.llm.ask(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
+            completion = providers.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=params.logprobs)
         answer = make_answer(completion.text, evidence, attribute_threshold=None)
         answer["source"] = "model"
         if completion.tokens:
@@ -660,7 +648,7 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
             answer["reason"] = "no sentence of the answer is supported by what it cites"
         return {"answer": answer}
 
-    return waiting(run)  # async runs await the model's answer, holding no thread
+    return run
 
 
 class DraftParams(OperatorParams):
@@ -693,7 +681,7 @@ def draft_sentence(params: DraftParams, providers: Providers) -> Operator:
     """FLARE's look-ahead: the next sentence of the answer, with its token log-probabilities, continuing the answer
     accepted so far (by prefill when the model allows it); ``done`` when the model ends the answer."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         evidence = evidence_of(state)
         so_far = (state.get("answer") or {}).get("text", "")
         passages = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
@@ -705,7 +693,7 @@ def draft_sentence(params: DraftParams, providers: Providers) -> Operator:
         else:
             tail = f"\nAnswer so far: {so_far}\nContinue with the next sentence only." if so_far else ""
             prompt = DRAFT_PROMPT.format(passages=passages, query=state.get("query", ""), so_far=tail)
-        completion = yield providers.llm.ask(prompt, max_tokens=params.max_tokens, logprobs=True)
+        completion = providers.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True)
         text = completion.text
         if providers.llm.prefill and so_far and text.startswith(so_far):
             text = text[len(so_far) :]
@@ -714,7 +702,7 @@ def draft_sentence(params: DraftParams, providers: Providers) -> Operator:
         ended = completion.meta.get("finish") == "stop" and not more
         return {"draft": {"text": trim_loops(sentence), "tokens": toks, "logprobs": lps, "done": ended or not sentence}}
 
-    return waiting(run)
+    return run
 
 
 class VerifyParams(CheckParams):

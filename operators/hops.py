@@ -25,19 +25,20 @@ A new strategy is one function registered here (or in any plugin) with ``port=Po
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
 
-from modular_rag.concurrency import gathered
+from modular_rag.concurrency import together
 from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.providers import Providers
 from modular_rag.registry import Hop, NoParams, OperatorParams, Port, Search, operator
 from modular_rag.state import Branch, Hit, step_of, trace_and_ledger
 from modular_rag.text import split_sentences
-from modular_rag.trace import Wait, note
+from modular_rag.trace import note
 from operators.generation import DATA_RULE, evidence_of, format_evidence, is_refusal, quoted_sentence, strip_citations
 from operators.multihop import HopParams, hop, linked_from, multihop_rank, named_by_question
 
@@ -230,15 +231,11 @@ def evidence(params: EvidenceHopParams, providers: Providers) -> Hop:
         ranked = _rank(providers, question, previous, params, second=second, sources=list(seeds.values()), named=named)
         return {"queries": list(seeds), "candidates": ranked, **trace_and_ledger(*runs)}
 
-    def follow(state: Mapping[str, Any], search: Search) -> Generator[Wait, Any, dict[str, Any]]:
+    async def follow(state: Mapping[str, Any], search: Search) -> dict[str, Any]:
         seeds = list(state.get("candidates") or [])
-        # one search per seed: in turn in sync runs, awaited together in async ones
-        runs = yield gathered(
-            [
-                search.ask({**state, "queries": [f"{_question(state)} {_words(seed['text'], params.passage_words)}"]})
-                for seed in seeds
-            ]
-        )
+        queries = [f"{_question(state)} {_words(seed['text'], params.passage_words)}" for seed in seeds]
+        # one search per seed: awaited together in async runs, in turn in sync ones
+        runs = await together([functools.partial(search.acall, {**state, "queries": [q]}) for q in queries])
         branches = []
         for i, (seed, run) in enumerate(zip(seeds, runs, strict=True)):
             hits = [h for h in run.get("candidates") or [] if h["chunk_id"] != seed["chunk_id"]]

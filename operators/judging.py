@@ -15,31 +15,29 @@ patterns stop when any verdict of the current step says ``stop``, and always at 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from modular_rag.chat import Completion
-from modular_rag.concurrency import run_blocking, waiting
 from modular_rag.costs import ZERO, llm
 from modular_rag.errors import JudgeError
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import Verdict, step_of
 from modular_rag.text import token_f1
-from modular_rag.trace import Wait, totals
+from modular_rag.trace import totals
 from operators.generation import (
     DATA_RULE,
     JUDGE_PROMPT,
     SUPPORTED_QUESTION,
+    ask_model_yes_no,
     evidence_of,
     format_evidence,
     parse_yes_no,
-    yes_no_asked,
 )
 
-__all__ = ["verdict", "ask_yes_no", "yes_no_about", "CRITERIA"]
+__all__ = ["verdict", "ask_yes_no", "CRITERIA"]
 
 
 def verdict(
@@ -108,21 +106,13 @@ def ask_yes_no(
 ) -> tuple[str | None, float | None]:
     """Ask the model a yes/no question about the state's question and answer (with the evidence as delimited data
     when ``passages``): ``(yes | no | None, P(yes) from the first token's alternatives, or None)``."""
-    return run_blocking(yes_no_about(providers, state, ask, passages=passages, max_tokens=max_tokens))
-
-
-def yes_no_about(
-    providers: Providers, state: Mapping[str, Any], ask: str, *, passages: bool, max_tokens: int = 4
-) -> Generator[Wait, Completion, tuple[str | None, float | None]]:
-    """:func:`ask_yes_no` for a :func:`~modular_rag.concurrency.waiting` body (``yield from``): an async run awaits
-    it."""
     evidence = evidence_of(state) if passages else []
     context = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
     answer = _answer_text(state)
     prompt = JUDGE_PROMPT.format(
         context=context, query=state.get("query", ""), answer=f"Answer: {answer}" if answer else "", ask=ask
     )
-    return (yield from yes_no_asked(providers, prompt, max_tokens=max_tokens))
+    return ask_model_yes_no(providers, prompt, max_tokens=max_tokens)
 
 
 def _judge_cost(params: LLMJudgeParams, ctx: Any) -> Any:
@@ -143,10 +133,10 @@ def llm_judge(params: LLMJudgeParams, providers: Providers) -> Operator:
         ask, default = CRITERIA[params.criterion]
         continue_on = params.continue_on or default
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         if params.criterion == "supported" and not evidence_of(state):
             return verdict("llm_judge", "stop", "supported:no_passages", state)
-        reply, p_yes = yield from yes_no_about(
+        reply, p_yes = ask_yes_no(
             providers, state, ask, max_tokens=params.max_tokens, passages=params.criterion != "needs_retrieval"
         )
         if reply is None:
@@ -154,7 +144,7 @@ def llm_judge(params: LLMJudgeParams, providers: Providers) -> Operator:
         decision: Literal["stop", "continue"] = "continue" if reply == continue_on else "stop"
         return verdict("llm_judge", decision, f"{params.criterion}:{reply}", state, p_yes)
 
-    return waiting(run)
+    return run
 
 
 class ReflectionParams(OperatorParams):
@@ -183,21 +173,19 @@ def reflection(params: ReflectionParams, providers: Providers) -> Operator:
     are passages) and useful for the question (IsUse)? One verdict: continue (retrieve again) when either says no,
     stop (accept) when every question asked says yes."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         asked: list[tuple[str, str | None, float | None]] = []
         parts: list[str] = []
         if params.supported:
             if evidence_of(state):
-                reply, p = yield from yes_no_about(
+                reply, p = ask_yes_no(
                     providers, state, CRITERIA["supported"][0], passages=True, max_tokens=params.max_tokens
                 )
                 asked.append(("supported", reply, p))
             else:
                 parts.append("supported:no_passages")
         if params.useful:
-            reply, p = yield from yes_no_about(
-                providers, state, CRITERIA["useful"][0], passages=False, max_tokens=params.max_tokens
-            )
+            reply, p = ask_yes_no(providers, state, CRITERIA["useful"][0], passages=False, max_tokens=params.max_tokens)
             asked.append(("useful", reply, p))
         parts += [f"{name}:{reply or 'unclear'}" for name, reply, _ in asked]
         decisions = [
@@ -207,7 +195,7 @@ def reflection(params: ReflectionParams, providers: Providers) -> Operator:
         scores = [p for _, _, p in asked if p is not None]
         return verdict("reflection", decision, ",".join(parts), state, min(scores) if scores else None)
 
-    return waiting(run)
+    return run
 
 
 class BudgetParams(OperatorParams):
@@ -334,7 +322,7 @@ def self_verify(params: SelfVerifyParams, providers: Providers) -> Operator:
     own passages support, else dropped (``stop``). One call per node (its cost is per node); unanswered nodes and
     nodes an earlier judge dropped are not asked."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         from operators.fusion import pack_of
 
         tree = list(state.get("tree") or [])
@@ -356,7 +344,7 @@ def self_verify(params: SelfVerifyParams, providers: Providers) -> Operator:
             prompt = SELF_VERIFY_PROMPT.format(
                 passages=passages, root=state.get("query", ""), question=node["question"], answer=node["answer"]
             )
-            completion = yield providers.llm.ask(prompt, max_tokens=params.max_tokens, logprobs=True, top_logprobs=10)
+            completion = providers.llm.complete(prompt, max_tokens=params.max_tokens, logprobs=True, top_logprobs=10)
             first = next((t for t in completion.tokens or () if t.token.strip()), None)
             reply, p_yes = parse_yes_no(completion.text, first.top if first is not None else ())
             decision: Literal["stop", "continue"] = (
@@ -374,4 +362,4 @@ def self_verify(params: SelfVerifyParams, providers: Providers) -> Operator:
             out.append(v)
         return {"verdicts": out}
 
-    return waiting(run)
+    return run

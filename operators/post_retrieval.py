@@ -6,22 +6,22 @@ Rerankers and selectors read and write ``candidates`` (port ``rerank``), so they
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
 from modular_rag.chat import Completion
-from modular_rag.concurrency import gathered, waiting
+from modular_rag.concurrency import in_threads
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
 from modular_rag.cross_encoder import CrossEncoderScorer
 from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Evidence, Hit
 from modular_rag.text import estimate_tokens
-from modular_rag.trace import Wait
 from operators.attribution import ScoredSentence, SentenceScorer, SentenceWeights
 from operators.fusion import normalise_scores
 
@@ -192,10 +192,10 @@ RELEVANCE_PROMPT = (
 )
 
 
-def _asked(providers: Providers, query: str, text: str) -> Wait:
-    """The relevance question about one passage, as a call to make or await."""
+def _asked(providers: Providers, query: str, text: str) -> Completion:
+    """The model's reply to the relevance question about one passage."""
     passage = " ".join(text.replace("</passage>", "").split())[:2000]
-    return providers.llm.ask(
+    return providers.llm.complete(
         RELEVANCE_PROMPT.format(text=passage, query=query), max_tokens=3, logprobs=True, top_logprobs=10
     )
 
@@ -209,16 +209,15 @@ def _verdict(completion: Completion) -> tuple[str | None, float | None]:
 
 def relevance(providers: Providers, query: str, text: str) -> tuple[str | None, float | None]:
     """Ask the model whether a passage helps answer the query: ``(yes|no|None, P(yes) or None)``."""
-    return _verdict(_asked(providers, query, text).call())
+    return _verdict(_asked(providers, query, text))
 
 
 def _judge_all(
     providers: Providers, query: str, hits: list[Hit], concurrency: int
-) -> Generator[Wait, Any, list[tuple[str | None, float | None]]]:
-    """The relevance verdict on every hit, for a waiting body (``yield from``): ``concurrency`` calls in flight, in
-    as many threads in sync runs, awaited on the loop in async ones."""
-    completions = yield gathered([_asked(providers, query, h["text"]) for h in hits], in_flight=concurrency)
-    return [_verdict(completion) for completion in completions]
+) -> list[tuple[str | None, float | None]]:
+    """The relevance verdict on every hit, ``concurrency`` calls in flight (in as many threads)."""
+    calls = [functools.partial(_asked, providers, query, h["text"]) for h in hits]
+    return [_verdict(completion) for completion in in_threads(calls, in_flight=concurrency)]
 
 
 class CritiqueParams(OperatorParams):
@@ -232,11 +231,11 @@ class CritiqueParams(OperatorParams):
 def llm_critique(params: CritiqueParams, providers: Providers) -> Operator:
     """LLM-critique filter: one yes/no relevance call per candidate; drops the chunks the model judges irrelevant."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Any, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         from modular_rag.trace import note
 
         hits = list(state.get("candidates") or [])[: params.max_candidates]
-        verdicts = yield from _judge_all(providers, _query(state), hits, params.concurrency)
+        verdicts = _judge_all(providers, _query(state), hits, params.concurrency)
         kept = [
             h
             for h, (reply, _) in zip(hits, verdicts, strict=True)
@@ -247,7 +246,7 @@ def llm_critique(params: CritiqueParams, providers: Providers) -> Operator:
         note(f"kept {len(kept)} of {len(hits)}")
         return {"candidates": kept}
 
-    return waiting(run)  # async runs await the judgements on the loop, holding no thread
+    return run
 
 
 class LLMRerankParams(RerankParams):
@@ -260,17 +259,17 @@ def llm_pointwise(params: LLMRerankParams, providers: Providers) -> Operator:
     """LLM pointwise relevance: score = P(yes) from the first token's log-probabilities where available (else 1/0
     from the reply); ties keep the prior order."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Any, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         hits = list(state.get("candidates") or [])
         head, tail = hits[: params.max_candidates], hits[params.max_candidates :]
-        verdicts = yield from _judge_all(providers, _query(state), head, params.concurrency)
+        verdicts = _judge_all(providers, _query(state), head, params.concurrency)
         scores = [p if p is not None else (1.0 if r == "yes" else 0.5 if r is None else 0.0) for r, p in verdicts]
         # stable sort keeps the retriever's order among equal scores; unscored tail keeps its order after
         ranked = rescored(head, np.asarray(scores) - 1e-9 * np.arange(len(head)), "llm_pointwise", None)
         out = ranked + [Hit(**{**h, "channel": "llm_pointwise", "score": -1.0}) for h in tail]  # type: ignore[typeddict-item]
         return {"candidates": out[: params.top_k] if params.top_k else out}
 
-    return waiting(run)  # async runs await the scoring calls on the loop, holding no thread
+    return run
 
 
 class MMRParams(OperatorParams):

@@ -9,17 +9,14 @@ garbage.
 from __future__ import annotations
 
 import re
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from modular_rag.chat import Completion
-from modular_rag.concurrency import waiting
 from modular_rag.costs import Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
-from modular_rag.trace import Wait
 from operators.generation import clean_completion
 
 if TYPE_CHECKING:
@@ -69,15 +66,15 @@ def rewrite(params: RewriteParams, providers: Providers) -> Operator:
     """LLM query rewrite (Rewrite-Retrieve-Read, prompted rather than a trained rewriter): retrieve with a concise
     search query; falls back to the original if unusable."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
-        completion = yield providers.llm.ask(REWRITE_PROMPT.format(query=query), max_tokens=params.max_tokens)
+        completion = providers.llm.complete(REWRITE_PROMPT.format(query=query), max_tokens=params.max_tokens)
         new = first_line(completion.text)
         if not usable_rewrite(new, query) or new.lower() == query.lower():
             return {"queries": [query]}
         return {"queries": [query, new] if params.keep_original else [new]}
 
-    return waiting(run)
+    return run
 
 
 class CondenseParams(OperatorParams):
@@ -117,14 +114,14 @@ def condense(params: CondenseParams, providers: Providers) -> Operator:
     from modular_rag.text import distinctive_tokens
     from modular_rag.trace import note
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
         earlier = [m for m in history(state) if m.type in ("human", "ai") and m.text.strip()]
         if not earlier:
             return {"queries": [query]}
         window = earlier[-2 * params.max_turns :]
         prompt = CONDENSE_PROMPT.format(turns=_turns(window, params.max_chars), query=query)
-        text = (yield providers.llm.ask(prompt, max_tokens=params.max_tokens)).text
+        text = providers.llm.complete(prompt, max_tokens=params.max_tokens).text
         new = first_line(re.sub(r"^\s*(user|assistant)\s*:\s*", "", text, flags=re.IGNORECASE))
         asked = [m.text for m in window if m.type == "human"]
         if not usable_rewrite(new, max([query, *asked], key=len)):
@@ -138,7 +135,7 @@ def condense(params: CondenseParams, providers: Providers) -> Operator:
         note(f"condense: the rewrite {new[:60]!r} {why}; searching with the question as asked")
         return {"queries": [query]}
 
-    return waiting(run)
+    return run
 
 
 MULTI_QUERY_STYLES: dict[str, str] = {
@@ -167,7 +164,7 @@ def multi_query(params: MultiQueryParams, providers: Providers) -> Operator:
     """Multi-query expansion: one rewrite per style (standalone, synonyms, related aspects); unusable or duplicate
     rewrites are dropped."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
         queries = [query] if params.include_original else []
         for style in params.styles:
@@ -175,12 +172,12 @@ def multi_query(params: MultiQueryParams, providers: Providers) -> Operator:
                 f"{MULTI_QUERY_STYLES[style]} Keep names, codes and numbers. Reply with the query only.\n\n"
                 f"Question: {query}\nQuery:"
             )
-            new = first_line((yield providers.llm.ask(prompt, max_tokens=params.max_tokens)).text)
+            new = first_line(providers.llm.complete(prompt, max_tokens=params.max_tokens).text)
             if usable_rewrite(new, query) and new.lower() not in {q.lower() for q in queries}:
                 queries.append(new)
         return {"queries": queries or [query]}
 
-    return waiting(run)
+    return run
 
 
 class DecomposeParams(OperatorParams):
@@ -231,7 +228,7 @@ def decompose(params: DecomposeParams, providers: Providers) -> Operator:
     Clarifications: retrieval-augmented, from the passages retrieved for the question when the state has them);
     one LLM call, one question per line."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         from operators.generation import DATA_RULE, format_evidence
 
         query = str(state.get("query", ""))
@@ -240,11 +237,11 @@ def decompose(params: DecomposeParams, providers: Providers) -> Operator:
         instruction = DECOMPOSE_PROMPTS[mode].format(n=params.max_questions)
         passages = f"{format_evidence(evidence)}\n{DATA_RULE}\n\n" if evidence else ""
         prompt = f"{passages}{instruction}\n\nQuestion: {query}\n"
-        text = (yield providers.llm.ask(prompt, max_tokens=params.max_tokens)).text
+        text = providers.llm.complete(prompt, max_tokens=params.max_tokens).text
         questions = question_lines(text, query, params.max_questions)
         return {"queries": ([query] if params.include_original else []) + questions or [query]}
 
-    return waiting(run)
+    return run
 
 
 class HydeParams(OperatorParams):
@@ -270,7 +267,7 @@ def hyde(params: HydeParams, providers: Providers) -> Operator:
     """HyDE: retrieve with a generated hypothetical passage (answer-to-answer similarity); optionally average its
     embedding with the query's."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         import numpy as np
 
         from operators.generation import clean_completion
@@ -278,7 +275,7 @@ def hyde(params: HydeParams, providers: Providers) -> Operator:
         query = str(state.get("query", ""))
         passage = " ".join(
             clean_completion(
-                (yield providers.llm.ask(HYDE_PROMPT.format(query=query), max_tokens=params.max_tokens)).text
+                providers.llm.complete(HYDE_PROMPT.format(query=query), max_tokens=params.max_tokens).text
             ).split()
         )
         if not passage:
@@ -289,7 +286,7 @@ def hyde(params: HydeParams, providers: Providers) -> Operator:
             update["query_embedding"] = (mean / max(float(np.linalg.norm(mean)), 1e-12)).tolist()
         return update
 
-    return waiting(run)
+    return run
 
 
 class StepBackParams(OperatorParams):
@@ -312,15 +309,15 @@ def step_back(params: StepBackParams, providers: Providers) -> Operator:
     """Step-back prompting: retrieve for an abstracted, more general question and for the original; the retriever
     merges both lists (RRF)."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
         prompt = STEP_BACK_PROMPT.format(query=query)
-        general = first_line((yield providers.llm.ask(prompt, max_tokens=params.max_tokens)).text)
+        general = first_line(providers.llm.complete(prompt, max_tokens=params.max_tokens).text)
         if not usable_rewrite(general, query) or general.lower() == query.lower():
             return {"queries": [query]}
         return {"queries": [query, general]}
 
-    return waiting(run)
+    return run
 
 
 class FilterParams(OperatorParams):
@@ -398,7 +395,7 @@ def filter_extract(params: FilterParams, providers: Providers) -> Operator:
     """Metadata filter extraction into a Chroma where filter (years, sources ...), validated against the fields and
     value types the index actually has; invalid parts are dropped and noted in the trace."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         import json
 
         from modular_rag.trace import note
@@ -420,7 +417,7 @@ def filter_extract(params: FilterParams, providers: Providers) -> Operator:
         else:
             listing = "\n".join(f"- {f}: {', '.join(map(str, sorted(v, key=str)[:8]))}" for f, v in known.items())
             text = (
-                yield providers.llm.ask(FILTER_PROMPT.format(fields=listing, query=query), max_tokens=params.max_tokens)
+                providers.llm.complete(FILTER_PROMPT.format(fields=listing, query=query), max_tokens=params.max_tokens)
             ).text
             match = re.search(r"\{.*\}", text, re.S)
             try:
@@ -439,4 +436,4 @@ def filter_extract(params: FilterParams, providers: Providers) -> Operator:
         where = kept if len(kept) == 1 else {"$and": [{k: v} for k, v in kept.items()]}
         return {"filter": {"$and": [existing, where]} if existing else where}
 
-    return waiting(run)
+    return run

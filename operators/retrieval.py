@@ -10,21 +10,19 @@ weights, ``weighted``): one ``hybrid_search`` call per query, noted in the trace
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from modular_rag.concurrency import waiting
 from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.errors import ProviderError
-from modular_rag.index import LangChainStore
 from modular_rag.milvus import MilvusStore
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator, register_adapter
 from modular_rag.state import Hit, queries_of
-from modular_rag.trace import Wait, note, record
+from modular_rag.trace import note, record
 from operators.fusion import fuse
 from operators.multihop import HopParams, hop
 
@@ -98,7 +96,7 @@ def _retrieval_cost(channels: int) -> Any:
 def dense(params: DenseParams, providers: Providers) -> Operator:
     """Dense retrieval: cosine similarity of embeddings in the vector store (uses ``query_embedding`` if set)."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Any, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         where = where_of(state, params.filter)
         queries = queries_of(state)
         vector = state.get("query_embedding")
@@ -106,17 +104,10 @@ def dense(params: DenseParams, providers: Providers) -> Operator:
             vec = np.asarray(vector, dtype=np.float32)
             hits = providers.index.search_dense(queries[0], params.k, where, vector=vec)
         else:
-            vectors = yield from _query_vectors(providers, queries)
-            hits = _multi(
-                [
-                    providers.index.search_dense(q, params.k, where, vector=v)
-                    for q, v in zip(queries, vectors, strict=True)
-                ],
-                params.k,
-            )
+            hits = _multi([providers.index.search_dense(q, params.k, where) for q in queries], params.k)
         return {"candidates": hits}
 
-    return waiting(run)  # a query embedded by an endpoint is awaited in async runs
+    return run
 
 
 @operator("retrieval", "sparse", "bm25", port=Port.RETRIEVE, cost=_retrieval_cost(1))
@@ -140,14 +131,14 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
     its own score normalisation), both channels and the fusion are one Milvus call per query."""
     needs_listing(providers, "hybrid retrieval (its BM25 channel)")
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Any, dict[str, Any]]:
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
         where = where_of(state, params.filter)
         vector = state.get("query_embedding")
         queries = queries_of(state)
         store = providers.index.dense
-        embedded = yield from _query_vectors(providers, queries[1:] if vector is not None else queries)
+        embedded: list[np.ndarray | None] = [None] * len(queries)  # None: the search embeds the query
         if vector is not None:
-            embedded = [np.asarray(vector, dtype=np.float32), *embedded]
+            embedded[0] = np.asarray(vector, dtype=np.float32)
         both = store if isinstance(store, MilvusStore) and providers.index.bm25_in_store else None  # both rank there
         milvus = both if both is not None and both.fuses(params.fusion, params.weights) else None
         if both is not None:
@@ -183,22 +174,7 @@ def hybrid(params: HybridParams, providers: Providers) -> Operator:
         hits = per_query[0][: params.k] if len(per_query) == 1 else fuse(per_query, "rrf", k=params.k, channel="hybrid")
         return {"candidates": providers.index.fill(hits)}  # texts read for the hits kept, not for both pools
 
-    return waiting(run)  # a query embedded by an endpoint is awaited in async runs
-
-
-def _query_vectors(providers: Providers, queries: list[str]) -> Generator[Wait, Any, list[np.ndarray | None]]:
-    """The queries' vectors where an endpoint embeds them (each a :class:`~modular_rag.trace.Wait` yielded: awaited
-    in async runs), ``None`` where the search embeds the query itself (an encoder in this process, a cached query, a
-    LangChain vector store)."""
-    index = providers.index
-    encoder = index.encoder
-    if isinstance(index.dense, LangChainStore) or encoder is None or not hasattr(encoder, "query_wait"):
-        return [None] * len(queries)
-    vectors: list[np.ndarray | None] = []
-    for query in queries:
-        wait = encoder.query_wait(query)
-        vectors.append(None if wait is None else (yield wait))
-    return vectors
+    return run
 
 
 def _milvus_hybrid(

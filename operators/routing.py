@@ -28,7 +28,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,13 +36,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from modular_rag.chat import Completion
-from modular_rag.concurrency import run_blocking, waiting
 from modular_rag.costs import ZERO, llm
 from modular_rag.providers import Providers, TokenLogprob
 from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.text import Analyzer, normalize_question
-from modular_rag.trace import Wait, note
+from modular_rag.trace import note
 
 __all__ = [
     "RouteInfo",
@@ -171,13 +169,6 @@ ROUTE_PROMPT = (
 def _llm_scores(
     providers: Providers, query: str, routes: Mapping[str, RouteInfo], max_tokens: int
 ) -> tuple[dict[str, float], str]:
-    """:func:`_llm_scores_asked` with the call made in this thread."""
-    return run_blocking(_llm_scores_asked(providers, query, routes, max_tokens))
-
-
-def _llm_scores_asked(
-    providers: Providers, query: str, routes: Mapping[str, RouteInfo], max_tokens: int
-) -> Generator[Wait, Completion, tuple[dict[str, float], str]]:
     """Eq. 21: the model's choice among the routes, with a softmax-normalised probability when it gives logprobs.
 
     Returns the scores and the raw model text (for the trace when it names no route).
@@ -185,7 +176,7 @@ def _llm_scores_asked(
     listing = "\n".join(
         f"- {name}: {info.description or ', '.join(info.examples[:2])}" for name, info in routes.items()
     )
-    completion = yield providers.llm.ask(
+    completion = providers.llm.complete(
         ROUTE_PROMPT.format(routes=listing, query=query.replace("</question>", "")),
         max_tokens=max_tokens,
         logprobs=True,
@@ -245,13 +236,11 @@ def llm_router(params: LLMRouterParams, providers: Providers) -> Operator:
     """Semantic routing by LLM intent classification into the route set (Eq. 21); an answer naming no route falls
     back and says so in the trace."""
 
-    def run(state: Mapping[str, Any]) -> Generator[Wait, Completion, dict[str, Any]]:
-        scores, text = yield from _llm_scores_asked(
-            providers, str(state.get("query", "")), params.routes, params.max_tokens
-        )
+    def run(state: Mapping[str, Any]) -> dict[str, Any]:
+        scores, text = _llm_scores(providers, str(state.get("query", "")), params.routes, params.max_tokens)
         return choose_route(scores, params, why=f"model said {text[:60]!r}" if not scores else "")
 
-    return waiting(run)
+    return run
 
 
 class HybridRouterParams(LLMRouterParams):

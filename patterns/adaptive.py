@@ -23,7 +23,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, WaitingBody, trace_and_ledger, waiting
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, trace_and_ledger
 from modular_rag.config import OperatorSpec
 from modular_rag.costs import ZERO, Cost, CostContext, Span, active, context_for, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
@@ -116,8 +116,8 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
             )
         ]
 
-    def start(state: Mapping[str, Any]) -> WaitingBody:
-        update = (yield fetch.ask(state)) if params.initial_retrieval else {}
+    async def start(state: Mapping[str, Any]) -> dict[str, Any]:
+        update = (await fetch.acall(state)) if params.initial_retrieval else {}
         return {
             **update,
             "step": 0,
@@ -125,13 +125,13 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
             "branches": seen(update, 0, state["query"]),
         }
 
-    def requery(state: Mapping[str, Any]) -> WaitingBody:
+    async def requery(state: Mapping[str, Any]) -> dict[str, Any]:
         d = state.get("draft") or {}
         query = masked_query(
             state["query"], list(d.get("tokens") or []), list(d.get("logprobs") or []), params.mask_below
         )
-        update = yield fetch.ask({**state, "queries": [query]})
-        again = yield draft.ask({**state, **{k: v for k, v in update.items() if k not in ("trace", "ledger")}})
+        update = await fetch.acall({**state, "queries": [query]})
+        again = await draft.acall({**state, **{k: v for k, v in update.items() if k not in ("trace", "ledger")}})
         return {
             **update,
             **trace_and_ledger(update, again),
@@ -168,13 +168,13 @@ def _flare(flow: FlowBuilder[AdaptiveParams]) -> CompiledStateGraph:
         done = bool(draft.get("done"))
         return "finish" if done or step_of(state) >= params.max_steps else "draft"
 
-    # async runs await the retrievals and drafts these steps run (each a Runner) on the loop, holding no thread
-    flow.add_step("start", waiting(start))
+    # async def steps: the runs they make (each a Runner) are awaited on the run's loop (async operators stay on it)
+    flow.add_step("start", start)
     flow.edge(START, "start")
     flow.add_step(DRAFT, draft)
     flow.edge("start", DRAFT)
     tail = flow.optional(JUDGE, after=DRAFT, default=defaults[JUDGE])
-    flow.add_step(REQUERY, waiting(requery))
+    flow.add_step(REQUERY, requery)
     flow.add_step(ACCEPT, accept)
     flow.add_slot(FINISH)
     flow.branch(tail, judged, {"retrieve": REQUERY, "accept": ACCEPT})

@@ -27,10 +27,8 @@ from modular_rag.builder import (
     BuildOptions,
     FlowBuilder,
     FlowSource,
-    WaitingBody,
     moved_to_slot,
     trace_and_ledger,
-    waiting,
 )
 from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, slot_cost, total
 from modular_rag.errors import ConfigError
@@ -160,8 +158,8 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
         )
     follow_one = hop.follow
 
-    def follow(state: Mapping[str, Any]) -> WaitingBody:
-        update = yield from follow_one(state)
+    async def follow(state: Mapping[str, Any]) -> dict[str, Any]:
+        update = await follow_one(state)
         branch = update["branches"][0]
         return {"branches": [{**branch, "branch": state["branch"]}], **trace_and_ledger(update)}
 
@@ -175,7 +173,7 @@ def _passages(flow: FlowBuilder[BranchingParams]) -> CompiledStateGraph:
         ]
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.add_step(BRANCH, waiting(follow), operator=f"hop:{hop.name}")  # a search it waits on is awaited
+    flow.add_step(BRANCH, follow, operator=f"hop:{hop.name}")  # a search it waits on is awaited
     flow.branch(head[-1], fan_out, [BRANCH, FUSE])
     flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.edge(BRANCH, FUSE)
@@ -211,8 +209,8 @@ def build_branching(
     if params.mode == "queries":
         per_branch = flow.runner([RETRIEVE], label=BRANCH + "[{branch}]")
 
-        def branch(state: Mapping[str, Any]) -> WaitingBody:
-            update = yield per_branch.ask(state)
+        async def branch(state: Mapping[str, Any]) -> dict[str, Any]:
+            update = await per_branch.acall(state)
             hits = update.pop("candidates", [])
             item = Branch(branch=state["branch"], query=state["query"], weight=1.0, candidates=hits)
             return {"branches": [item], **trace_and_ledger(update)}
@@ -224,7 +222,7 @@ def build_branching(
             ]
 
         head = flow.chain([EXPAND], end=None)
-        flow.add_node(BRANCH, waiting(branch))  # async runs await each branch's search on the loop
+        flow.add_node(BRANCH, branch)  # async runs await each branch's search on the loop
         flow.branch(head[-1] if head else START, fan_out, [BRANCH])
         flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
         flow.edge(BRANCH, FUSE)
@@ -241,12 +239,12 @@ def build_branching(
         else flow.runner([GENERATE], label=BRANCH + "[{branch}]")
     )
 
-    def generate_one(state: Mapping[str, Any]) -> WaitingBody:
+    async def generate_one(state: Mapping[str, Any]) -> dict[str, Any]:
         hit = state["candidates"][0]
         item = Branch(branch=state["branch"], query=state["query"], weight=float(hit["score"]), candidates=[hit])
         if per_document is None:
             return {"branches": [item]}
-        update = yield per_document.ask(state)
+        update = await per_document.acall(state)
         answered = {"answer": update["answer"]} if "answer" in update else {}  # none when it failed (on_error: skip)
         return {"branches": [{**item, **answered}], **trace_and_ledger(update)}
 
@@ -273,7 +271,7 @@ def build_branching(
         ]
 
     head = flow.chain([RETRIEVE, RERANK], end=None)
-    flow.add_node(BRANCH, waiting(generate_one))  # async runs await each document's generation on the loop
+    flow.add_node(BRANCH, generate_one)  # async runs await each document's generation on the loop
     flow.branch(head[-1], per_doc, [BRANCH, FUSE])
     flow.add_slot(FUSE, default=_DEFAULT_FUSE[params.mode])
     flow.edge(BRANCH, FUSE)

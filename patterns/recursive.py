@@ -13,6 +13,7 @@ the answer is generated once.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from langgraph.types import Send
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, WaitingBody, gathered, trace_and_ledger, waiting
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, together, trace_and_ledger
 from modular_rag.costs import Cost, CostContext, Span, context_for, slot_cost, total
 from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, register_pattern
@@ -135,7 +136,7 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         )
     follow = hop.follow
 
-    def expand(state: Mapping[str, Any]) -> WaitingBody:
+    async def expand(state: Mapping[str, Any]) -> dict[str, Any]:
         tree = list(state.get("tree") or [])
         if not tree:
             return {"frontier": [{"node_id": "n0", "parent": None, "depth": 0, "question": state["query"]}], "step": 0}
@@ -148,7 +149,7 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
             sources = list(parent.get("evidence") or [])[: params.branching]
             if room > 0:
                 runs.append(
-                    (yield from follow({"query": state["query"], "candidates": sources, "filter": state.get("filter")}))
+                    await follow({"query": state["query"], "candidates": sources, "filter": state.get("filter")})
                 )
             for branch in runs[-1]["branches"] if room > 0 else ():
                 source = branch["candidates"][0]["chunk_id"]
@@ -178,7 +179,7 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
             for i, f in enumerate(frontier)
         ]
 
-    def node(state: Mapping[str, Any]) -> WaitingBody:
+    async def node(state: Mapping[str, Any]) -> dict[str, Any]:
         spec = state["frontier"][0]
         if "hit" in spec:  # a child: the chunk its parent's passage names
             item = TreeNode(
@@ -192,7 +193,7 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
                 source=spec["source"],
             )
             return {"tree": [item]}
-        update = yield root_search.ask(state)
+        update = await root_search.acall(state)
         hits = list(update.get("candidates") or [])
         item = TreeNode(
             node_id=spec["node_id"],
@@ -210,8 +211,8 @@ def _hops(flow: FlowBuilder[RecursiveParams]) -> CompiledStateGraph:
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 
-    flow.add_step(EXPAND, waiting(expand), operator=f"hop:{hop.name}")  # the searches a follow waits on: awaited
-    flow.add_node(NODE, waiting(node))
+    flow.add_step(EXPAND, expand, operator=f"hop:{hop.name}")  # the searches a follow waits on: awaited
+    flow.add_node(NODE, node)
     flow.edge(START, EXPAND)
     flow.branch(EXPAND, fan_out, [NODE, FUSE])
     tail = flow.optional(PRUNE, after=NODE, default="none")
@@ -250,7 +251,7 @@ def build_recursive(
     clarify = flow.runner([CLARIFY], label=EXPAND)
     answer_node = flow.runner([RETRIEVE, RERANK, CONTEXT, GENERATE], label=NODE + "[{branch}]")
 
-    def expand(state: Mapping[str, Any]) -> WaitingBody:
+    async def expand(state: Mapping[str, Any]) -> dict[str, Any]:
         tree = list(state.get("tree") or [])
         if not tree:  # level 0: the question itself
             root = {"node_id": "n0", "parent": None, "depth": 0, "question": state["query"]}
@@ -266,7 +267,9 @@ def build_recursive(
             size = math.ceil(room / params.branching)
             wave, parents = parents[:size], parents[size:]
             # retrieval-augmented clarification: the children are written from the passages the parent retrieved
-            updates = yield gathered([clarify.ask({"query": p["question"], "evidence": pack_of(p)}) for p in wave])
+            updates = await together(
+                [functools.partial(clarify.acall, {"query": p["question"], "evidence": pack_of(p)}) for p in wave]
+            )
             for parent, update in zip(wave, updates, strict=True):
                 runs.append(update)
                 for question in update.get("queries", [])[: min(params.branching, room)]:
@@ -290,9 +293,9 @@ def build_recursive(
             for i, f in enumerate(frontier)
         ]
 
-    def node(state: Mapping[str, Any]) -> WaitingBody:
+    async def node(state: Mapping[str, Any]) -> dict[str, Any]:
         spec = state["frontier"][0]
-        update = yield answer_node.ask(state)
+        update = await answer_node.acall(state)
         answer = update.get("answer") or {}
         pack = sorted(evidence_of(update), key=lambda e: e["ref"])  # what the node's answer cites, by [n]
         item = TreeNode(
@@ -318,8 +321,8 @@ def build_recursive(
         full = len(state.get("tree") or []) >= params.max_nodes
         return "fuse" if depth >= params.max_depth or full or not _kept(state, depth) else "expand"
 
-    flow.add_node(EXPAND, waiting(expand))  # async runs await a level's clarifications together, on the loop
-    flow.add_node(NODE, waiting(node))  # ... and each node's retrieval and answer
+    flow.add_node(EXPAND, expand)  # async runs await a level's clarifications together, on the loop
+    flow.add_node(NODE, node)  # ... and each node's retrieval and answer
     flow.edge(START, EXPAND)
     flow.branch(EXPAND, fan_out, [NODE, FUSE])
     tail = flow.optional(PRUNE, after=NODE)

@@ -1,19 +1,21 @@
-"""The step mechanism's fan-out: :func:`~modular_rag.concurrency.gathered` calls, awaited together on the loop in
-async runs (at most ``in_flight`` at once), made in order in a sync run's thread unless threads are asked for; the
-first failure raised, and an async run's other calls cancelled; a :func:`~modular_rag.concurrency.waiting` body sent
-their results."""
+"""Fan-out inside a step, on the one async path: :func:`~modular_rag.concurrency.together` awaits an ``async def``
+node's runs at once in async runs (at most ``in_flight``) and in turn in sync ones (the node run by
+:func:`~modular_rag.concurrency.await_sync`), the first failure raised and the other runs cancelled;
+:func:`~modular_rag.concurrency.in_threads` runs a sync operator's calls in turn or in threads;
+:class:`~modular_rag.concurrency.AsyncNode` is one ``async def`` body for both kinds of run."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from modular_rag.concurrency import gathered, waiting
-from modular_rag.trace import Wait
+from modular_rag.concurrency import AsyncNode, await_sync, in_threads, pooled, together
 
 
 class Calls:
@@ -35,79 +37,99 @@ class Calls:
         with self._lock:
             self.now -= 1
 
-    def wait(self, i: int, *, fails: bool = False, seconds: float | None = None) -> Wait:
-        pause = self.seconds if seconds is None else seconds
+    def call(self, i: int, *, fails: bool = False, seconds: float | None = None) -> int:
+        self._enter()
+        try:
+            time.sleep(self.seconds if seconds is None else seconds)
+            if fails:
+                raise ValueError(f"call {i} failed")
+            return i * 10
+        finally:
+            self._leave()
 
-        def call() -> int:
-            self._enter()
-            try:
-                time.sleep(pause)
-                if fails:
-                    raise ValueError(f"call {i} failed")
-                return i * 10
-            finally:
-                self._leave()
-
-        async def acall() -> int:
-            self._enter()
-            try:
-                await asyncio.sleep(pause)
-                if fails:
-                    raise ValueError(f"call {i} failed")
-                return i * 10
-            except asyncio.CancelledError:
-                self.cancelled.append(i)
-                raise
-            finally:
-                self._leave()
-
-        return Wait(call, acall)
+    async def acall(self, i: int, *, fails: bool = False, seconds: float | None = None) -> int:
+        self._enter()
+        try:
+            await asyncio.sleep(self.seconds if seconds is None else seconds)
+            if fails:
+                raise ValueError(f"call {i} failed")
+            return i * 10
+        except asyncio.CancelledError:
+            self.cancelled.append(i)
+            raise
+        finally:
+            self._leave()
 
 
 @pytest.mark.unit
-def test_an_async_run_awaits_gathered_calls_together_and_a_sync_run_makes_them_in_its_thread() -> None:
+def test_an_async_run_awaits_its_runs_together_and_a_sync_run_in_turn() -> None:
     calls = Calls()
-    assert asyncio.run(gathered([calls.wait(i) for i in range(4)]).acall()) == [0, 10, 20, 30]
+    runs = [functools.partial(calls.acall, i) for i in range(4)]
+    assert asyncio.run(together(runs)) == [0, 10, 20, 30]
     assert calls.most == 4 and len(calls.threads) == 1  # all four at once, on the loop's thread
 
     calls = Calls()
-    assert asyncio.run(gathered([calls.wait(i) for i in range(5)], in_flight=2).acall()) == [0, 10, 20, 30, 40]
+    assert asyncio.run(together([functools.partial(calls.acall, i) for i in range(5)], in_flight=2)) == [
+        0,
+        10,
+        20,
+        30,
+        40,
+    ]
     assert calls.most == 2
 
     calls = Calls()
-    assert gathered([calls.wait(i) for i in range(3)]).call() == [0, 10, 20]
+    assert await_sync(together([functools.partial(calls.acall, i) for i in range(3)])) == [0, 10, 20]
+    assert calls.most == 1  # a sync run (the node on the kit's loop) makes them one after another
+
+
+@pytest.mark.unit
+def test_the_first_failure_is_raised_and_an_async_run_cancels_the_runs_still_going() -> None:
+    calls = Calls()
+    runs = [
+        functools.partial(calls.acall, 0, seconds=5.0),
+        functools.partial(calls.acall, 1, fails=True, seconds=0.05),
+        functools.partial(calls.acall, 2, seconds=5.0),
+    ]
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="call 1 failed"):
+        asyncio.run(together(runs))
+    assert time.perf_counter() - t0 < 2.0 and sorted(calls.cancelled) == [0, 2] and calls.now == 0
+    with pytest.raises(ValueError, match=r"in_flight must be >= 1 or None \(got 0\)"):
+        asyncio.run(together([], in_flight=0))
+
+
+@pytest.mark.unit
+def test_a_sync_operator_makes_its_calls_in_turn_or_in_as_many_threads_as_asked() -> None:
+    calls = Calls()
+    assert in_threads([functools.partial(calls.call, i) for i in range(3)]) == [0, 10, 20]
     assert calls.most == 1 and calls.threads == {threading.current_thread().name}  # in order, in this thread
 
     calls = Calls()
-    assert gathered([calls.wait(i) for i in range(4)], in_flight=2).call() == [0, 10, 20, 30]
+    assert in_threads([functools.partial(calls.call, i) for i in range(4)], in_flight=2) == [0, 10, 20, 30]
     assert calls.most == 2 and len(calls.threads) == 2  # threads, as many as asked
-
-
-@pytest.mark.unit
-def test_the_first_failure_is_raised_and_an_async_run_cancels_the_calls_still_running() -> None:
-    calls = Calls()
-    waits = [calls.wait(0, seconds=5.0), calls.wait(1, fails=True, seconds=0.05), calls.wait(2, seconds=5.0)]
-    t0 = time.perf_counter()
     with pytest.raises(ValueError, match="call 1 failed"):
-        asyncio.run(gathered(waits).acall())
-    assert time.perf_counter() - t0 < 2.0 and sorted(calls.cancelled) == [0, 2] and calls.now == 0
-    with pytest.raises(ValueError, match="call 1 failed"):
-        gathered([Calls(0.0).wait(0), Calls(0.0).wait(1, fails=True)]).call()
+        in_threads(
+            [functools.partial(Calls(0.0).call, 0), functools.partial(Calls(0.0).call, 1, fails=True)], in_flight=2
+        )
     with pytest.raises(ValueError, match=r"in_flight must be >= 1 or None \(got 0\)"):
-        gathered([], in_flight=0)
+        in_threads([], in_flight=0)
 
 
 @pytest.mark.unit
-def test_a_waiting_body_is_sent_the_gathered_results_in_sync_and_async_runs() -> None:
+def test_one_async_def_node_serves_sync_and_async_runs() -> None:
     calls = Calls(0.01)
 
-    def body(state: dict[str, Any]) -> Any:
-        results = yield gathered([calls.wait(i) for i in range(state["n"])])
+    async def node(state: Mapping[str, Any]) -> dict[str, Any]:
+        results = await together([functools.partial(calls.acall, i) for i in range(state["n"])])
         try:
-            yield gathered([calls.wait(9, fails=True)])
+            await calls.acall(9, fails=True)
         except ValueError as exc:
             return {"answer": {"text": f"{sum(results)}; {exc}"}}
         return {}
 
-    node = waiting(body)
-    assert node({"n": 3}) == asyncio.run(node.acall({"n": 3})) == {"answer": {"text": "30; call 9 failed"}}
+    wrapped = pooled("node", node)  # what add_node gives LangGraph
+    expected = {"answer": {"text": "30; call 9 failed"}}
+    assert wrapped.invoke({"n": 3}) == expected and calls.most == 1  # invoke: on the kit's loop, in turn
+    assert asyncio.run(wrapped.ainvoke({"n": 3})) == expected and calls.most == 3  # ainvoke: on the run's loop
+    assert isinstance(wrapped.fn, AsyncNode)

@@ -7,6 +7,7 @@ function and a config line, no pattern change (``test_a_hop_registered_elsewhere
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 from collections.abc import Iterator, Mapping
@@ -16,7 +17,6 @@ from typing import Any
 import pytest
 
 from modular_rag.builder import build_flow
-from modular_rag.concurrency import run_blocking
 from modular_rag.errors import ConfigError
 from modular_rag.providers import Providers
 from modular_rag.registry import PORT_WRITES, Hop, NoParams, OperatorInfo, Port, catalogue, get_operator, operator
@@ -58,9 +58,14 @@ def test_an_unknown_hop_is_refused_with_the_registered_names() -> None:
 
 @pytest.fixture()
 def search(demo_env: Providers) -> Any:
-    """The flow's search as a pattern gives it: the hybrid retrieve operator."""
+    """The flow's search as a pattern gives it: the hybrid retrieve operator as a traced node (called in sync runs,
+    ``acall`` awaited by an async ``follow``)."""
+    from modular_rag.steps import internal_node
+
     retrieve = get_operator(Port.RETRIEVE, "hybrid")
-    return retrieve.factory(retrieve.params.model_validate({"k": 5, "pool": 20}), demo_env)
+    return internal_node(
+        "retrieve", retrieve.factory(retrieve.params.model_validate({"k": 5, "pool": 20}), demo_env), "hybrid"
+    )
 
 
 @pytest.mark.integration
@@ -83,8 +88,8 @@ def test_hop_keeps_its_contract(name: str, demo_env: Providers, base_state: dict
         seeds = {**state, "candidates": state["candidates"][:2]}
         before = copy.deepcopy(seeds)
         update = hop.follow(seeds, search)
-        if inspect.isgenerator(update):  # a follow that yields the searches it waits on: made as a sync run does
-            update = run_blocking(update)
+        if inspect.isawaitable(update):  # an async follow, awaiting its searches together
+            update = asyncio.run(update)
         assert set(update) <= {"branches"} | RUN_KEYS, f"{name} wrote {set(update) - {'branches'}}"
         assert [b["candidates"][0]["chunk_id"] for b in update["branches"]] == [
             h["chunk_id"] for h in seeds["candidates"]

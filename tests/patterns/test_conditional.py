@@ -165,14 +165,6 @@ class _ScriptedLogprobs:
     def complete(self, *args: Any, **kwargs: Any) -> Any:
         return self.completion
 
-    def ask(self, *args: Any, **kwargs: Any) -> Any:
-        from modular_rag.trace import Wait
-
-        async def acomplete() -> Any:
-            return self.completion
-
-        return Wait(lambda: self.completion, acomplete)
-
 
 @pytest.mark.unit
 def test_llm_router_scores_each_route_by_its_full_name() -> None:
