@@ -26,27 +26,25 @@ A pattern factory adds its nodes, then connects them, as LangGraph's own tutoria
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal
+from typing import TYPE_CHECKING, Any, Generic
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 from typing_extensions import TypedDict, TypeVar, Unpack
 
-from modular_rag.concurrency import NODE_THREADS, AsyncNode, PooledNode, in_pool, pooled, together
+from modular_rag.bound_hops import BoundHop, bind_hop
+from modular_rag.concurrency import NODE_THREADS, AsyncNode, PooledNode, pooled, together
 from modular_rag.config import FlowConfig, OperatorSpec, load_config
 from modular_rag.controls import evaluate_condition
 from modular_rag.errors import ConfigError
 from modular_rag.graphs import BEGIN, REPLY, compile_graph, output_schema, state_graph, supersteps
 from modular_rag.providers import Providers
-from modular_rag.registry import Hop, Port, Search
+from modular_rag.registry import Port, Search
 from modular_rag.resolve import ResolvedFlow, resolve, resolve_operator
 from modular_rag.runs import node_metadata
-from modular_rag.state import RAGState, trace_and_ledger
+from modular_rag.state import trace_and_ledger
 from modular_rag.steps import (
     PORT_READS,
     GraphNode,
@@ -59,6 +57,7 @@ from modular_rag.steps import (
     run_chain,
     summarise,
 )
+from modular_rag.subflows import SUBFLOW_KEYS, GraphCall, answer_cached
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -68,7 +67,6 @@ __all__ = [
     "BoundHop",
     "BuildOptions",
     "FlowSource",
-    "moved_to_slot",
     "supersteps",
     "trace_and_ledger",
     "build_flow",
@@ -91,11 +89,6 @@ __all__ = [
 ]
 
 
-_SUBFLOW_KEYS = frozenset(
-    {"queries", "candidates", "evidence", "answer", "rounds", "branches", "tree", "verdicts", "step"}
-)
-
-
 FlowSource = FlowConfig | ResolvedFlow[Any] | Mapping[str, Any] | str | os.PathLike[str]
 """What a pattern factory builds from: a config object, a dict, a YAML path, or a config resolved already."""
 
@@ -115,20 +108,6 @@ class BuildOptions(TypedDict, total=False):
     :class:`~modular_rag.state.FlowOutput` (the answer with its citations, evidence, candidates, messages, trace and
     ledger: what the LangGraph Server graphs return; on threads the rest stays in the checkpoint). Default: the
     whole state."""
-
-
-@dataclass(frozen=True)
-class BoundHop:
-    """The :class:`~modular_rag.registry.Hop` of a hop slot (operator ``name``) bound to the flow's search by
-    :meth:`FlowBuilder.hop`: each function takes the state alone; ``next_round`` is a traced step (``hop:<name>``),
-    ``follow`` is traced by the pattern's step that runs it, an ``async def`` node (``update = await
-    hop.follow(state)``), so the searches an async follow waits on are awaited in async runs."""
-
-    name: str
-    next_round: GraphNode
-    follow: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]] | None
-    think: Callable[[Mapping[str, Any]], str] | None
-    finished: Callable[[str], bool] | None
 
 
 P = TypeVar("P", bound=BaseModel, default=BaseModel, covariant=True)
@@ -222,27 +201,7 @@ class FlowBuilder(Generic[P]):
         steps = self.resolved.slot(slot, default=default)
         if not steps or steps[0].port is not Port.HOP:
             raise ConfigError(f"operators.{slot}", "the pattern needs a hop here (how the next round searches)")
-        step = steps[0]
-        if step.operator is not None:
-            built: Any = step.operator.factory(step.params, self.env)
-        elif isinstance(step.spec.object, Hop):
-            built = step.spec.object
-        else:
-            built = resolve_operator(
-                step.spec, Port.HOP, self.env, path=step.path, allow_imports=self.config.allow_imports
-            )[1]
-        if not isinstance(built, Hop):
-            raise ConfigError(
-                f"{step.path}.name",
-                f"{step.name!r} builds a {type(built).__name__}; a hop operator's "
-                "factory returns a modular_rag.registry.Hop",
-            )
-        hop = built
-        traced = _Step(
-            node, f"hop:{step.name}", lambda state: hop.next_round(state, search), step.spec, PORT_READS[Port.HOP]
-        )
-        follow = None if hop.follow is None else _bound_follow(hop.follow, search)
-        return BoundHop(step.name, make_node([traced]), follow, hop.think, hop.finished)
+        return bind_hop(steps[0], self.env, search, node=node, allow_imports=self.config.allow_imports)
 
     def add_slot(
         self,
@@ -412,9 +371,9 @@ class FlowBuilder(Generic[P]):
         sub = build_flow(config, providers=env)
 
         def keep(out: Mapping[str, Any]) -> dict[str, Any]:
-            return {**{k: v for k, v in out.items() if k in _SUBFLOW_KEYS}, **_prefixed(name, out)}
+            return {**{k: v for k, v in out.items() if k in SUBFLOW_KEYS}, **_prefixed(name, out)}
 
-        return _GraphCall(sub, keep, ("query", "filter", "messages", *carry))
+        return GraphCall(sub, keep, ("query", "filter", "messages", *carry))
 
     def branch(
         self,
@@ -450,7 +409,17 @@ class FlowBuilder(Generic[P]):
         steps = supersteps(self.graph, loop_bound) if max_steps is None else max_steps
         name = self.config.name or self.info.name
         if self.config.answer_cache is not None:
-            return self._with_answer_cache(self.graph.compile(name=name).with_config(recursion_limit=steps + 3), name)
+            inner = self.graph.compile(name=name).with_config(recursion_limit=steps + 3)
+            return answer_cached(
+                inner,
+                self.config,
+                self.env,
+                name=name,
+                output_schema=self.output_schema,
+                checkpointer=self.checkpointer,
+                threaded=self.threaded,
+                labels=self._run_labels(name),
+            )
         compiled = compile_graph(self.graph, self.checkpointer, name, self.threaded)
         return compiled.with_config(recursion_limit=steps + 3 + 2 * self.threaded, **self._run_labels(name))
 
@@ -460,103 +429,6 @@ class FlowBuilder(Generic[P]):
             "tags": ["modular_rag", f"pattern:{self.info.name}"],
             "metadata": {"modular_rag_pattern": self.info.name, "modular_rag_flow": name},
         }
-
-    def _with_answer_cache(self, inner: CompiledStateGraph, name: str) -> CompiledStateGraph:
-        """Put a semantic answer cache in front of the compiled flow: a hit answers at once; a miss runs the flow
-        and stores its answer."""
-        from modular_rag.cache import answer_cache_steps, flow_answer_cache
-
-        lookup, store = answer_cache_steps(flow_answer_cache(self.config), self.env)
-        limit = inner.config.get("recursion_limit", 25)  # type: ignore[union-attr]
-        run_flow = _GraphCall(inner, lambda out: {key: value for key, value in out.items() if key != "messages"})
-
-        def hit(state: RAGState) -> Literal["hit", "miss"]:
-            return "hit" if state.get("answer") else "miss"
-
-        outer = state_graph(self.output_schema)
-        outer.add_node("cache_lookup", pooled("cache_lookup", internal_node("cache_lookup", lookup)))
-        outer.add_node("flow", pooled("flow", run_flow))
-        outer.add_node("cache_store", pooled("cache_store", internal_node("cache_store", store)))
-        outer.add_edge(START, "cache_lookup")
-        outer.add_conditional_edges("cache_lookup", hit, {"hit": END, "miss": "flow"})
-        outer.add_edge("flow", "cache_store")
-        outer.add_edge("cache_store", END)
-        compiled = compile_graph(outer, self.checkpointer, name, self.threaded)
-        return compiled.with_config(recursion_limit=limit + 4 + 2 * self.threaded, **self._run_labels(name))
-
-
-def _bound_follow(
-    follow: Callable[[Mapping[str, Any], Search], Any], search: Search
-) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]:
-    """A hop's ``follow`` bound to the flow's search, to await: an ``async def`` follow awaited, a sync one run in
-    the kit's thread pool."""
-
-    async def followed(state: Mapping[str, Any]) -> dict[str, Any]:
-        if inspect.iscoroutinefunction(follow):
-            return await follow(state, search)
-        return await in_pool(follow, state, search)
-
-    return followed
-
-
-def moved_to_slot(keys: Sequence[str], slot: str, spec: str | Mapping[str, Any], port: Port) -> ValueError:
-    """The error for pattern params that became a slot's operator (the kit was never released, so the old spelling
-    is refused rather than translated): it names the keys, the config line that replaces them and the operators
-    the slot takes (from the registry).
-
-    Args:
-        keys: The params keys that moved.
-        slot: The slot that holds what they chose.
-        spec: The operator (name, or ``{"name": ..., "params": ...}``) the old keys meant.
-        port: The slot's port.
-
-    Returns:
-        A ``ValueError`` for the params model's validator to raise (the config path is added by validation).
-    """
-    import yaml
-
-    from modular_rag.registry import operators_for
-
-    line = "operators: " + yaml.safe_dump({slot: spec}, default_flow_style=True, sort_keys=False).strip()
-    return ValueError(
-        f"{', '.join(keys)}: no longer params of the pattern; the {slot} slot holds this choice now: "
-        f"remove {'them' if len(keys) > 1 else 'it'} and write {line} ({port.value} operators: "
-        f"{', '.join(operators_for(port))})"
-    )
-
-
-class _GraphCall:
-    """A node that runs a compiled flow on the state's question (``query``, ``filter``, ``messages``): ``invoke`` in
-    sync runs, ``ainvoke`` in async ones (:class:`~modular_rag.concurrency.PooledNode` awaits ``acall`` on the event
-    loop), so the inner flow's async operators stay async and no thread waits for the whole inner run.
-
-    Args:
-        graph: The compiled flow.
-        keep: What of the flow's output becomes the node's update.
-        inputs: The state keys the inner flow is given.
-    """
-
-    is_async = True
-
-    def __init__(
-        self,
-        graph: CompiledStateGraph,
-        keep: Callable[[Mapping[str, Any]], dict[str, Any]],
-        inputs: Sequence[str] = ("query", "filter", "messages"),
-    ) -> None:
-        self.graph, self.keep, self.inputs = graph, keep, tuple(inputs)
-        self.limit = graph.config.get("recursion_limit", 25)  # type: ignore[union-attr]
-
-    def _args(self, state: Mapping[str, Any], config: RunnableConfig) -> tuple[dict[str, Any], RunnableConfig]:
-        inputs = {key: state[key] for key in self.inputs if key in state}
-        return inputs, {**config, "recursion_limit": self.limit}
-
-    def __call__(self, state: RAGState, config: RunnableConfig) -> dict[str, Any]:
-        return self.keep(self.graph.invoke(*self._args(state, config)))
-
-    async def acall(self, state: RAGState, config: RunnableConfig) -> dict[str, Any]:
-        """The node's async run."""
-        return self.keep(await self.graph.ainvoke(*self._args(state, config)))
 
 
 def build_flow(config: FlowSource, **options: Unpack[BuildOptions]) -> CompiledStateGraph:

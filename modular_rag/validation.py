@@ -4,14 +4,17 @@ check of a params mapping goes through."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from modular_rag.errors import ConfigError
 
-__all__ = ["format_validation_error", "validate_params"]
+if TYPE_CHECKING:
+    from modular_rag.registry import Port
+
+__all__ = ["format_validation_error", "moved_to_slot", "validate_params"]
 
 
 def _data_path(loc: tuple[Any, ...], data: Any) -> list[str]:
@@ -75,3 +78,29 @@ def validate_params(model: type[BaseModel], params: Mapping[str, Any], path: str
         return model.model_validate(dict(params))
     except ValidationError as exc:
         raise format_validation_error(exc, path, dict(params)) from None
+
+
+def moved_to_slot(keys: Sequence[str], slot: str, spec: str | Mapping[str, Any], port: Port) -> ValueError:
+    """The error for pattern params that became a slot's operator (the kit was never released, so the old spelling
+    is refused rather than translated): it names the keys, the config line that replaces them and the operators
+    the slot takes (from the registry).
+
+    Args:
+        keys: The params keys that moved.
+        slot: The slot that holds what they chose.
+        spec: The operator (name, or ``{"name": ..., "params": ...}``) the old keys meant.
+        port: The slot's port.
+
+    Returns:
+        A ``ValueError`` for the params model's validator to raise (the config path is added by validation).
+    """
+    import yaml
+
+    from modular_rag.registry import operators_for
+
+    line = "operators: " + yaml.safe_dump({slot: spec}, default_flow_style=True, sort_keys=False).strip()
+    return ValueError(
+        f"{', '.join(keys)}: no longer params of the pattern; the {slot} slot holds this choice now: "
+        f"remove {'them' if len(keys) > 1 else 'it'} and write {line} ({port.value} operators: "
+        f"{', '.join(operators_for(port))})"
+    )

@@ -27,7 +27,6 @@ from modular_rag.builder import (
     BuildOptions,
     FlowBuilder,
     FlowSource,
-    moved_to_slot,
     trace_and_ledger,
 )
 from modular_rag.costs import ZERO, Cost, CostContext, Span, context_for, llm_continues, slot_cost, total
@@ -35,6 +34,7 @@ from modular_rag.errors import ConfigError
 from modular_rag.registry import Port, SlotSpec, get_operator, register_pattern
 from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import Branch, Evidence, RAGState, queries_of
+from modular_rag.validation import moved_to_slot
 
 __all__ = [
     "build_branching",

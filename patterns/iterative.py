@@ -22,11 +22,12 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Unpack
 
-from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource, moved_to_slot
+from modular_rag.builder import BuildOptions, FlowBuilder, FlowSource
 from modular_rag.costs import Cost, Span, active, context_for, llm, total
 from modular_rag.registry import Port, SlotSpec, register_pattern
 from modular_rag.resolve import ResolvedFlow
 from modular_rag.state import RAGState, Round, should_stop, step_of
+from modular_rag.validation import moved_to_slot
 
 __all__ = [
     "build_iterative",
