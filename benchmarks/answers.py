@@ -69,8 +69,8 @@ def _configs() -> dict[str, Any]:
 
 
 def _baseline(name: str, dataset: Any) -> dict[str, float]:
+    from modular_rag.answers import strip_citations
     from modular_rag.eval.metrics import best_answer_scores, contains_answer
-    from operators.generation import strip_citations
 
     recorded = json.loads((ROOT / "benchmarks" / "results" / "answers-baseline.json").read_text())[name]
     gold = {q.id: q.answers for q in dataset.queries}

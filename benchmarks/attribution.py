@@ -197,9 +197,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _judge_alone(env: Any) -> None:
     """The judge's question about every fixture answer (against its whole passage), without the rules."""
-    from modular_rag.tables import format_table
-    from modular_rag.trace import metered
-    from operators.generation import (
+    from modular_rag.answers import (
         DATA_RULE,
         JUDGE_PROMPT,
         SUPPORTED_QUESTION,
@@ -207,6 +205,8 @@ def _judge_alone(env: Any) -> None:
         format_evidence,
         strip_citations,
     )
+    from modular_rag.tables import format_table
+    from modular_rag.trace import metered
     from tests.operators.misreadings import cases, evidence_for
 
     said: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}

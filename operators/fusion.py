@@ -20,16 +20,9 @@ import numpy as np
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from modular_rag.costs import ZERO, Cost, CostContext, Span, llm, retrievals
-from modular_rag.providers import Providers
-from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
-from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, pack_of
-from modular_rag.text import token_f1
-from modular_rag.trace import note
-from operators.generation import (
+from modular_rag.answers import (
     DATA_RULE,
     REFUSAL,
-    SYSTEM,
     cite_pack,
     cited_refs,
     clean_completion,
@@ -38,6 +31,13 @@ from operators.generation import (
     make_answer,
     renumber,
 )
+from modular_rag.costs import ZERO, Cost, CostContext, Span, llm, retrievals
+from modular_rag.providers import Providers
+from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
+from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, pack_of
+from modular_rag.text import token_f1
+from modular_rag.trace import note
+from operators.generation import SYSTEM
 from operators.multihop import HopWeights, hits_by_id, multihop_rank, named_by_question
 
 __all__ = [

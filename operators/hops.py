@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import Field
 
+from modular_rag.answers import DATA_RULE, evidence_of, format_evidence, is_refusal, strip_citations
 from modular_rag.concurrency import together
 from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.providers import Providers
@@ -39,7 +40,7 @@ from modular_rag.registry import Hop, NoParams, OperatorParams, Port, Search, op
 from modular_rag.state import Branch, Hit, step_of, trace_and_ledger
 from modular_rag.text import split_sentences
 from modular_rag.trace import note
-from operators.generation import DATA_RULE, evidence_of, format_evidence, is_refusal, quoted_sentence, strip_citations
+from operators.generation import quoted_sentence
 from operators.multihop import HopParams, hop, linked_from, multihop_rank, named_by_question
 
 __all__ = [

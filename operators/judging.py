@@ -20,14 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from modular_rag.costs import ZERO, llm
-from modular_rag.errors import JudgeError
-from modular_rag.providers import Providers
-from modular_rag.registry import Operator, OperatorParams, Port, operator
-from modular_rag.state import Verdict, step_of
-from modular_rag.text import token_f1
-from modular_rag.trace import totals
-from operators.generation import (
+from modular_rag.answers import (
     DATA_RULE,
     JUDGE_PROMPT,
     SUPPORTED_QUESTION,
@@ -36,6 +29,13 @@ from operators.generation import (
     format_evidence,
     parse_yes_no,
 )
+from modular_rag.costs import ZERO, llm
+from modular_rag.errors import JudgeError
+from modular_rag.providers import Providers
+from modular_rag.registry import Operator, OperatorParams, Port, operator
+from modular_rag.state import Verdict, step_of
+from modular_rag.text import token_f1
+from modular_rag.trace import totals
 
 __all__ = ["verdict", "ask_yes_no", "CRITERIA"]
 

@@ -201,7 +201,7 @@ def _asked(providers: Providers, query: str, text: str) -> Completion:
 
 
 def _verdict(completion: Completion) -> tuple[str | None, float | None]:
-    from operators.generation import parse_yes_no
+    from modular_rag.answers import parse_yes_no
 
     first = next((t for t in completion.tokens or () if t.token.strip()), None)
     return parse_yes_no(completion.text, first.top if first is not None else ())

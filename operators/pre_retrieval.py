@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from modular_rag.answers import clean_completion
 from modular_rag.costs import Cost, CostContext, Span, llm
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
-from operators.generation import clean_completion
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -229,7 +229,7 @@ def decompose(params: DecomposeParams, providers: Providers) -> Operator:
     one LLM call, one question per line."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        from operators.generation import DATA_RULE, format_evidence
+        from modular_rag.answers import DATA_RULE, format_evidence
 
         query = str(state.get("query", ""))
         evidence = list(state.get("evidence") or []) if params.mode == "clarify" and params.with_passages else []
@@ -270,7 +270,7 @@ def hyde(params: HydeParams, providers: Providers) -> Operator:
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         import numpy as np
 
-        from operators.generation import clean_completion
+        from modular_rag.answers import clean_completion
 
         query = str(state.get("query", ""))
         passage = " ".join(

@@ -291,9 +291,10 @@ class FlowResult:
 
 
 def _record(query: Query, out: Mapping[str, Any] | BaseException, ms: float) -> QueryRecord:
+    from modular_rag.answers import strip_citations
     from modular_rag.eval.metrics import best_answer_scores, contains_answer
     from modular_rag.trace import totals
-    from operators.generation import check_answer, strip_citations
+    from operators.generation import check_answer
 
     if isinstance(out, BaseException):
         return QueryRecord(query.id, "", False, 0.0, 0.0, [], 0, 0, 0, 0, ms, error=f"{type(out).__name__}: {out}")

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from modular_rag.answers import REFUSAL, attribute, format_evidence, make_answer, parse_citations
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, get_operator
-from operators.generation import REFUSAL, attribute, format_evidence, make_answer, parse_citations
 from tests.conftest import fake_env
 
 

@@ -71,7 +71,7 @@ def quoted(demo_dir: Path, question: str) -> str:
 def test_a_refused_round_conditions_the_next_query_on_the_sentence_it_would_have_quoted(demo_dir: Path) -> None:
     """ITER-RETGEN conditions every round on the last generation; a refusal says nothing, so the next query takes the
     evidence sentence the extractive answer would have quoted (the bare question again would repeat round 1)."""
-    from operators.generation import REFUSAL
+    from modular_rag.answers import REFUSAL
 
     config = load_config(template("iterative", demo_dir, params={"rounds": 2}, operators={"judge": "none"}))
     config.providers.llm = fake_llm(REFUSAL)

@@ -112,9 +112,9 @@ def test_a_hostile_query_cannot_steer_the_llm_router_off_its_routes(demo_dir: Pa
 @pytest.mark.integration
 def test_instructions_planted_in_a_document_stay_inside_the_generators_data_block(tmp_path: Path) -> None:
     from modular_rag import demo_corpus_path
+    from modular_rag.answers import DATA_RULE
     from modular_rag.config import ChromaConfig, ProvidersConfig
     from modular_rag.providers import Providers
-    from operators.generation import DATA_RULE
     from operators.indexing import index_paths
     from tests.conftest import ScriptedChat
 
