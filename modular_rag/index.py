@@ -46,9 +46,10 @@ from modular_rag.text import Analyzer
 from modular_rag.trace import record
 
 if TYPE_CHECKING:
+    from modular_rag.providers import Providers
     from modular_rag.retriever import IndexRetriever
 
-__all__ = ["Encoder", "DenseStore", "ChromaStore", "LangChainStore", "KnowledgeIndex", "AddReport", "matches_where"]
+__all__ = ["Encoder", "DenseStore", "ChromaStore", "LangChainStore", "KnowledgeIndex", "AddReport", "matches_where", "chunk_vectors"]
 
 log = logging.getLogger(__name__)
 
@@ -646,3 +647,20 @@ def _allowed_positions(catalog: Catalog, generation: int, where: str) -> np.ndar
     condition = json.loads(where)
     found = [c.pos for part in catalog.scan() for c in part if matches_where(c.metadata, condition)]
     return np.asarray(found, dtype=np.int64)
+
+
+def chunk_vectors(providers: Providers, hits: list[Hit]) -> np.ndarray:
+    """Embeddings of the hits' chunks: stored vectors from the dense store when it has them, else encoded now."""
+    getter = getattr(providers.index.dense, "get_vectors", None)
+    stored = getter([h["chunk_id"] for h in hits]) if getter else {}
+    missing = [i for i, h in enumerate(hits) if h["chunk_id"] not in stored]
+    fresh = providers.encoder.encode([hits[i]["text"] for i in missing]) if missing else np.zeros((0, 0), np.float32)
+    rows = []
+    j = 0
+    for h in hits:
+        if h["chunk_id"] in stored:
+            rows.append(stored[h["chunk_id"]])
+        else:
+            rows.append(fresh[j])
+            j += 1
+    return np.vstack(rows).astype(np.float32) if rows else np.zeros((0, 0), np.float32)

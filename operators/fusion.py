@@ -324,7 +324,7 @@ def replug(params: ReplugParams, providers: Providers) -> Operator:
     in every prompt, so citations point at the document they came from."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        from operators.post_retrieval import chunk_vectors
+        from modular_rag.index import chunk_vectors
 
         branches = [b for b in _branches(state) if b["candidates"]]
         if not branches:

@@ -123,7 +123,7 @@ def multihop_rank(
     Returns:
         Hits with ``channel`` ``multihop`` and descending scores.
     """
-    from operators.post_retrieval import chunk_vectors
+    from modular_rag.index import chunk_vectors
 
     w = weights or HopWeights()
     hits: dict[str, Hit] = {}

@@ -18,6 +18,7 @@ from modular_rag.chat import Completion
 from modular_rag.concurrency import in_threads
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
 from modular_rag.cross_encoder import CrossEncoderScorer
+from modular_rag.index import chunk_vectors
 from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Evidence, Hit
@@ -30,23 +31,6 @@ __all__ = ["chunk_vectors", "rescored", "CrossEncoderScorer", "mmr_order", "comp
 
 def _query(state: Mapping[str, Any]) -> str:
     return str(state.get("query", ""))
-
-
-def chunk_vectors(providers: Providers, hits: list[Hit]) -> np.ndarray:
-    """Embeddings of the hits' chunks: stored vectors from the dense store when it has them, else encoded now."""
-    getter = getattr(providers.index.dense, "get_vectors", None)
-    stored = getter([h["chunk_id"] for h in hits]) if getter else {}
-    missing = [i for i, h in enumerate(hits) if h["chunk_id"] not in stored]
-    fresh = providers.encoder.encode([hits[i]["text"] for i in missing]) if missing else np.zeros((0, 0), np.float32)
-    rows = []
-    j = 0
-    for h in hits:
-        if h["chunk_id"] in stored:
-            rows.append(stored[h["chunk_id"]])
-        else:
-            rows.append(fresh[j])
-            j += 1
-    return np.vstack(rows).astype(np.float32) if rows else np.zeros((0, 0), np.float32)
 
 
 def rescored(hits: list[Hit], scores: np.ndarray | list[float], channel: str, top_k: int | None) -> list[Hit]:
