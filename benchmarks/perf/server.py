@@ -107,6 +107,19 @@ class _Sampler:
         self._thread.join()
 
 
+def _config_file(code: Path, home: Path) -> Path:
+    """``code``'s ``langgraph.json`` written into ``home`` with its graphs' paths made absolute: the dev server reads
+    them relative to its working folder, which is ``home``, not ``code``."""
+    import json
+
+    config = json.loads((code / "langgraph.json").read_text(encoding="utf-8"))
+    config["graphs"] = {name: str(code / target.removeprefix("./")) for name, target in config["graphs"].items()}
+    home.mkdir(parents=True, exist_ok=True)
+    file = home / "langgraph.json"
+    file.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return file
+
+
 @contextmanager
 def _server(code: Path, flows: Path, log: Path, jobs: int) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``langgraph dev`` on loopback serving ``code``'s ``langgraph.json`` (its modules first on the path), the flows
@@ -123,7 +136,7 @@ def _server(code: Path, flows: Path, log: Path, jobs: int) -> Iterator[tuple[str
         langgraph,
         "dev",
         "--config",
-        str(code / "langgraph.json"),
+        str(_config_file(code, log.with_suffix(""))),
         "--host",
         "127.0.0.1",
         "--port",
@@ -239,7 +252,10 @@ def run(args: argparse.Namespace, out: Report) -> None:
     index = str(ROOT / ".modular_rag" / "demo")
     ensure_demo_index(index)
     old = worktree(args.old, WORK)
-    codes = {"async (this tree)": ROOT, f"thread per step ({args.old[:7]})": old}
+    before = "thread per step" if args.old == OLD else "before"
+    codes = {"this tree": ROOT, f"{before} ({args.old[:7]})": old}
+    if args.old != OLD:
+        out.name = f"server-{args.old[:7]}"  # --save: a results file of its own
     counts = [int(n) for n in args.requests.split(",")]
     flows = args.flows.split(",")
     stats: dict[tuple[str, int, str], dict[str, Any]] = {}
