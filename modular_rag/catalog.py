@@ -24,63 +24,14 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from modular_rag.catalog_rows import FIELD_TYPES, SCHEMA, SCHEMA_VERSION, StoredChunk, in_batches, stored_chunk
+
 __all__ = ["Catalog", "StoredChunk"]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS chunks (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, doc_id TEXT NOT NULL,
-                                   text TEXT NOT NULL, meta TEXT NOT NULL, length INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS chunks_doc ON chunks (doc_id);
-CREATE TABLE IF NOT EXISTS terms (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS stats (key TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS fields (name TEXT NOT NULL, type TEXT NOT NULL, n INTEGER NOT NULL,
-                                   PRIMARY KEY (name, type)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS anchors (anchor TEXT NOT NULL, pos INTEGER NOT NULL, rank INTEGER NOT NULL,
-                                    PRIMARY KEY (anchor, pos)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS anchors_pos ON anchors (pos);
-CREATE TABLE IF NOT EXISTS mentions (pos INTEGER NOT NULL, start INTEGER NOT NULL, anchor TEXT NOT NULL,
-                                     outer INTEGER NOT NULL, PRIMARY KEY (pos, start, anchor)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS mentions_anchor ON mentions (anchor);
-CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS sentences (pos INTEGER PRIMARY KEY, texts TEXT NOT NULL, dim INTEGER NOT NULL,
-                                      vectors BLOB NOT NULL);
-"""
-
-SCHEMA_VERSION = 3
-"""The catalog's schema (SQLite ``user_version``); an earlier one is migrated on open (version 3 added the
-``sentences`` table: a catalog of version 2 gets it empty, and its chunks' sentence vectors at the next ``index``
-run)."""
-_TYPES: dict[str, type] = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "list": list,
-    "dict": dict,
-    "NoneType": type(None),
-}
-_BATCH = 900
-"""Ids per ``IN (...)`` clause: below SQLite's default limit of 999 variables."""
-
-
-@dataclass(frozen=True)
-class StoredChunk:
-    """A chunk as the catalog holds it."""
-
-    pos: int
-    id: str
-    doc_id: str
-    text: str
-    metadata: dict[str, Any]
-
-
-def _chunk(row: Sequence[Any]) -> StoredChunk:
-    return StoredChunk(int(row[0]), str(row[1]), str(row[2]), str(row[3]), json.loads(row[4]))
 
 
 class Catalog:
@@ -103,7 +54,7 @@ class Catalog:
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate(self) -> None:
@@ -113,7 +64,7 @@ class Catalog:
         columns = [r[1] for r in self._db.execute("PRAGMA table_info(mentions)").fetchall()]
         if columns and not {"start", "outer"} <= set(columns):
             self._db.execute("DROP TABLE mentions")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('scan_mentions', '1')")
 
     def pending_scan(self) -> bool:
@@ -188,7 +139,7 @@ class Catalog:
         self._bump(db, "chunks", -len(gone))
         self._bump(db, "length", -lengths)
         self._count_fields(db, [c.metadata for c in gone], -1)
-        for part in _parts(positions):
+        for part in in_batches(positions):
             marks = ",".join("?" * len(part))
             db.execute(f"DELETE FROM chunks WHERE pos IN ({marks})", part)
             db.execute(f"DELETE FROM anchors WHERE pos IN ({marks})", part)
@@ -292,7 +243,7 @@ class Catalog:
     def _in(self, db: sqlite3.Connection | None, sql: str, values: Sequence[Any]) -> list[Any]:
         """Rows of ``sql`` (with one ``IN ({})``) over ``values``, in parts SQLite accepts."""
         out: list[Any] = []
-        for part in _parts(values):
+        for part in in_batches(values):
             out.extend(self._read(sql.format(",".join("?" * len(part))), part, db))
         return out
 
@@ -331,7 +282,7 @@ class Catalog:
     def get(self, ids: Sequence[str], db: sqlite3.Connection | None = None) -> dict[str, StoredChunk]:
         """The stored chunks of these ids (ids not held are left out)."""
         rows = self._in(db, "SELECT pos, id, doc_id, text, meta FROM chunks WHERE id IN ({})", list(ids))
-        return {r[1]: _chunk(r) for r in rows}
+        return {r[1]: stored_chunk(r) for r in rows}
 
     def at(
         self, positions: Sequence[int], db: sqlite3.Connection | None = None, *, metadata: bool = True
@@ -340,7 +291,7 @@ class Catalog:
         ``metadata=False`` their metadata is left empty (not decoded: a scan of texts needs none)."""
         columns = "pos, id, doc_id, text, meta" if metadata else "pos, id, doc_id, text"
         rows = self._in(db, f"SELECT {columns} FROM chunks WHERE pos IN ({{}})", [int(p) for p in positions])
-        make = _chunk if metadata else lambda r: StoredChunk(int(r[0]), str(r[1]), str(r[2]), str(r[3]), {})
+        make = stored_chunk if metadata else lambda r: StoredChunk(int(r[0]), str(r[1]), str(r[2]), str(r[3]), {})
         by = {int(r[0]): make(r) for r in rows}
         return [by[int(p)] for p in positions if int(p) in by]
 
@@ -373,7 +324,7 @@ class Catalog:
             )
             if not rows:
                 return
-            yield [_chunk(r) for r in rows]
+            yield [stored_chunk(r) for r in rows]
             last = int(rows[-1][0])
 
     def sentences_of(self, ids: Sequence[str]) -> dict[str, tuple[list[str], np.ndarray]]:
@@ -396,13 +347,13 @@ class Catalog:
             "s.pos = c.pos WHERE s.pos IS NULL ORDER BY c.pos LIMIT ?",
             (limit,),
         )
-        return [_chunk(r) for r in rows]
+        return [stored_chunk(r) for r in rows]
 
     def metadata_fields(self) -> dict[str, set[type]]:
         """The metadata fields the chunks have, with the value types seen."""
         out: dict[str, set[type]] = {}
         for name, kind, _ in self._read("SELECT name, type, n FROM fields"):
-            out.setdefault(name, set()).add(_TYPES.get(kind, str))
+            out.setdefault(name, set()).add(FIELD_TYPES.get(kind, str))
         return out
 
     def field_values(self, name: str, limit: int) -> set[Any]:
@@ -466,7 +417,7 @@ class Catalog:
 
     def delete_mentions(self, positions: Sequence[int], db: sqlite3.Connection) -> None:
         """Forget what these chunks mention (before they are scanned again)."""
-        for part in _parts([int(p) for p in positions]):
+        for part in in_batches([int(p) for p in positions]):
             db.execute(f"DELETE FROM mentions WHERE pos IN ({','.join('?' * len(part))})", part)
 
     def mentioned_by(
@@ -522,8 +473,3 @@ class Catalog:
         """Close the connection."""
         with self._lock:
             self._db.close()
-
-
-def _parts(values: Sequence[Any]) -> Iterator[list[Any]]:
-    for i in range(0, len(values), _BATCH):
-        yield list(values[i : i + _BATCH])
