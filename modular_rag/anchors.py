@@ -35,223 +35,17 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from modular_rag.anchor_words import CLAUSE, CONNECTORS, DATES, GENERATIONS, HONORIFICS, OPENERS, SUFFIXES
+
 __all__ = ["ABOUT", "DEFINED", "NAMED", "Alias", "aliases_of", "chunk_anchors", "words_of"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 ABOUT, NAMED, DEFINED = 3, 2, 1
 """The ranks of what a chunk defines (see the module docstring)."""
 
-# Words that open a sentence without naming its subject ("Since 2016, ..."), and what may join the words of a name.
-_OPENERS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "this",
-        "that",
-        "these",
-        "those",
-        "it",
-        "its",
-        "they",
-        "their",
-        "there",
-        "here",
-        "he",
-        "his",
-        "she",
-        "her",
-        "we",
-        "our",
-        "you",
-        "your",
-        "i",
-        "my",
-        "in",
-        "on",
-        "at",
-        "since",
-        "after",
-        "before",
-        "when",
-        "while",
-        "if",
-        "for",
-        "from",
-        "during",
-        "although",
-        "though",
-        "because",
-        "as",
-        "to",
-        "with",
-        "by",
-        "once",
-        "also",
-        "however",
-        "each",
-        "every",
-        "all",
-        "some",
-        "many",
-        "most",
-        "one",
-        "both",
-        "no",
-        "not",
-        "today",
-        "now",
-        "then",
-        "about",
-        "inside",
-        "how",
-        "why",
-        "what",
-        "which",
-        "who",
-        "where",
-        "under",
-        "over",
-        "introducing",
-        "welcome",
-        "dear",
-        "note",
-        "see",
-        "please",
-        "read",
-        "use",
-        "do",
-        "never",
-        "always",
-    ]
-)
-_CONNECTORS = frozenset(
-    ["of", "the", "and", "de", "la", "le", "du", "von", "van", "der", "den", "da", "di", "del", "&"]
-)
-_CLAUSE = frozenset(
-    [
-        "to",
-        "that",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "when",
-        "where",
-        "while",
-        "because",
-        "if",
-        "than",
-        "has",
-        "have",
-        "had",
-        "we",
-        "you",
-        "they",
-        "he",
-        "she",
-        "it",
-        "i",
-    ]
-)
-_SUFFIXES = frozenset(
-    [
-        "jr",
-        "sr",
-        "ii",
-        "iii",
-        "iv",
-        "ltd",
-        "limited",
-        "inc",
-        "plc",
-        "llc",
-        "gmbh",
-        "ag",
-        "corp",
-        "co",
-        "mbe",
-        "obe",
-        "cbe",
-        "kbe",
-        "dbe",
-        "qc",
-        "kc",
-        "phd",
-    ]
-)
-_GENERATIONS = frozenset(["jr", "sr", "ii", "iii", "iv"])
-_HONORIFICS = frozenset(
-    [
-        "sir",
-        "dame",
-        "lord",
-        "lady",
-        "captain",
-        "capt",
-        "general",
-        "gen",
-        "colonel",
-        "col",
-        "major",
-        "admiral",
-        "sergeant",
-        "sergent",
-        "lieutenant",
-        "lt",
-        "dr",
-        "doctor",
-        "professor",
-        "prof",
-        "rev",
-        "reverend",
-        "father",
-        "mr",
-        "mrs",
-        "ms",
-        "judge",
-        "senator",
-        "president",
-    ]
-)
 _KNOWN_AS = re.compile(
     r"\bknown (?:professionally |simply |mononymously |commonly )?as ([A-Z0-9][\w.'&-]*"
     r"(?:\s+(?:of\s+|the\s+|and\s+|de\s+)?[A-Z0-9][\w.'&-]*)*)"
-)
-_DATES = frozenset(
-    [
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-    ]
 )
 _COPULA = re.compile(
     r"\s(?:is|was|are|were|means|meant|refers to|stands for|denotes|has been|had been|became|remains)"
@@ -328,10 +122,10 @@ def _names(text: str, *, sentence_start: bool = True) -> list[str]:
     def close() -> None:
         if not run:
             return
-        while run and (run[-1].lower() in _CONNECTORS):
+        while run and (run[-1].lower() in CONNECTORS):
             run.pop()
         words = [w.lower() for w in run if not w.isdigit()]
-        if _DATES.issuperset(words) or (len(words) == 1 and words[0] in _OPENERS):
+        if DATES.issuperset(words) or (len(words) == 1 and words[0] in OPENERS):
             run.clear()
         while run and run[0].isdigit():  # "2022 Coastline Design Award" is also "Coastline Design Award"
             if len(run) > 2:
@@ -353,10 +147,10 @@ def _names(text: str, *, sentence_start: bool = True) -> list[str]:
                 close()
             if _is_code(word):
                 out.append(word)
-            if n == 0 and sentence_start and word.lower() in _OPENERS:
+            if n == 0 and sentence_start and word.lower() in OPENERS:
                 continue
             run.append(word)
-        elif run and word in _CONNECTORS and raw[-1] not in _PUNCT:  # "Kiss and Tell"
+        elif run and word in CONNECTORS and raw[-1] not in _PUNCT:  # "Kiss and Tell"
             run.append(word)
         else:
             close()
@@ -397,8 +191,8 @@ def _subject(line: str) -> tuple[str, str, bool] | None:
             candidates.append((name, defined))
     for found, defined in candidates:
         words = found.strip(_PUNCT + " ").split()
-        opener = bool(words) and words[0].lower() in _OPENERS and (len(words) == 1 or not words[1][:1].isupper())
-        clause = any(w.lower() in _CLAUSE for w in words)  # "The jury gave the award to X, which is ..."
+        opener = bool(words) and words[0].lower() in OPENERS and (len(words) == 1 or not words[1][:1].isupper())
+        clause = any(w.lower() in CLAUSE for w in words)  # "The jury gave the award to X, which is ..."
         if 0 < len(words) <= 10 and not opener and not clause:
             return " ".join(words), opening.group(1) if opening else "", defined
     return None
@@ -438,11 +232,11 @@ def _opening(line: str) -> dict[str, int]:
     alternatives = [n.strip(_PUNCT + " ") for n in subject.split(" or ")] if " or " in subject else []
     for name in [subject, *alternatives]:
         words = name.replace("\u201c", '"').replace("\u201d", '"').split()
-        while len(words) > 1 and words[-1].lower().strip(_PUNCT) in _SUFFIXES:  # "Viglen Ltd", not "Henry III"
-            if len(words) == 2 and words[-1].lower().strip(_PUNCT) in _GENERATIONS:
+        while len(words) > 1 and words[-1].lower().strip(_PUNCT) in SUFFIXES:  # "Viglen Ltd", not "Henry III"
+            if len(words) == 2 and words[-1].lower().strip(_PUNCT) in GENERATIONS:
                 break
             words.pop()
-        while len(words) > 2 and words[0].lower().strip(_PUNCT) in _HONORIFICS:
+        while len(words) > 2 and words[0].lower().strip(_PUNCT) in HONORIFICS:
             words.pop(0)
         plain = [w.strip(_PUNCT) for w in words if w[0] not in _QUOTES]
         nick = [w.strip(_QUOTES) for w in words if w[0] in _QUOTES or w[-1] in _QUOTES]
