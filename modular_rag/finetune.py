@@ -24,15 +24,12 @@ both go when the model is saved, unless the checkpoints are asked to be kept.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import math
 import random
-import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -41,6 +38,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modular_rag.errors import ConfigError, DatasetError, MissingDependencyError
 from modular_rag.eval.datasets import BeirDataset, load_beir
+from modular_rag.finetune_trainer import (
+    CHECKPOINT,
+    PlannedBatches,
+    epoch_losses,
+    last_checkpoint,
+    load_model,
+    loss_watch,
+    no_library_bars,
+    planned_trainer,
+    training_arguments,
+)
 
 __all__ = [
     "FinetuneSettings",
@@ -56,9 +64,6 @@ __all__ = [
 
 RUN_FILE = "finetune-run.json"
 """What a run started with (settings, base model, split, a digest of its plan), beside its checkpoints."""
-
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-_TRAINER_STATE = "trainer_state.json"  # the Trainer writes it last into a checkpoint: its presence marks one complete
 
 
 class FinetuneSettings(BaseModel):
@@ -282,16 +287,6 @@ def planned_batches(
     return [plan_batches(examples, relevant, settings.batch_size, rng) for _ in range(settings.epochs)]
 
 
-def last_checkpoint(out: str | Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` folder a run left in ``out``, or ``None``. A checkpoint the run was
-    killed while writing is passed over (the one before it is still there)."""
-    folder = Path(out)
-    if not folder.is_dir():
-        return None
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()]
-    return next((p for _, p in sorted(found, reverse=True) if (p / _TRAINER_STATE).is_file()), None)
-
-
 def _check_out(out: Path, overwrite: bool, resume: bool) -> Path | None:
     """Make ``out`` ready for the run; the checkpoint to resume from when ``resume``."""
     if out.exists() and not out.is_dir():
@@ -349,131 +344,6 @@ def _check_same_run(out: Path, record: dict) -> None:
             + "; ".join(changed)
             + ": rerun with the options it started with, or start afresh with --overwrite",
         )
-
-
-class _PlannedBatches:
-    """The Trainer's batch sampler: the planned batches as rows of the training set, every epoch's in one pass."""
-
-    def __init__(self, batches: list[list[int]], batch_size: int) -> None:
-        self.batches = batches
-        self.batch_size = batch_size  # accelerate reads it from a custom batch sampler
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return (list(batch) for batch in self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Called by the Trainer at each pass; the plan already holds every epoch."""
-
-
-def _arguments(
-    out: Path, cfg: FinetuneSettings, steps: int, *, save_steps: int | None, keep_checkpoints: bool, cuda: bool
-) -> Any:
-    """The Trainer's arguments: the settings' schedule, one pass over the plan, a log line and a loss every step."""
-    from sentence_transformers import SentenceTransformerTrainingArguments
-
-    return SentenceTransformerTrainingArguments(
-        output_dir=str(out),
-        num_train_epochs=1,  # one pass over the plan, which holds every epoch's batches
-        per_device_train_batch_size=cfg.batch_size,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type="linear",
-        warmup_steps=int(steps * cfg.warmup_ratio),
-        weight_decay=0.01,
-        max_grad_norm=1.0,
-        seed=cfg.seed,
-        fp16=cuda,
-        dataloader_pin_memory=cuda,
-        logging_steps=1,  # every step's loss: the per-epoch means and the divergence check read them
-        logging_nan_inf_filter=False,
-        save_strategy="steps",
-        save_steps=save_steps or max(1, math.ceil(steps / 10)),
-        save_total_limit=None if keep_checkpoints else 1,
-        report_to="none",
-        disable_tqdm=True,  # the progress bar is the watch callback's
-    )
-
-
-def _trainer(sampler: _PlannedBatches, watch: Any, **kwargs: Any) -> Any:
-    """A ``SentenceTransformerTrainer`` whose training data loader takes its batches from ``sampler``."""
-    from sentence_transformers import SentenceTransformerTrainer
-    from transformers import PrinterCallback
-
-    class PlannedTrainer(SentenceTransformerTrainer):
-        def get_batch_sampler(self, *args: Any, **kw: Any) -> Any:  # the one the data loader asks for its batches
-            return sampler
-
-    trainer = PlannedTrainer(callbacks=[watch], **kwargs)
-    trainer.remove_callback(PrinterCallback)  # what disable_tqdm puts in its place prints every log to stdout
-    return trainer
-
-
-def _watch(progress: bool) -> Any:
-    """A Trainer callback: a progress bar with the loss, and a clear error when the loss stops being finite."""
-    from transformers import TrainerCallback
-
-    class Watch(TrainerCallback):
-        bar: Any = None
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if progress:
-                from tqdm import tqdm
-
-                self.bar = tqdm(
-                    total=state.max_steps, initial=state.global_step, desc="finetune", unit="step", leave=False
-                )
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.bar is not None:
-                self.bar.update(1)
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
-            loss = (logs or {}).get("loss")
-            if loss is None:
-                return
-            if not math.isfinite(loss):
-                raise ConfigError("--learning-rate", f"training diverged (loss {loss}); lower the learning rate")
-            if self.bar is not None:
-                self.bar.set_postfix(loss=f"{loss:.3f}")
-
-        def close(self) -> None:
-            if self.bar is not None:
-                self.bar.close()
-
-    return Watch()
-
-
-@contextlib.contextmanager
-def _no_library_bars() -> Iterator[None]:
-    """Hide transformers' own progress bars (loading weights, writing every checkpoint's shards) while training."""
-    from transformers.utils import logging as transformers_logging
-
-    shown = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if shown:
-            transformers_logging.enable_progress_bar()
-
-
-def _epoch_losses(history: Sequence[Mapping[str, Any]], batches_per_epoch: Sequence[int]) -> list[float]:
-    """Mean loss of each planned epoch, from the Trainer's per-step log (kept across a resume in its checkpoints)."""
-    per_step = {int(entry["step"]): float(entry["loss"]) for entry in history if "loss" in entry}
-    means, first = [], 1
-    for count in batches_per_epoch:
-        values = [per_step[s] for s in range(first, first + count) if s in per_step]
-        means.append(sum(values) / max(1, len(values)))
-        first += count
-    return means
-
-
-def _load_model(base: Path) -> Any:
-    from modular_rag.providers import SentenceEncoder
-
-    return SentenceEncoder(base).model  # offline, local folder only; ProviderError when it cannot load
 
 
 def finetune(
@@ -562,16 +432,18 @@ def finetune(
     columns = {"query": [e.query for e in examples], "positive": [e.positive for e in examples]}
     columns |= {f"negative_{j + 1}": [e.negatives[j] for e in examples] for j in range(cfg.hard_negatives)}
 
-    with _no_library_bars():  # transformers' own bars: loading weights, writing each checkpoint
-        model = _load_model(base_path)
+    with no_library_bars():  # transformers' own bars: loading weights, writing each checkpoint
+        model = load_model(base_path)
         inference_length = model.max_seq_length  # restored before saving: the training length is a cost knob
         model.max_seq_length = cfg.max_seq_length
         cuda = torch.cuda.is_available()
-        args = _arguments(out_path, cfg, total, save_steps=save_steps, keep_checkpoints=keep_checkpoints, cuda=cuda)
-        watch = _watch(progress)
+        args = training_arguments(
+            out_path, cfg, total, save_steps=save_steps, keep_checkpoints=keep_checkpoints, cuda=cuda
+        )
+        watch = loss_watch(progress)
         loss = MultipleNegativesRankingLoss(model, scale=cfg.scale)
-        trainer = _trainer(
-            _PlannedBatches(batches, cfg.batch_size),
+        trainer = planned_trainer(
+            PlannedBatches(batches, cfg.batch_size),
             watch,
             model=model,
             args=args,
@@ -593,7 +465,7 @@ def finetune(
         model.save(str(out_path))
     if not keep_checkpoints:
         for folder in out_path.iterdir():
-            if _CHECKPOINT.match(folder.name) and folder.is_dir():
+            if CHECKPOINT.match(folder.name) and folder.is_dir():
                 shutil.rmtree(folder)
     (out_path / RUN_FILE).unlink(missing_ok=True)
     per_epoch = [len(p) for p in plans]
@@ -606,7 +478,7 @@ def finetune(
         queries=len({e.query_id for e in examples}),
         steps=total,
         seconds=round(seconds, 1),
-        losses=[round(x, 5) for x in _epoch_losses(trainer.state.log_history, per_epoch)],
+        losses=[round(x, 5) for x in epoch_losses(trainer.state.log_history, per_epoch)],
         settings=cfg.model_dump(),
         skipped_qrels=skipped,
         bm25_filled=filled,
