@@ -27,11 +27,11 @@ from modular_rag import demo_corpus_path
 from modular_rag.config import MilvusConfig, ProvidersConfig
 from modular_rag.errors import ConfigError, ProviderError
 from modular_rag.index import matches_where
+from modular_rag.ingest import index_paths
 from modular_rag.milvus import MilvusStore
 from modular_rag.milvus_terms import where_to_expr
 from modular_rag.providers import Providers
 from operators.fusion import rrf
-from operators.indexing import index_paths
 from tests.ecosystem.conftest import REPO, background, executable, free_port
 
 needs_milvus = pytest.mark.skipif(
@@ -80,7 +80,7 @@ import json, sys
 from modular_rag import demo_corpus_path
 from modular_rag.config import ProvidersConfig
 from modular_rag.providers import Providers
-from operators.indexing import index_paths
+from modular_rag.ingest import index_paths
 
 env = Providers(ProvidersConfig.model_validate({"vectorstore": json.loads(sys.argv[1])}))
 summary = index_paths([demo_corpus_path()], env, progress=False)
@@ -707,7 +707,7 @@ def test_a_request_the_busy_server_let_time_out_is_sent_again(monkeypatch: pytes
     # a 1M-chunk build died on one read past its deadline while the server was busy: every request of the store is
     # idempotent, so a transient status is retried (twice); any other error is raised at once, naming the request
     pytest.importorskip("grpc")
-    monkeypatch.setattr("modular_rag.milvus._BACKOFF_S", 0.0)
+    monkeypatch.setattr("modular_rag.milvus_connection._BACKOFF_S", 0.0)
     store = MilvusStore(uri="http://127.0.0.1:9", collection="busy")
     store._ready, store._lite = True, False
     store._client = busy = _BusyClient("DEADLINE_EXCEEDED", "UNAVAILABLE")
