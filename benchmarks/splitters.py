@@ -185,10 +185,10 @@ def _latency(names: list[str], splitters: dict[str, Callable[[str], list[str]]],
     from benchmarks.perf.latency import WARM_UP, _default_config, _pct, _questions
     from modular_rag import demo_corpus_path
     from modular_rag.builder import build_flow
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
     from modular_rag.tables import format_table
     from operators import attribution
-    from operators.indexing import index_paths
 
     scratch = Path(tempfile.mkdtemp(prefix="splitters-"))
     try:

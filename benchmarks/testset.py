@@ -157,8 +157,8 @@ def environment(dataset: Any, cfg: Any, like: Any = None) -> Any:
 
     from modular_rag.config import ChromaConfig
     from modular_rag.eval.runner import config_chunker, dataset_providers, index_folder
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
 
     chunker = config_chunker(cfg, dataset.default_chunker)
     folder = index_folder(dataset, cfg.providers, chunker)

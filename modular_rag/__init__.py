@@ -29,11 +29,11 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
         OperatorError,
         ProviderError,
     )
+    from modular_rag.ingest import index_documents, index_paths
     from modular_rag.providers import Providers
     from modular_rag.registry import catalogue
     from modular_rag.state import RAGState
     from modular_rag.tool import as_tool
-    from operators.indexing import index_documents, index_paths
 
 __version__ = "0.1.0"
 
@@ -69,8 +69,8 @@ _LAZY = {
     "RAGState": "modular_rag.state",
     "catalogue": "modular_rag.registry",
     "as_tool": "modular_rag.tool",
-    "index_paths": "operators.indexing",
-    "index_documents": "operators.indexing",
+    "index_paths": "modular_rag.ingest",
+    "index_documents": "modular_rag.ingest",
     "ModularRagError": "modular_rag.errors",
     "ConfigError": "modular_rag.errors",
     "IndexingError": "modular_rag.errors",

@@ -39,7 +39,7 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A persistent Chroma folder holding the demo corpus (indexed once per session)."""
-    from operators.indexing import index_paths
+    from modular_rag.ingest import index_paths
 
     folder = tmp_path_factory.mktemp("demo-index")
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(folder), collection="demo")))

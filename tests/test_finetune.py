@@ -311,8 +311,8 @@ def test_finetuned_folder_loads_with_sentence_transformers(tiny_model: tuple[Pat
 def test_build_flow_retrieves_with_the_finetuned_embedder(tiny_model: tuple[Path, Path], tmp_path: Path) -> None:
     from modular_rag.builder import build_flow
     from modular_rag.config import OperatorSpec, load_config
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
 
     root, out = tiny_model
     config = load_config(

@@ -59,7 +59,7 @@ def test_an_alias_too_many_chunks_mention_is_not_followed() -> None:
 def test_the_index_writes_its_link_rows_with_each_add_and_removal(tmp_path: Path) -> None:
     """No table is rebuilt: a document added later is found from the chunks that mentioned it before (their rows are
     scanned again), a reopened index reads the same rows, and a removed document's anchors and mentions go."""
-    from operators.indexing import index_paths
+    from modular_rag.ingest import index_paths
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -88,7 +88,7 @@ def test_the_stored_link_table_equals_a_build_over_every_chunk(tmp_path: Path) -
     """The demo corpus indexed one file at a time (each add scanning only its own chunks and the older chunks that
     mention anchors it brings) links exactly as a table built over all the chunks at once."""
     from modular_rag import demo_corpus_path
-    from operators.indexing import index_paths
+    from modular_rag.ingest import index_paths
 
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"))))
     for file in sorted(demo_corpus_path().glob("*.md"), reverse=True):
@@ -109,7 +109,8 @@ def test_the_stored_link_table_equals_a_build_over_every_chunk(tmp_path: Path) -
 
 def _chunks(folder: Path) -> tuple[list[str], list[dict]]:
     """The chunk texts and metadata indexing ``folder`` makes (the loaders and the default recursive chunker)."""
-    from operators.indexing import SizeParams, iter_files, load_file
+    from modular_rag.ingest import iter_files, load_file
+    from operators.indexing import SizeParams
 
     chunker = get_operator(Port.CHUNK, "recursive").factory(SizeParams(), Providers())
     texts, metas = [], []
@@ -161,7 +162,7 @@ def test_a_lowercase_question_names_the_same_chunks_as_its_cased_form() -> None:
 
 @pytest.mark.integration
 def test_plain_txt_files_without_titles_link_through_the_subjects_they_define(tmp_path: Path) -> None:
-    from operators.indexing import index_paths
+    from modular_rag.ingest import index_paths
 
     docs = tmp_path / "notes"
     docs.mkdir()
@@ -214,7 +215,7 @@ def test_the_demo_corpus_without_aliases_links_its_multi_hop_pairs(tmp_path: Pat
 @pytest.mark.unit
 def test_html_headings_stay_in_the_text_as_markdown_headings(tmp_path: Path) -> None:
     pytest.importorskip("bs4", reason="the docs extra (scripts/setup.sh installs it)")
-    from operators.indexing import load_file
+    from modular_rag.ingest import load_file
 
     (tmp_path / "brake-service.html").write_text(
         "<html><body><main><h2>Pad wear</h2><p>Replace the pads.</p></main></body></html>"

@@ -95,8 +95,8 @@ def test_a_dead_local_server_is_restarted_once_with_the_reason_in_the_trace(demo
 def test_an_embeddings_endpoint_indexes_and_retrieves(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from modular_rag.config import load_config
     from modular_rag.errors import ProviderError
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
     from tests.conftest import DEMO
     from tests.helpers.stub_embeddings import StubEmbeddings
 

@@ -165,7 +165,7 @@ def test_compression_reads_the_stored_sentence_vectors(tmp_path: Path, monkeypat
 @pytest.mark.integration
 def test_an_index_run_that_brings_nothing_new_still_makes_the_missing_sentence_vectors(tmp_path: Path) -> None:
     from modular_rag.config import ChromaConfig, MiniLMConfig
-    from operators.indexing import index_paths
+    from modular_rag.ingest import index_paths
     from tests.conftest import DEMO
 
     store = ChromaConfig(path=str(tmp_path), collection="rerun")

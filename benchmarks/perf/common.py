@@ -65,8 +65,8 @@ def ensure_demo_index(path: str, embeddings: dict[str, Any] | None = None) -> No
     embedder or the ``embeddings`` config given."""
     from modular_rag import demo_corpus_path
     from modular_rag.config import ChromaConfig, ProvidersConfig
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
 
     store = ChromaConfig(path=path, collection="demo")
     config = ProvidersConfig(vectorstore=store, **({"embeddings": embeddings} if embeddings else {}))

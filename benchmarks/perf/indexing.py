@@ -50,8 +50,8 @@ def _precisions(args: argparse.Namespace, out: Report) -> None:
     import os
 
     from modular_rag.config import ChromaConfig, MiniLMConfig, OperatorSpec, ProvidersConfig
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
 
     datasets = [args.dataset.parent / name if os.sep not in name else Path(name) for name in args.datasets.split(",")]
     order = ("fp32", "int8", "int8", "fp32")
@@ -147,9 +147,9 @@ def _backends(args: argparse.Namespace, out: Report) -> None:
         ProvidersConfig,
         validate_params,
     )
+    from modular_rag.ingest import index_paths, load_file
     from modular_rag.providers import Providers, SentenceEncoder, minilm_path
     from modular_rag.registry import Port, get_operator
-    from operators.indexing import index_paths, load_file
 
     with tempfile.TemporaryDirectory(prefix="perf-indexing-") as tmp:
         corpus = _subset(args.dataset, args.limit, Path(tmp))

@@ -83,8 +83,8 @@ def run(args: argparse.Namespace, out: Report) -> None:
 
 def _index_demo(folder: Path) -> None:
     from modular_rag import demo_corpus_path
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
 
     env = Providers(_default_config(folder).providers)
     index_paths([demo_corpus_path()], env, progress=False)
@@ -200,8 +200,8 @@ def _cold(args: argparse.Namespace, out: Report, demo: Path) -> None:
 def _indexing(args: argparse.Namespace, out: Report, scratch: Path) -> None:
     from modular_rag import demo_corpus_path
     from modular_rag.config import ChromaConfig, OperatorSpec, ProvidersConfig
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
 
     from .indexing import _subset
 

@@ -45,7 +45,7 @@ def build(args: dict[str, Any]) -> dict[str, Any]:
     """Index the corpus folder (or add/sync files) and time it, the embedding apart."""
     from hashembed import HashEmbeddings
 
-    from operators.indexing import index_paths
+    from modular_rag.ingest import index_paths
 
     emb = HashEmbeddings()
     env = providers(args, emb)

@@ -47,7 +47,7 @@ def _setting_key(dataset: BeirDataset, providers: ProvidersConfig, chunker: Oper
     # the sparse settings are not part of the key: the index rebuilds BM25 from the stored chunks when they differ
     # the embedding backend is not either: ONNX Runtime and torch give the same vectors (to within 1e-5)
     embeddings = providers.embeddings.model_dump_json(exclude={"backend"})
-    from operators.indexing import CHUNK_FORMAT
+    from modular_rag.ingest import CHUNK_FORMAT
 
     parts = [dataset.fingerprint(), embeddings, chunker.model_dump_json(), f"chunks v{CHUNK_FORMAT}"]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
@@ -110,7 +110,7 @@ def dataset_providers(
             none: without them, SciFact indexes in about a third of the time). An index cached without them gets them
             when a later call asks for them.
     """
-    from operators.indexing import index_paths
+    from modular_rag.ingest import index_paths
 
     base = providers or ProvidersConfig()
     spec = chunker or OperatorSpec(name=dataset.default_chunker)

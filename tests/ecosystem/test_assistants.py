@@ -40,7 +40,7 @@ def chroma(folder: Path, collection: str) -> dict[str, Any]:
 def clients(tmp_path_factory: pytest.TempPathFactory, demo_dir: Path) -> tuple[Path, Path]:
     """Two clients' indexes (collections ``acme`` and ``globex`` of one Chroma folder) and their configs: acme's a
     linear flow with hybrid retrieval, globex's a retrieval-only BM25 flow; both in a flows folder."""
-    from operators.indexing import index_paths
+    from modular_rag.ingest import index_paths
 
     store = tmp_path_factory.mktemp("client-indexes")
     for collection, docs in (("acme", ACME), ("globex", GLOBEX)):

@@ -181,8 +181,8 @@ def test_timeout_s_and_on_error_hold_for_async_steps(demo_dir: Path) -> None:
 
 @pytest.mark.integration
 def test_queries_an_endpoint_embeds_are_embedded_at_once_under_abatch(tmp_path: Path) -> None:
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
     from tests.conftest import DEMO
     from tests.helpers.stub_embeddings import StubEmbeddings
 

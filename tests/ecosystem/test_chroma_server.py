@@ -9,8 +9,8 @@ import pytest
 from modular_rag import demo_corpus_path
 from modular_rag.builder import build_flow
 from modular_rag.config import ProvidersConfig
+from modular_rag.ingest import index_paths
 from modular_rag.providers import Providers
-from operators.indexing import index_paths
 from tests.ecosystem.conftest import background, executable, free_port
 
 

@@ -15,8 +15,8 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from modular_rag import demo_corpus_path
 from modular_rag.builder import build_flow
 from modular_rag.config import ProvidersConfig
+from modular_rag.ingest import index_paths
 from modular_rag.providers import Providers
-from operators.indexing import index_paths
 from tests.conftest import fake_llm, providers_config
 
 QUESTION = "What does error code E07 mean on the e-bike display?"

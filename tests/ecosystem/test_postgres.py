@@ -17,8 +17,8 @@ import pytest
 
 from modular_rag import demo_corpus_path
 from modular_rag.config import ProvidersConfig
+from modular_rag.ingest import index_paths
 from modular_rag.providers import Providers
-from operators.indexing import index_paths
 from tests.ecosystem.conftest import REPO, free_port
 from tests.ecosystem.test_milvus import _child_env, milvus_uri, needs_milvus  # noqa: F401 - the fixture
 

@@ -10,9 +10,9 @@ import pytest
 
 from modular_rag.config import ChromaConfig, OperatorSpec, ProvidersConfig, load_config
 from modular_rag.errors import ConfigError, IndexingError
+from modular_rag.ingest import Document, chunk_id, index_paths, iter_files, load_file
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, get_operator
-from operators.indexing import Document, chunk_id, index_paths, iter_files, load_file
 from tests.conftest import DEMO
 
 
@@ -154,7 +154,7 @@ def test_missing_path_and_bad_chunker_params(tmp_path: Path) -> None:
 
 @pytest.mark.unit
 def test_summary_counts_reconcile(tmp_path: Path) -> None:
-    from operators.indexing import IndexSummary
+    from modular_rag.ingest import IndexSummary
 
     summary = IndexSummary(3, 2, 1, 2, 4, 4, 0, 0.1, [], 4)
     assert summary.files_read == summary.files_indexed + summary.files_skipped
@@ -219,7 +219,7 @@ def _two_notes(tmp_path: Path, second: str, collection: str) -> tuple[Path, Prov
 def test_a_sync_reads_only_the_files_that_changed_since_the_last(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import operators.indexing as indexing
+    import modular_rag.ingest.pipeline as indexing
 
     docs, env = _two_notes(tmp_path, "edit.md", "marks")
     index_paths([docs], env, progress=False, sync=True)
@@ -372,7 +372,7 @@ def test_documents_are_read_and_written_as_a_stream(tmp_path: Path, monkeypatch:
     from langchain_core.document_loaders import BaseLoader
     from langchain_core.documents import Document as LCDocument
 
-    import operators.indexing as indexing
+    import modular_rag.ingest.pipeline as indexing
 
     monkeypatch.setattr(indexing, "FLUSH_CHUNKS", 40)
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="stream")))

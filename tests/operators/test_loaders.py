@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from modular_rag.config import ChromaConfig, ProvidersConfig
+from modular_rag.ingest import index_paths, load_file
 from modular_rag.providers import Providers
-from operators.indexing import index_paths, load_file
 
 pypdf = pytest.importorskip("pypdf", reason="the docs extra (scripts/setup.sh installs it)")
 
@@ -153,7 +153,7 @@ def test_langchain_documents_loaders_and_splitters_index_from_python(tmp_path: P
     from langchain_text_splitters import CharacterTextSplitter
 
     from modular_rag.errors import IndexingError
-    from operators.indexing import index_documents
+    from modular_rag.ingest import index_documents
 
     class Wiki(BaseLoader):
         def __init__(self, pages: dict[str, str]) -> None:

@@ -211,8 +211,8 @@ def test_link_hops_follow_a_chain_from_the_passages_the_last_round_found(tmp_pat
     """Round 3 hops from what round 2 found first (the kettle), not again from round 1's best passage (the prize):
     the chain prize -> kettle -> maker is followed to its third passage."""
     from modular_rag.config import ChromaConfig, ProvidersConfig
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

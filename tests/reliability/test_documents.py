@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from modular_rag.config import ChromaConfig, ProvidersConfig
+from modular_rag.ingest import index_paths
 from modular_rag.providers import Providers
-from operators.indexing import index_paths
 
 pytestmark = pytest.mark.integration
 

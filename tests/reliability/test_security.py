@@ -114,8 +114,8 @@ def test_instructions_planted_in_a_document_stay_inside_the_generators_data_bloc
     from modular_rag import demo_corpus_path
     from modular_rag.answers import DATA_RULE
     from modular_rag.config import ChromaConfig, ProvidersConfig
+    from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
-    from operators.indexing import index_paths
     from tests.conftest import ScriptedChat
 
     hostile = tmp_path / "docs"

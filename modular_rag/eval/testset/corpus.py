@@ -54,8 +54,8 @@ def read_passages(
     Raises:
         DatasetError: If a path does not exist, or no passage could be read.
     """
+    from modular_rag.ingest import iter_files, load_file
     from modular_rag.providers import Providers
-    from operators.indexing import iter_files, load_file
 
     if max_chars < 200:
         raise DatasetError(f"max_chars must be at least 200 (got {max_chars})")
