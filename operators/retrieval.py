@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.errors import ProviderError
+from modular_rag.ingest import chunk_id
 from modular_rag.milvus import MilvusStore
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator, register_adapter
@@ -209,8 +210,6 @@ def _langchain_retriever(obj: Any, providers: Providers) -> Operator:
     """A LangChain ``BaseRetriever`` in a retrieval slot: ``invoke(query)`` per query, documents become hits."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
-        from operators.indexing import chunk_id
-
         lists = []
         for q in queries_of(state):
             record(retrievals=1)
