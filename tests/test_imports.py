@@ -120,3 +120,42 @@ def test_the_package_ships_no_development_harness() -> None:
         or "from benchmarks" in text
     )
     assert found == []
+
+
+DOORS = ("cli.py", "cli_show.py", "server.py", "eval")
+"""The doors of ``modular_rag/``: the command line, the served graphs and evaluation, which run whole flows and may
+name operators; the rest is the baseplate operators plug into."""
+
+
+def _reaches_up(path: Path) -> list[str]:
+    """What ``path`` imports from ``operators`` or ``patterns`` (anywhere in its code, type-only imports included),
+    and the dotted strings naming one of their files (an ``importlib`` target or a lazy-name table)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level}
+    found = {n for n in names if n.split(".")[0] in ("operators", "patterns")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value:
+            top, _, rest = node.value.partition(".")
+            if top in ("operators", "patterns") and (ROOT / top / f"{rest.replace('.', '/')}.py").is_file():
+                found.add(node.value)
+    return sorted(found)
+
+
+def test_the_baseplate_never_reaches_up_into_operators_or_patterns() -> None:
+    """Operators and patterns import the baseplate, never the other way: what an operator file holds besides its
+    operators (an answer library, the ingest pipeline) is baseplate and lives in ``modular_rag/``."""
+    reached = {}
+    for path in sorted((ROOT / "modular_rag").rglob("*.py")):
+        rel = path.relative_to(ROOT / "modular_rag")
+        if rel.parts[0] in DOORS:
+            continue
+        if found := _reaches_up(path):
+            reached[str(rel)] = found
+    assert reached == {}
+
+
+def test_reaching_up_is_seen_in_a_function_and_in_a_lazy_name_table(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('def f():\n    from operators.indexing import x\n_LAZY = {"y": "patterns.linear"}\n')
+    assert _reaches_up(module) == ["operators.indexing", "patterns.linear"]
