@@ -46,7 +46,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _rejected(answer: str, question: str, evidence: list[Any], env: Any, semantic: float | None = 0.8) -> bool:
-    from operators.claims import check_claims
+    from modular_rag.attribution.claims import check_claims
 
     verdicts = check_claims(answer, question, evidence, semantic_threshold=semantic, providers=env)
     return not verdicts or not all(v.supported for v in verdicts)

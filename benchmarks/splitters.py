@@ -184,11 +184,11 @@ def _latency(names: list[str], splitters: dict[str, Callable[[str], list[str]]],
 
     from benchmarks.perf.latency import WARM_UP, _default_config, _pct, _questions
     from modular_rag import demo_corpus_path
+    from modular_rag.attribution import scoring as attribution
     from modular_rag.builder import build_flow
     from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
     from modular_rag.tables import format_table
-    from operators import attribution
 
     scratch = Path(tempfile.mkdtemp(prefix="splitters-"))
     try:
@@ -252,10 +252,10 @@ def _latency(names: list[str], splitters: dict[str, Callable[[str], list[str]]],
 def _answers(names: list[str], splitters: dict[str, Callable[[str], list[str]]], datasets: dict[str, Any]) -> None:
     from answers import _configs
 
+    from modular_rag.attribution import scoring as attribution
     from modular_rag.config import OperatorSpec
     from modular_rag.eval.runner import dataset_providers, evaluate_flow
     from modular_rag.tables import format_table
-    from operators import attribution
 
     configs = {k: v for k, v in _configs().items() if k in ("default", "default+multihop")}
     rows = []

@@ -3,7 +3,7 @@ indexed and kept in the catalog beside it (:class:`~modular_rag.catalog.Catalog`
 question embeds the question and nothing else.
 
 * :func:`evidence_sentences` is the one splitter: what is stored at index time is what the scorer splits at query
-  time (:class:`~operators.attribution.SentenceScorer`, the extractive compressors, the claim checker's paraphrase
+  time (:class:`~modular_rag.attribution.SentenceScorer`, the extractive compressors, the claim checker's paraphrase
   fallback), and a sentence is looked up by its text within its chunk, so a chunk whose text an earlier step changed
   still finds the sentences it kept; the rest are embedded at query time, as before.
 * The vectors belong to one encoder: the catalog records its identity (setting ``sentence_encoder``; see

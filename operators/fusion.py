@@ -32,13 +32,13 @@ from modular_rag.answers import (
     renumber,
 )
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm, retrievals
+from modular_rag.multihop import HopWeights, hits_by_id, multihop_rank, named_by_question
 from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Answer, Branch, Citation, Evidence, Hit, pack_of
 from modular_rag.text import token_f1
 from modular_rag.trace import note
 from operators.generation import SYSTEM
-from operators.multihop import HopWeights, hits_by_id, multihop_rank, named_by_question
 
 __all__ = [
     "rrf",

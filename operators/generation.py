@@ -26,18 +26,19 @@ from modular_rag.answers import (
     make_answer,
     trim_loops,
 )
-from modular_rag.costs import ZERO, Cost, CostContext, llm
-from modular_rag.providers import Providers
-from modular_rag.registry import Operator, OperatorParams, Port, operator
-from modular_rag.state import REFUSAL, Answer, Citation, Evidence, evidence_of
-from operators.attribution import (
+from modular_rag.attribution import (
+    ClaimVerdict,
     ScoredSentence,
     SentenceScorer,
     SentenceWeights,
     best_span,
+    check_claims,
     question_cues,
 )
-from operators.claims import ClaimVerdict, check_claims
+from modular_rag.costs import ZERO, Cost, CostContext, llm
+from modular_rag.providers import Providers
+from modular_rag.registry import Operator, OperatorParams, Port, operator
+from modular_rag.state import REFUSAL, Answer, Citation, Evidence, evidence_of
 
 __all__ = ["check_answer", "judge_claims", "extractive_answer", "quoted_sentence"]
 
@@ -53,8 +54,8 @@ class CheckParams(OperatorParams):
     )
     judge: Literal["rules", "llm"] = Field(
         "rules",
-        description="rules: the model-free attribution check (operators/claims.py: relations, not bags of "
-        "words); llm: then also ask the chat model, per answer sentence the rules support, "
+        description="rules: the model-free attribution check (modular_rag.attribution.claims: relations, "
+        "not bags of words); llm: then also ask the chat model, per answer sentence the rules support, "
         "whether the sentences it cites support it (one call each, at most judge_max_sentences; "
         "a quoted, extractive answer is not asked)",
     )
@@ -209,8 +210,8 @@ def check_answer(
     judge: Literal["rules", "llm"] = "rules",
     judge_max_sentences: int = 4,
 ) -> Answer:
-    """The attribution check of an answer (:func:`~operators.claims.check_claims`): each sentence against the
-    entries it cites, then, with ``judge="llm"``, the chat model on each sentence the rules support
+    """The attribution check of an answer (:func:`~modular_rag.attribution.claims.check_claims`): each sentence
+    against the entries it cites, then, with ``judge="llm"``, the chat model on each sentence the rules support
     (:func:`judge_claims`; not for an extractive answer, a quote). Returns the answer with a verdict on every
     citation, citations added for uncited sentences an entry supports (``attributed``), ``supported`` (the share of
     supported sentences) and ``unsupported`` (the others). A refusal is returned as it is.
@@ -303,7 +304,7 @@ def _quotable(
     follow_bridges: bool,
 ) -> ScoredSentence:
     """The sentence an extractive answer quotes from ``scored`` (non-empty, best first): the best one, or the
-    sentence across the bridge it names (:meth:`~operators.attribution.SentenceScorer.bridge`)."""
+    sentence across the bridge it names (:meth:`~modular_rag.attribution.SentenceScorer.bridge`)."""
     across = scorer.bridge(question, scored[0], evidence) if follow_bridges else None
     return across if across is not None else scored[0]
 
@@ -508,8 +509,8 @@ def _checked(providers: Providers, state: Mapping[str, Any], params: CheckParams
 @operator("generation", "verification", "verify", port=Port.VERIFY, cost=lambda params, ctx: _judge_cost(params))
 def verify(params: VerifyParams, providers: Providers) -> Operator:
     """Answer verification by the attribution check: every sentence against the sentences it cites (the subject
-    with its value, negation, comparisons, numbers with units; operators/claims.py), and with judge: llm the chat
-    model on each sentence the rules support; verdicts on the citations, unsupported sentences in
+    with its value, negation, comparisons, numbers with units; modular_rag.attribution.claims), and with judge: llm
+    the chat model on each sentence the rules support; verdicts on the citations, unsupported sentences in
     answer.unsupported, their share in answer.supported."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:

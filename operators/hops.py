@@ -35,13 +35,13 @@ from pydantic import Field
 from modular_rag.answers import DATA_RULE, evidence_of, format_evidence, is_refusal, strip_citations
 from modular_rag.concurrency import together
 from modular_rag.costs import Cost, CostContext, Span, retrievals
+from modular_rag.multihop import HopParams, hop, linked_from, multihop_rank, named_by_question
 from modular_rag.providers import Providers
 from modular_rag.registry import Hop, NoParams, OperatorParams, Port, Search, operator
 from modular_rag.state import Branch, Hit, step_of, trace_and_ledger
 from modular_rag.text import split_sentences
 from modular_rag.trace import note
 from operators.generation import quoted_sentence
-from operators.multihop import HopParams, hop, linked_from, multihop_rank, named_by_question
 
 __all__ = [
     "EvidenceHopParams",
@@ -191,7 +191,8 @@ def links(params: HopParams, providers: Providers) -> Hop:
 
 
 class EvidenceHopParams(HopParams):
-    """MDR's hop: how pairs are ranked (:class:`~operators.multihop.HopParams`) and the passage words searched with."""
+    """MDR's hop: how pairs are ranked (:class:`~modular_rag.multihop.HopParams`) and the passage words searched
+    with."""
 
     passage_words: int = Field(60, gt=0, le=1000, description="words of the passage added to the question")
 

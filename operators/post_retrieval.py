@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from modular_rag.attribution import ScoredSentence, SentenceScorer, SentenceWeights
 from modular_rag.chat import Completion
 from modular_rag.concurrency import in_threads
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
@@ -23,7 +24,6 @@ from modular_rag.providers import Providers
 from modular_rag.registry import NoParams, Operator, OperatorParams, Port, operator
 from modular_rag.state import Evidence, Hit
 from modular_rag.text import estimate_tokens
-from operators.attribution import ScoredSentence, SentenceScorer, SentenceWeights
 from operators.fusion import normalise_scores
 
 __all__ = ["chunk_vectors", "rescored", "CrossEncoderScorer", "mmr_order", "compress_text", "ends_first", "relevance"]

@@ -525,10 +525,7 @@ def _in_passage(q: Question, passages: PassageSet, method: str) -> bool:
     if not texts:
         return False
     if method == "attribution":
-        try:
-            from operators.claims import check_claims
-        except ImportError:  # the attribution check before it moved to its own module
-            from operators.attribution import check_claims  # type: ignore[attr-defined,no-redef]
+        from modular_rag.attribution import check_claims
 
         evidence: list[Any] = [
             {"ref": n, "text": t, "chunk_id": str(n), "metadata": {}} for n, t in enumerate(texts, 1)

@@ -20,12 +20,12 @@ from modular_rag.costs import Cost, CostContext, Span, retrievals
 from modular_rag.errors import ProviderError
 from modular_rag.ingest import chunk_id
 from modular_rag.milvus import MilvusStore
+from modular_rag.multihop import HopParams, hop
 from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator, register_adapter
 from modular_rag.state import Hit, queries_of
 from modular_rag.trace import note, record
 from operators.fusion import fuse
-from operators.multihop import HopParams, hop
 
 __all__ = ["queries_of", "where_of", "DenseParams", "BM25Params", "HybridParams", "GivenParams"]
 

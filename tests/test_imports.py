@@ -1,6 +1,6 @@
-"""The import graph of ``modular_rag/`` has no cycles, counting imports inside functions too (a deferred import
-hides a cycle from Python, not from a reader). Imports under ``if TYPE_CHECKING:`` are for type checkers and do not
-count."""
+"""The import graphs of ``modular_rag/`` and ``operators/`` have no cycles, counting imports inside functions too (a
+deferred import hides a cycle from Python, not from a reader; imports under ``if TYPE_CHECKING:`` are for type
+checkers and do not count), and the imports point one way: doors, patterns, operators, the baseplate."""
 
 from __future__ import annotations
 
@@ -159,3 +159,18 @@ def test_reaching_up_is_seen_in_a_function_and_in_a_lazy_name_table(tmp_path: Pa
     module = tmp_path / "m.py"
     module.write_text('def f():\n    from operators.indexing import x\n_LAZY = {"y": "patterns.linear"}\n')
     assert _reaches_up(module) == ["operators.indexing", "patterns.linear"]
+
+
+def test_every_file_of_operators_registers_operators() -> None:
+    """``operators/`` holds bricks only: each file registers operators (``operators.PROVIDES``, generated from what
+    the files register, says which); a library operators share (attribution, the hops' pair ranking, ingest) is
+    baseplate and lives in ``modular_rag/``."""
+    import operators
+
+    files = {p.stem for p in (ROOT / "operators").glob("*.py") if p.stem != "__init__"}
+    assert sorted(files - set(operators.PROVIDES)) == []
+    assert all(operators.PROVIDES[name] for name in files)
+
+
+def test_the_operators_have_no_import_cycles() -> None:
+    assert import_cycles(ROOT / "operators") == []

@@ -49,7 +49,7 @@ def test_a_new_question_embeds_only_itself(demo_dir: Path, monkeypatch: pytest.M
     """A warm process answering the demo questions with the default template sends the encoder each question and no
     other text (before: the sentences of its top chunks, 29 to 40 texts for a question about unseen chunks)."""
     from modular_rag import template_path
-    from operators import attribution
+    from modular_rag.attribution import scoring as attribution
 
     config = load_config(template_path("linear"))
     config.providers = providers_config(demo_dir)

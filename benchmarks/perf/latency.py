@@ -91,9 +91,9 @@ def _index_demo(folder: Path) -> None:
 
 
 def _warm(args: argparse.Namespace, out: Report, demo: Path) -> None:
+    from modular_rag.attribution import scoring as attribution
     from modular_rag.builder import build_flow
     from modular_rag.providers import Providers
-    from operators import attribution
 
     config = _default_config(demo)
     env = Providers(config.providers)

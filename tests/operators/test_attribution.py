@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from modular_rag.attribution import SentenceScorer, best_span, question_cues
+from modular_rag.attribution.claims import check_claims
 from modular_rag.providers import Providers
-from operators.attribution import SentenceScorer, best_span, question_cues
-from operators.claims import check_claims
 from operators.generation import check_answer
 
 E07 = [

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators.claims import check_claims
-from operators.relations import negated, quantities, sides
+from modular_rag.attribution.claims import check_claims
+from modular_rag.attribution.relations import negated, quantities, sides
 from tests.operators.misreadings import Case, cases, evidence_for
 
 MISREADINGS = [c for c in cases() if not c.correct]

@@ -152,7 +152,7 @@ def hop_config(demo_dir: Path, name: str, rounds: int, retrieve: Any, **hop: Any
 def test_evidence_hops_never_repeat_a_query_and_pair_hits_with_the_passage_the_query_came_from(demo_dir: Path) -> None:
     """MDR from round 3 on: round 3 searches from the passage round 2 found (not round 1's best again, whose query
     already ran), and what that search finds is paired with that passage."""
-    from operators.multihop import hits_by_id
+    from modular_rag.multihop import hits_by_id
     from tests.conftest import fake_env
 
     env = fake_env(demo_dir)

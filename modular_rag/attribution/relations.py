@@ -1,7 +1,8 @@
 """What a clause says beyond its bag of words, read without a model: whether it is negated, which side of a scale
 it takes (more/less, before/after, older/younger, ...), and its numbers with their units and scales.
 
-The attribution check (:mod:`operators.claims`) compares these between an answer and the sentence it cites.
+The attribution check (:mod:`modular_rag.attribution.claims`) compares these between an answer and the sentence
+it cites.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from modular_rag.attribution.cues import _NUMBER, _YEAR, _numbers
 from modular_rag.text import NUMBER_WORDS, Analyzer, fold
-from operators.attribution import _NUMBER, _YEAR, _numbers
 
 __all__ = [
     "Reading",

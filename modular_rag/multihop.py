@@ -15,9 +15,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from modular_rag.index import chunk_vectors
 from modular_rag.providers import Providers
 from modular_rag.registry import OperatorParams
 from modular_rag.state import Hit
+from modular_rag.text import split_sentences
+from modular_rag.trace import record
 
 __all__ = ["HopWeights", "HopParams", "hits_by_id", "named_by_question", "linked_from", "multihop_rank", "hop"]
 
@@ -48,8 +51,6 @@ def hits_by_id(providers: Providers, chunk_ids: Sequence[str]) -> list[Hit]:
 
 def named_by_question(providers: Providers, question: str) -> list[Hit]:
     """The chunks that define an anchor the question names: one lookup in the link table (one retrieval)."""
-    from modular_rag.trace import record
-
     record(retrievals=1)
     return providers.index.hits(sorted(providers.index.links.named_in(question)))
 
@@ -57,8 +58,6 @@ def named_by_question(providers: Providers, question: str) -> list[Hit]:
 def linked_from(providers: Providers, sources: Sequence[Hit]) -> dict[str, list[Hit]]:
     """For each source chunk, the chunks that define an anchor its text mentions (the document graph): one lookup in
     the link table for all of them (one retrieval)."""
-    from modular_rag.trace import record
-
     record(retrievals=1)
     index = providers.index
     links = index.links.outlinks([h["chunk_id"] for h in sources])
@@ -71,8 +70,6 @@ def linked_from(providers: Providers, sources: Sequence[Hit]) -> dict[str, list[
 
 def _context_share(providers: Providers, question: str, source: Hit, target: Hit) -> float:
     """The share of the question's IDF weight found in the source's sentences that mention the target's title."""
-    from modular_rag.text import split_sentences
-
     index = providers.index
     links = index.links
     around: set[str] = set()
@@ -123,8 +120,6 @@ def multihop_rank(
     Returns:
         Hits with ``channel`` ``multihop`` and descending scores.
     """
-    from modular_rag.index import chunk_vectors
-
     w = weights or HopWeights()
     hits: dict[str, Hit] = {}
     for h in [*candidates, *named]:
