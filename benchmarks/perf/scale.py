@@ -485,7 +485,15 @@ def _warm_milvus(uri: str, collection: str, *, new_code: bool) -> tuple[float, s
 
     t = time.perf_counter()
     client = pymilvus.MilvusClient(uri=uri, timeout=3600)
-    client.flush(collection, timeout=3600)
+    deadline = time.monotonic() + 600
+    while True:  # a restarted standalone refuses flushes ("node not match") until etcd hands its channels over
+        try:
+            client.flush(collection, timeout=3600)
+            break
+        except pymilvus.MilvusException as exc:
+            if "node not" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(10)
     client.load_collection(collection, timeout=3600)
     fields = client.describe_collection(collection)["fields"]
     dim = next(int(f["params"]["dim"]) for f in fields if f["name"] == "vector")
