@@ -41,6 +41,11 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 # deletes by primary key, reads), so it is sent again, after a pause, this many times before the error is raised
 _TRANSIENT = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
 _RETRIES, _BACKOFF_S = 2, 2.0
+# a Milvus standalone that has just restarted refuses writes and flushes with "node not match" (or "node not found")
+# until its coordinator hands the previous data node's channels to the new one: minutes on Milvus 2.3.5 with a large
+# collection. Such a request is sent again every _HANDOVER_POLL_S until _HANDOVER_WAIT_S have passed
+_HANDOVER = re.compile(r"node not (match|found)", re.IGNORECASE)
+_HANDOVER_WAIT_S, _HANDOVER_POLL_S = 600.0, 10.0
 
 
 # ------------------------------------------------------------------------------------------------------------- store
@@ -210,27 +215,39 @@ class MilvusConnection:
 
     def _call(self, what: str, fn: Any) -> Any:
         """``fn(client)``, sent again when the server answers with a transient gRPC status (a deadline passed while
-        it was busy, unavailable while it restarts), up to ``_RETRIES`` times; any other failure, or the last, is a
-        :class:`ProviderError` naming the store and the request."""
-        for attempt in range(_RETRIES + 1):
+        it was busy, unavailable while it restarts), up to ``_RETRIES`` times, or, for up to ``_HANDOVER_WAIT_S``,
+        while a restarted server has not yet taken over its data channels ("node not match"); any other failure,
+        or the last, is a :class:`ProviderError` naming the store and the request."""
+        attempt, handover_until = 0, None
+        while True:
             try:
                 return fn(self.client)
             except (ConfigError, ProviderError, MissingDependencyError):
                 raise
             except Exception as exc:  # pymilvus raises MilvusException and grpc errors; say where and what
+                if _HANDOVER.search(str(exc)):
+                    handover_until = handover_until or time.monotonic() + _HANDOVER_WAIT_S
+                    if time.monotonic() >= handover_until:
+                        raise ProviderError(
+                            f"{self.describe()}: {what} failed: {exc} (still refused after {_HANDOVER_WAIT_S:.0f} s: "
+                            "the server has not taken over its data channels since it restarted; check its logs)"
+                        ) from exc
+                    log.warning(
+                        "%s: %s refused while the restarted server takes over its data channels (%s); waiting",
+                        self.describe(),
+                        what,
+                        exc,
+                    )
+                    time.sleep(_HANDOVER_POLL_S)
+                    continue
                 status = grpc_status(exc)
                 if status not in _TRANSIENT or attempt == _RETRIES:
                     raise ProviderError(f"{self.describe()}: {what} failed: {exc}") from exc
+                attempt += 1
                 log.warning(
-                    "%s: %s answered %s; sending it again (%d of %d)",
-                    self.describe(),
-                    what,
-                    status,
-                    attempt + 1,
-                    _RETRIES,
+                    "%s: %s answered %s; sending it again (%d of %d)", self.describe(), what, status, attempt, _RETRIES
                 )
-                time.sleep(_BACKOFF_S * (attempt + 1))
-        raise AssertionError("unreachable")  # the loop returns or raises
+                time.sleep(_BACKOFF_S * attempt)
 
     def _exists(self) -> bool:
         """Whether the collection exists (checked with the server until it does, then remembered)."""

@@ -690,15 +690,17 @@ class _Status(Exception):
 
 
 class _BusyClient:
-    """A Milvus client whose ``get`` fails with ``statuses`` in turn, then answers."""
+    """A Milvus client whose ``get`` fails with ``statuses`` (gRPC status names, or errors to raise) in turn, then
+    answers."""
 
-    def __init__(self, *statuses: str) -> None:
+    def __init__(self, *statuses: str | Exception) -> None:
         self.statuses, self.calls = list(statuses), 0
 
     def get(self, collection: str, ids: list[str], **kwargs: Any) -> list[dict[str, Any]]:
         self.calls += 1
         if self.statuses:
-            raise _Status(self.statuses.pop(0))
+            status = self.statuses.pop(0)
+            raise _Status(status) if isinstance(status, str) else status
         return [{"id": i, "text": f"text of {i}", "meta": {}} for i in ids]
 
 
@@ -718,6 +720,28 @@ def test_a_request_the_busy_server_let_time_out_is_sent_again(monkeypatch: pytes
     assert busy.calls == 3
     store._client = busy = _BusyClient("INVALID_ARGUMENT")
     with pytest.raises(ProviderError, match="get failed"):
+        store.get(["a"])
+    assert busy.calls == 1
+
+
+@pytest.mark.unit
+def test_a_restarted_server_refusing_requests_until_it_takes_over_its_channels_is_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a Milvus 2.3.5 standalone restarted on a 1M-chunk collection refused flushes for minutes with "node not match"
+    # (its coordinator still gave the old data node's channels): the store waits for the handover, within a bound,
+    # rather than failing an index run after its two quick retries
+    pytest.importorskip("grpc")
+    monkeypatch.setattr("modular_rag.milvus_connection._HANDOVER_POLL_S", 0.0, raising=False)
+    monkeypatch.setattr("modular_rag.milvus_connection._BACKOFF_S", 0.0)
+    refused = "<MilvusException: (code=65535, message=node not match [expectedNodeID=1] [actualNodeID=2])>"
+    store = MilvusStore(uri="http://127.0.0.1:9", collection="restarted")
+    store._ready, store._lite = True, False
+    store._client = busy = _BusyClient(*[Exception(refused)] * 5, "UNAVAILABLE", Exception("node not found[node=3]"))
+    assert [h["text"] for h in store.get(["a"])] == ["text of a"] and busy.calls == 8
+    monkeypatch.setattr("modular_rag.milvus_connection._HANDOVER_WAIT_S", 0.0)  # past the bound: said, not hidden
+    store._client = busy = _BusyClient(Exception(refused), Exception(refused))
+    with pytest.raises(ProviderError, match=r"get failed.*node not match.*still refused after 0 s"):
         store.get(["a"])
     assert busy.calls == 1
 
