@@ -18,7 +18,7 @@ import contextvars
 import functools
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -34,12 +34,14 @@ __all__ = [
     "in_pool",
     "in_threads",
     "pooled",
+    "read_ahead",
     "settle",
     "settle_call",
     "together",
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _SYNC_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar("modular_rag_sync_run", default=False)
 """Set while :func:`await_sync` runs an awaitable for sync code: :func:`together` then awaits in turn."""
@@ -145,6 +147,35 @@ def in_threads(calls: Sequence[Callable[[], T]], *, in_flight: int | None = None
     ) as threads:
         futures = [threads.submit(contextvars.copy_context().run, call) for call in todo]
         return [future.result() for future in futures]
+
+
+def read_ahead(
+    items: Sequence[T], read: Callable[[Sequence[T]], R], *, size: int = 4000
+) -> Iterator[tuple[Sequence[T], R]]:
+    """``items`` in parts of ``size``, each with ``read(part)``; the next part is read on a background thread while
+    the caller works on the current one (texts fetched from a remote store while the last ones are searched).
+
+    Args:
+        items: What to read, in order.
+        read: Reads one part (it must be safe to call from another thread).
+        size: Items per part.
+
+    Raises:
+        ValueError: If ``size`` is less than 1.
+    """
+    if size < 1:
+        raise ValueError(f"size must be >= 1 (got {size})")
+    parts = [items[i : i + size] for i in range(0, len(items), size)]
+    if len(parts) <= 1:
+        yield from ((part, read(part)) for part in parts)
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="modular-rag-read-ahead") as reader:
+        ahead = reader.submit(read, parts[0])
+        for i, part in enumerate(parts):
+            got = ahead.result()
+            if i + 1 < len(parts):
+                ahead = reader.submit(read, parts[i + 1])
+            yield part, got
 
 
 async def together(calls: Sequence[Callable[[], Awaitable[T]]], *, in_flight: int | None = None) -> list[T]:

@@ -220,8 +220,9 @@ class IndexWrites:
     def _texts(self, chunks: Sequence[StoredChunk]) -> list[str]:
         if not self.texts_in_store:
             return [c.text for c in chunks]
-        found = self.chunks([c.id for c in chunks])
-        return [found[c.id]["text"] if c.id in found else "" for c in chunks]
+        read = self.dense.get([c.id for c in chunks], metadata=False)  # type: ignore[union-attr]
+        found = {h["chunk_id"]: h["text"] for h in read}
+        return [found.get(c.id, "") for c in chunks]
 
     def _stored_meta(self, meta: Mapping[str, Any]) -> dict[str, Any]:
         """A chunk's metadata as the dense store gives it back."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from modular_rag.anchors import Alias, aliases_of, chunk_anchors, folded, phrase_pattern, words_of
+from modular_rag.concurrency import read_ahead
 
 __all__ = ["LinkTable", "aliases_of", "chunk_anchors"]
 
@@ -299,13 +300,13 @@ class StoredLinks:
                     again.setdefault(int(p), []).append(anchor)
         if again:  # find gives chunks holding the words anywhere: rescan only those holding an anchor as a phrase
             held = catalog.at(sorted(again), db=db, metadata=False)
-            read = texts_of(held) if texts_of is not None else [c.text for c in held]
-            patterns = {a: phrase_pattern(a) for names in again.values() for a in names}
+            patterns = {a: phrase_pattern(a) for a in anchors}
             older: list[tuple[int, str]] = []
-            for c, text in zip(held, read, strict=True):
-                low = folded(text)  # once per chunk, not per anchor
-                if any(patterns[a].search(low) for a in again[c.pos]):
-                    older.append((c.pos, text))
+            for part, read in read_ahead(held, texts_of or (lambda cs: [c.text for c in cs])):
+                for c, text in zip(part, read, strict=True):
+                    low = folded(text)  # once per chunk, not per anchor
+                    if any(patterns[a].search(low) for a in again[c.pos]):
+                        older.append((c.pos, text))
             catalog.delete_mentions([pos for pos, _ in older], db)
             self._scan(db, [pos for pos, _ in older], [text for _, text in older])
 

@@ -189,16 +189,18 @@ class MilvusStore(MilvusConnection):
             [dict(r.get(META) or {}) for r in rows],
         )
 
-    def get(self, ids: Sequence[str]) -> list[Hit]:
-        """The stored chunks of these ids (text and metadata), read by key; ids not stored are left out."""
+    def get(self, ids: Sequence[str], *, metadata: bool = True) -> list[Hit]:
+        """The stored chunks of these ids (text and, with ``metadata``, metadata), read by key; ids not stored are
+        left out. Without metadata the reply carries less to decode: an add reads tens of thousands of older texts."""
         if not ids or not self._exists():
             return []
+        fields = [ID, *OUTPUT] if metadata else [ID, TEXT]
         out: list[Hit] = []
         for i in range(0, len(ids), BATCH_ROWS):
             batch = list(ids[i : i + BATCH_ROWS])
             rows = self._call(
                 "get",
-                lambda c, b=batch: c.get(self.collection_name, ids=b, output_fields=[ID, *OUTPUT], **self._read_args()),
+                lambda c, b=batch: c.get(self.collection_name, ids=b, output_fields=fields, **self._read_args()),
             )
             out.extend(
                 Hit(

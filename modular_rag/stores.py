@@ -218,14 +218,16 @@ class ChromaStore:
         order = sorted(range(len(ids)), key=ids.__getitem__)
         return [ids[i] for i in order], [texts[i] for i in order], [metas[i] for i in order]
 
-    def get(self, ids: Sequence[str]) -> list[Hit]:
-        """The stored chunks of these ids (text and metadata), read by key; ids not stored are left out."""
+    def get(self, ids: Sequence[str], *, metadata: bool = True) -> list[Hit]:
+        """The stored chunks of these ids (text and, with ``metadata``, metadata), read by key; ids not stored are
+        left out."""
         if not ids:
             return []
-        got = self.collection.get(ids=list(ids), include=["documents", "metadatas"])
+        got = self.collection.get(ids=list(ids), include=["documents", "metadatas"] if metadata else ["documents"])
+        metas = got["metadatas"] if metadata else [None] * len(got["ids"])
         return [
             Hit(chunk_id=cid, text=doc or "", score=0.0, channel="link", metadata=dict(meta or {}))
-            for cid, doc, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
+            for cid, doc, meta in zip(got["ids"], got["documents"], metas, strict=True)
         ]
 
     def get_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from modular_rag.concurrency import AsyncNode, await_sync, in_threads, pooled, together
+from modular_rag.concurrency import AsyncNode, await_sync, in_threads, pooled, read_ahead, together
 
 
 class Calls:
@@ -133,3 +133,27 @@ def test_one_async_def_node_serves_sync_and_async_runs() -> None:
     assert wrapped.invoke({"n": 3}) == expected and calls.most == 1  # invoke: on the kit's loop, in turn
     assert asyncio.run(wrapped.ainvoke({"n": 3})) == expected and calls.most == 3  # ainvoke: on the run's loop
     assert isinstance(wrapped.fn, AsyncNode)
+
+
+@pytest.mark.unit
+def test_read_ahead_gives_every_part_in_order_reading_the_next_while_the_caller_works() -> None:
+    # an add reads tens of thousands of older texts from Milvus to search them for new titles: the next part's read
+    # runs while the current part is searched, so the two overlap instead of adding up
+    started: dict[int, float] = {}
+    done: dict[int, float] = {}
+
+    def read(part: Any) -> list[int]:
+        started[part[0]] = time.perf_counter()
+        time.sleep(0.05)
+        return [x * 10 for x in part]
+
+    got = []
+    for part, values in read_ahead(list(range(7)), read, size=3):
+        time.sleep(0.1)  # the caller's work on this part
+        done[part[0]] = time.perf_counter()
+        got.append((list(part), values))
+    assert got == [([0, 1, 2], [0, 10, 20]), ([3, 4, 5], [30, 40, 50]), ([6], [60])]
+    assert started[3] < done[0] and started[6] < done[3]  # each next part was read during the caller's work
+    assert list(read_ahead([], read)) == []
+    with pytest.raises(ValueError, match="size must be >= 1"):
+        list(read_ahead([1], read, size=0))
