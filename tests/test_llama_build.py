@@ -115,8 +115,7 @@ def _wrapper(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.integration
-@pytest.mark.slow
+@pytest.mark.integration  # not slow: it is what keeps a native build (SIGILL on an older CPU) out of CI
 @pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="needs qemu-user (scripts/setup.sh installs it)")
 def test_llama_server_runs_on_an_emulated_cpu_without_avx512(tmp_path: Path) -> None:
     """qemu's Haswell executes x86-64-v3 and stops with SIGILL at the first AVX-512 or AMX instruction (a native

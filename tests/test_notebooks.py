@@ -8,7 +8,8 @@ import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 TOPICS = {"conversation"}  # notebooks about a feature every pattern has, beside the one per pattern
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+IN_CI = {"linear"}  # the others take 11-52 s each: run them with -m slow
+pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,10 @@ def test_there_is_one_notebook_per_pattern() -> None:
     assert {p.stem for p in NOTEBOOKS} >= TOPICS
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, id=p.stem, marks=() if p.stem in IN_CI else pytest.mark.slow) for p in NOTEBOOKS],
+)
 def test_notebook_runs(path: Path, workdir: Path) -> None:
     import nbformat
     from nbclient import NotebookClient
