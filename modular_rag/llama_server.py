@@ -374,15 +374,23 @@ _PROBE_PROMPT = (
 )  # ~64 tokens: enough for the batched matrix products a prompt runs, where a native build's AMX/AVX-512 code is
 
 
-def probe(model_path: Path, *, threads: int | None = None, timeout_s: float = 120.0, binary: Path | None = None) -> str:
-    """Start a llama-server on ``model_path``, have it read a 64-token prompt and write one token, and stop it: proof
-    that the binary runs on this CPU, not only that it exists.
+def probe(
+    model_path: Path,
+    *,
+    threads: int | None = None,
+    timeout_s: float = 120.0,
+    binary: Path | None = None,
+    prompt: str = _PROBE_PROMPT,
+) -> str:
+    """Start a llama-server on ``model_path``, have it read a prompt (by default of 64 tokens) and write one token, and
+    stop it: proof that the binary runs on this CPU, not only that it exists.
 
     Args:
         model_path: The GGUF file.
         threads: CPU threads (default: :func:`default_server_threads`).
         timeout_s: How long the start and the request may take.
         binary: The ``llama-server`` (default: :func:`llama_server_binary`).
+        prompt: What it reads (a shorter one where each token is slow: under an emulator, about 3 s a token).
 
     Returns:
         What it did, with its prompt and decoding speed as the server timed them.
@@ -399,7 +407,7 @@ def probe(model_path: Path, *, threads: int | None = None, timeout_s: float = 12
     t0 = time.perf_counter()
     try:
         server.start()
-        body = json.dumps({"prompt": _PROBE_PROMPT, "max_tokens": 1, "temperature": 0}).encode()
+        body = json.dumps({"prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
         request = urllib.request.Request(
             f"http://127.0.0.1:{server.port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
         )

@@ -98,9 +98,14 @@ def _rows(sqlite: Path) -> int:
         return 0
 
 
+N_CRASH = 256
+"""Documents of the kill test: the kill lands once the first write reaches Chroma (128 documents: 8 batches of 16),
+so half is left for the rerun (400 took a minute here, 160 left too little)."""
+
+
 def test_sigkill_midway_then_rerun_gives_every_chunk_exactly_once(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
-    _corpus(corpus, 400)
+    _corpus(corpus, N_CRASH)
     store = tmp_path / "store"
     config = tmp_path / "c.yaml"
     config.write_text(
@@ -126,10 +131,10 @@ def test_sigkill_midway_then_rerun_gives_every_chunk_exactly_once(tmp_path: Path
     again = subprocess.run(cmd[:-1] + ["--json"], capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr
     summary = json.loads(again.stdout)
-    assert summary["chunks"] == 400 and summary["added"] + summary["existing"] == 400
-    assert 0 < summary["existing"] < 400  # the killed run had written part of it
+    assert summary["chunks"] == N_CRASH and summary["added"] + summary["existing"] == N_CRASH
+    assert 0 < summary["existing"] < N_CRASH  # the killed run had written part of it
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(store), collection="crash")))
     ids, _, _ = env.index.dense.dump()
-    assert len(ids) == len(set(ids)) == 400
+    assert len(ids) == len(set(ids)) == N_CRASH
     assert sorted(env.index.catalog.ids()) == ids  # dense store and catalog agree
-    assert env.index.postings is not None and env.index.postings.next_position >= 400  # postings cover every chunk
+    assert env.index.postings is not None and env.index.postings.next_position >= N_CRASH  # postings cover every chunk
