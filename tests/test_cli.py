@@ -13,6 +13,7 @@ from modular_rag import registry
 from modular_rag.cli import main
 from modular_rag.registry import pattern_names
 from tests.conftest import demo_flow
+from tests.helpers.marks import slow_except
 
 CLI_IN_CI = {"linear", "conditional"}
 """Templates ``modular-rag run`` runs in CI (the others with -m slow): one without a model call, one with."""
@@ -169,10 +170,7 @@ def test_schema_validates_every_shipped_config_and_rejects_bad_params() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(
-    "pattern",
-    [pytest.param(p, marks=() if p in CLI_IN_CI else pytest.mark.slow) for p in pattern_names()],
-)
+@pytest.mark.parametrize("pattern", slow_except(pattern_names(), CLI_IN_CI))
 def test_every_template_runs_from_the_cli_on_the_demo_with_the_local_model(
     pattern: str, tmp_path: Path, demo_dir: Path
 ) -> None:

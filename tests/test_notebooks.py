@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.marks import slow_except
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 TOPICS = {"conversation"}  # notebooks about a feature every pattern has, beside the one per pattern
 IN_CI = {"linear"}  # the others take 11-52 s each: run them with -m slow
@@ -27,7 +29,7 @@ def test_there_is_one_notebook_per_pattern() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [pytest.param(p, id=p.stem, marks=() if p.stem in IN_CI else pytest.mark.slow) for p in NOTEBOOKS],
+    slow_except(NOTEBOOKS, IN_CI, name=lambda p: p.stem),
 )
 def test_notebook_runs(path: Path, workdir: Path) -> None:
     import nbformat

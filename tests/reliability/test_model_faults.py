@@ -15,10 +15,12 @@ from modular_rag.errors import ModularRagError
 from modular_rag.eval.recommend import PATTERN_RUNS, pattern_config
 from modular_rag.providers import Providers
 from tests.helpers.fault_proxy import FaultProxy
+from tests.helpers.marks import slow_except
 
 pytestmark = [pytest.mark.integration]
-SLOW_RUNS = {"branching", "branching-documents", "iterative", "adaptive-self-rag"}
-"""Runs of 20-26 s each (the others take under 5 s): run them with -m slow."""
+RUNS = [r for r in PATTERN_RUNS if not r.startswith("linear-")]  # linear once
+RUNS_IN_CI = {"linear", "conditional", "iterative-ircot", "recursive", "adaptive"}
+"""Runs of under 5 s each; the others (branching twice, iterative, Self-RAG) take 20-26 s: run them with -m slow."""
 
 BOUND_S = 600
 """The most one faulty run may take: retries and held connections are each bounded, so the run is too."""
@@ -58,14 +60,7 @@ def faulty(run: str, demo_dir: Path, proxy_url: str, **llm: object):
     return load_config(data)
 
 
-@pytest.mark.parametrize(
-    "run",
-    [
-        pytest.param(r, id=r, marks=pytest.mark.slow if r in SLOW_RUNS else ())
-        for r in PATTERN_RUNS
-        if not r.startswith("linear-")  # linear once
-    ],
-)
+@pytest.mark.parametrize("run", slow_except(RUNS, RUNS_IN_CI))
 def test_every_pattern_ends_with_an_answer_or_a_typed_error(run: str, demo_dir: Path, upstream: str) -> None:
     with FaultProxy(upstream, rate=0.3, seed=sum(map(ord, run)), hold_s=25.0) as proxy:
         flow = build_flow(faulty(run, demo_dir, proxy.url))
