@@ -92,6 +92,7 @@ class MilvusConnection:
         self._version: tuple[int, int] | None = None
         self._sparse_field: bool | None = None  # whether the adopted collection has the BM25 field
         self._unflushed = False
+        self._written = 0  # rows this process upserted since it last flushed
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------------------------------------- connection
@@ -203,7 +204,7 @@ class MilvusConnection:
         reads after writing: an indexing run ends in one flush, one segment (Milvus Lite's BM25 statistics are per
         segment). On Milvus the store never flushes by itself: Milvus seals segments on its own."""
         with self._lock:
-            self._unflushed = False
+            self._unflushed, self._written = False, 0
             if self._exists():
                 wait = self.timeout_s if timeout_s is None else timeout_s
                 self._call("flush", lambda c: c.flush(self.collection_name, timeout=wait))
