@@ -62,7 +62,7 @@ def _part_figures(dev: Any, quality: dict[str, float]) -> list[str]:
 
 def _accuracy(model: Any, env: Any, config: Any, texts: list[str], truth: list[str]) -> list[str]:
     """Routing accuracy against the oracle's choice on the questions as asked, lower-cased and title-cased (a router
-    reading evidence sees each variant's own first retrieval)."""
+    reading evidence sees each variant's own first retrieval), at the trained cost weight (no budget)."""
     import numpy as np
 
     from modular_rag.eval.router import first_evidence
@@ -73,7 +73,8 @@ def _accuracy(model: Any, env: Any, config: Any, texts: list[str], truth: list[s
         if model.reads_evidence:
             retrieve = config.operators["retrieve"]
             hits = first_evidence(variant, config, retrieve, env)
-        cells.append(f"{np.mean(np.asarray(model.route(env.encoder, variant, hits)) == np.asarray(truth)):.3f}")
+        chosen = model.route(env.encoder, variant, hits, getattr(env.index, "links", None))
+        cells.append(f"{np.mean(np.asarray(chosen) == np.asarray(truth)):.3f}")
     return cells
 
 
@@ -226,9 +227,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--classes",
-        default="auto",
+        default=None,
         choices=["auto", "passages", "outcome", "both"],
-        help="the routers' kinds of questions (auto: cross-validation chooses)",
+        help="the routers' kinds of questions (default: train-router's, both with evidence; auto: cross-validation "
+        "chooses)",
     )
     parser.add_argument("--mixes", default=",".join(MIXES), help=f"the mixes ({','.join(MIXES)})")
     parser.add_argument("--seed", type=int, default=0)

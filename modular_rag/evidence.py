@@ -1,21 +1,27 @@
 """What a first retrieval found, as features a learned router decides from (``train-router --features evidence``).
 
 The question alone does not say whether a second hop pays; what the first retrieval returned often does: whether one
-passage already covers the question's terms, or the terms are spread over passages of different documents (a bridge
-or a comparison), whether the question names the titles of the passages found, and how sharply the fused scores fall
-after the first. Every feature is read from analysed terms (case, accents and punctuation folded, stop words dropped,
-stemmed), so a mix of sources that differ by letter case cannot teach case; a passage without a title gives 0 for
-the title features, so plain files (no titles) keep every other feature.
+passage already covers the question's terms, or the terms are spread over passages of different documents (a bridge or a
+comparison), whether the question names the titles of the passages found, and how sharply the fused scores fall after
+the first; and, through the index's link table (:mod:`modular_rag.links`), whether the question names a document the
+first retrieval missed and how many documents the passages found point to that it did not find (a bridge the single shot
+did not cross). Every feature is read from analysed terms (case, accents and punctuation folded, stop words dropped,
+stemmed), so a mix of sources that differ by letter case cannot teach case; a passage without a title gives 0 for the
+title features, so plain files (no titles) keep every other feature; the link features read every anchor the link table
+holds (titles, headings, the subjects first sentences define, names, codes), so plain files have them too, and an index
+without a link table gives 0 for them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 from modular_rag.state import Hit
 from modular_rag.text import Analyzer
 
-__all__ = ["EVIDENCE_NAMES", "evidence_features", "TOP"]
+__all__ = ["EVIDENCE_NAMES", "TOP", "evidence_features", "link_features"]
 
 TOP = 5
 """How many of the first retrieval's candidates the features read."""
@@ -32,6 +38,11 @@ EVIDENCE_NAMES = [
     f"documents in top-{TOP}",
     "top-1 title named",
     f"titles named in top-{TOP}",
+    f"anchors named, outside top-{TOP}",
+    f"anchors named, in top-{TOP}",
+    "anchors top-2 link out to",
+    f"anchors top-{TOP} link out to",
+    "link-outs sharing a question term",
 ]
 """The names of :func:`evidence_features`, in order (a saved router model records them)."""
 
@@ -47,7 +58,7 @@ def _document(hit: Hit) -> str:
     return str(meta.get("doc_id") or hit["chunk_id"])
 
 
-def evidence_features(query: str, hits: Sequence[Hit]) -> list[float]:
+def evidence_features(query: str, hits: Sequence[Hit], links: Any = None) -> list[float]:
     """Features of the candidates a first retrieval found for ``query`` (best first), in :data:`EVIDENCE_NAMES`' order.
 
     * the first candidate's fused score and each next one's as a share of it (how sharply the ranking falls);
@@ -56,11 +67,14 @@ def evidence_features(query: str, hits: Sequence[Hit]) -> list[float]:
       spread over passages: the question needs more than one);
     * how many different documents the first five come from (a share of five);
     * whether the question names the first passage's title, and how many of the first five's titles it names
-      (a share of two: a comparison names both).
+      (a share of two: a comparison names both);
+    * with ``links``, :func:`link_features`.
 
     Args:
         query: The question as asked.
         hits: The first retrieval's candidates, best first (any number; missing ones count as absent).
+        links: The index's link table (:class:`~modular_rag.links.StoredLinks`); ``None`` gives 0 for the link
+            features.
 
     Returns:
         One value per name of :data:`EVIDENCE_NAMES`.
@@ -95,4 +109,41 @@ def evidence_features(query: str, hits: Sequence[Hit]) -> list[float]:
         documents,
         float(bool(named) and named[0]),
         min(sum(named), 2) / 2.0,
+        *link_features(terms, query, top[:TOP], links),
+    ]
+
+
+def link_features(terms: set[str], query: str, top: Sequence[Hit], links: Any) -> list[float]:
+    """What the link table says of the first passages: how many anchors the question names whose documents are all
+    outside them (at most 3) and inside (at most 3); how many anchors the first two and the first ``TOP`` passages
+    mention whose documents they do not include (log 1 + n: a bridge not crossed), and how many of the latter share a
+    term with the question (at most 5). Zeros without a link table or passages.
+
+    Args:
+        terms: The question's analysed terms.
+        query: The question as asked (anchors are matched in any letter case).
+        top: The first passages, best first.
+        links: The link table, or ``None``.
+    """
+    if links is None or not top:
+        return [0.0] * 5
+    found = {_document(h) for h in top}
+    named = links.mentions(query)
+    said = [links.mentions(str(h.get("text", "")), exclude=h["chunk_id"]) for h in top]
+    document = links.documents(sorted({i for _, ids in [*named, *(m for s in said for m in s)] for i in ids}))
+
+    def outside(ids: frozenset[str]) -> bool:
+        return bool(ids) and not any(document.get(i) in found for i in ids)
+
+    missed = {alias for alias, ids in named if outside(ids)}
+    held = {alias for alias, ids in named if ids and not outside(ids)}
+    out2 = {alias for mentioned in said[:2] for alias, ids in mentioned if outside(ids)}
+    out = {alias for mentioned in said for alias, ids in mentioned if outside(ids)}
+    sharing = [alias for alias in out if set(_ANALYZER(" ".join(alias))) & terms]
+    return [
+        float(min(len(missed), 3)),
+        float(min(len(held), 3)),
+        math.log1p(len(out2)),
+        math.log1p(len(out)),
+        float(min(len(sharing), 5)),
     ]

@@ -417,6 +417,12 @@ class StoredLinks:
         ids = self._ids(p for _, hit in found for p in hit)
         return [(alias, frozenset(ids[p] for p in hit if p in ids)) for alias, hit in found]
 
+    def documents(self, ids: Sequence[str]) -> dict[str, str]:
+        """The document of each chunk id held."""
+        at = self.catalog.positions(list(ids))
+        docs = self.catalog.documents_of(list(at.values()))
+        return {cid: docs[pos] for cid, pos in at.items() if pos in docs}
+
     def named_in(self, text: str) -> set[str]:
         """The ids of the chunks that define an anchor ``text`` (a question, in any letter case) names."""
         return set().union(*(hit for _, hit in self.mentions(text)))

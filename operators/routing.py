@@ -346,7 +346,10 @@ class RouterModel:
     normalised question and :func:`lexical_features` gives ``P(class | question)``; ``quality[k, c]`` is route k's
     measured quality on training questions of class c; a route's expected quality is ``sum_c P(c) quality[k, c]``,
     and the router picks ``argmax_k expected_k - cost_weight * cost_k / max cost``: a costlier route only where it
-    is expected to buy enough.
+    is expected to buy enough. With a ``budget`` (the cost ceiling it was trained at), the learned router operator
+    holds its mean cost over the questions it serves to that share of the costliest route's
+    (:class:`~operators.route_budget.RouteBudget`), raising the cost weight where the traffic needs more hops than
+    the training questions did.
 
     Saved as versioned JSON by :meth:`save` (``modular-rag train-router`` writes it); :meth:`load` refuses another
     format or version.
@@ -366,17 +369,20 @@ class RouterModel:
     blocks: tuple[str, ...] = ("question",)
     evidence_mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
     evidence_scale: np.ndarray = field(default_factory=lambda: np.ones(0))
+    budget: float | None = None
 
     @property
     def reads_evidence(self) -> bool:
         """Whether the model decides from the shared first retrieval's candidates too."""
         return "evidence" in self.blocks
 
-    def features(self, vector: np.ndarray | None, query: str, hits: Sequence[Any] | None = None) -> np.ndarray:
+    def features(
+        self, vector: np.ndarray | None, query: str, hits: Sequence[Any] | None = None, links: Any = None
+    ) -> np.ndarray:
         """The feature row of a query: with the question block, the embedding of its normalised form (``vector``)
         and its standardised lexical features (the wording block: those alone); with the evidence block, the
         standardised
-        :func:`~modular_rag.evidence.evidence_features` of ``hits``.
+        :func:`~modular_rag.evidence.evidence_features` of ``hits`` (``links``: the index's link table).
 
         Raises:
             ValueError: If a block the model reads is not given (no vector, or no hits).
@@ -393,7 +399,8 @@ class RouterModel:
                 raise ValueError("this router reads the first retrieval's evidence: pass its candidates")
             from modular_rag.evidence import evidence_features
 
-            parts.append((np.asarray(evidence_features(query, hits)) - self.evidence_mean) / self.evidence_scale)
+            row = np.asarray(evidence_features(query, hits, links))
+            parts.append((row - self.evidence_mean) / self.evidence_scale)
         return np.concatenate(parts)
 
     def class_probabilities(self, rows: np.ndarray) -> np.ndarray:
@@ -410,13 +417,22 @@ class RouterModel:
         penalty = np.array([self.costs.get(r, 0.0) / top for r in self.routes])
         return np.argmax(expected - self.cost_weight * penalty, axis=1)
 
-    def route(self, encoder: Any, queries: Sequence[str], hits: Sequence[Sequence[Any]] | None = None) -> list[str]:
-        """The route chosen for each query (``encoder`` embeds their normalised forms, as the flow's embeddings
-        provider does; ``hits``: each query's first-retrieval candidates, for a model that reads evidence)."""
+    def route(
+        self,
+        encoder: Any,
+        queries: Sequence[str],
+        hits: Sequence[Sequence[Any]] | None = None,
+        links: Any = None,
+    ) -> list[str]:
+        """The route chosen for each query at the trained cost weight, without the budget (``encoder`` embeds their
+        normalised forms, as the flow's embeddings provider does; ``hits``: each query's first-retrieval
+        candidates, for a model that reads evidence; ``links``: the index's link table)."""
         found = hits if hits is not None else [None] * len(queries)
         rows = np.vstack(
             [
-                self.features(encoder.encode_query(normalize_question(q)) if "question" in self.blocks else None, q, h)
+                self.features(
+                    encoder.encode_query(normalize_question(q)) if "question" in self.blocks else None, q, h, links
+                )
                 for q, h in zip(queries, found, strict=True)
             ]
         )
@@ -447,6 +463,7 @@ class RouterModel:
             "evidence": evidence_names() if self.reads_evidence else [],
             "evidence_mean": self.evidence_mean.tolist(),
             "evidence_scale": self.evidence_scale.tolist(),
+            "budget": self.budget,
         }
         file.write_text(json.dumps(data, indent=1), encoding="utf-8")
         return file
@@ -498,6 +515,7 @@ class RouterModel:
             blocks,
             np.asarray(data.get("evidence_mean", [])),
             np.asarray(data.get("evidence_scale", [])),
+            None if data.get("budget") is None else float(data["budget"]),
         )
 
 
@@ -514,6 +532,13 @@ class LearnedRouterParams(RouterParams):
         min_length=1,
         description="the router model (router.json, or its folder) that modular-rag train-router wrote",
     )
+    budget: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="hold the mean cost over the last questions served to this share of the costliest route's "
+        "(default: the model's, the --max-cost-ratio it was trained at; 1: no budget, the trained cost weight)",
+    )
 
 
 @operator("orchestration", "routing", "learned", port=Port.ROUTE, cost=lambda params, ctx: ZERO)
@@ -523,7 +548,8 @@ def learned_router(params: LearnedRouterParams, providers: Providers) -> Operato
     features, and each route's measured quality per kind of question, both from ``modular-rag train-router``;
     picks the best expected quality for its cost. A model trained with ``--features evidence`` also reads what the
     conditional flow's shared first retrieval found (:mod:`modular_rag.evidence`), so a route that hops pays only the
-    hop. The trace gives every route's expected quality."""
+    hop. With a budget (the model's cost ceiling, or ``budget``), it holds its mean cost over the questions it served
+    to it (:class:`~operators.route_budget.RouteBudget`). The trace gives every route's expected quality."""
     from modular_rag.errors import ConfigError
 
     model = RouterModel.load(params.model)
@@ -533,6 +559,13 @@ def learned_router(params: LearnedRouterParams, providers: Providers) -> Operato
             "operators.route.params.model",
             f"the model routes to {unknown}, which are not routes of this flow ({', '.join(params.routes)})",
         )
+
+    share = params.budget if params.budget is not None else model.budget
+    budget = None
+    if share is not None and share < 1.0:
+        from operators.route_budget import RouteBudget
+
+        budget = RouteBudget(model.routes, model.costs, share, model.cost_weight)
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         query = str(state.get("query", ""))
@@ -544,11 +577,18 @@ def learned_router(params: LearnedRouterParams, providers: Providers) -> Operato
                 "retrieved before it: set operators.retrieve of the conditional flow (the retrieval its routes share, "
                 "with retrieve: given)",
             )
-        p = model.probabilities(model.features(vector, query, state.get("candidates"))[None, :])
-        chosen = model.routes[int(model.decide(p)[0])]
+        links = getattr(providers.index, "links", None) if model.reads_evidence else None
+        p = model.probabilities(model.features(vector, query, state.get("candidates"), links)[None, :])
+        spend = ""
+        if budget is None:
+            chosen = model.routes[int(model.decide(p)[0])]
+        else:
+            at, weight = budget.decide(p[0])
+            chosen, spend = model.routes[at], f"; budget {budget.limit:.2f}: cost weight {weight:.3f}"
         note(
             "learned: expected quality "
             + ", ".join(f"{r} {v:.2f}" for r, v in zip(model.routes, p[0].tolist(), strict=True))
+            + spend
         )
         return choose_route({chosen: max(float(p[0][model.routes.index(chosen)]), 1e-9)}, params)
 

@@ -282,7 +282,8 @@ def mixed_dataset(
     """One BEIR folder mixing several datasets' corpora and questions (a workload of easy and hard questions):
     ``corpus.jsonl`` is every part's corpus (ids must not collide), each question keeps a ``source`` field naming its
     part, and each part's questions are split by a seeded hash into ``train_*`` (``train_fraction``) and the dev
-    files (``queries.jsonl`` / ``qrels.tsv``), so a router trained on train is reported on dev.
+    files (``queries.jsonl`` / ``qrels.tsv``), so a router trained on train is reported on dev; each split's
+    questions are written interleaved in a seeded order, as traffic would mix them.
 
     Raises:
         DatasetError: If two parts share a corpus id or a query id, or the fraction is not in (0, 1).
@@ -313,6 +314,12 @@ def mixed_dataset(
             tagged = Query(q.id, q.text, q.answers, {**q.extra, "source": part.name})
             (train if i < cut else dev).append(tagged)
             qrels[q.id] = dict(part.qrels.get(q.id, {}))
-    write_split(folder, "train", train, qrels)
-    write_split(folder, "dev", dev, qrels)
+
+    # the parts' questions interleaved in a seeded order, as a workload would send them (a router holding a budget
+    # over the questions it serves sees them so)
+    def shuffled(queries: list[Query]) -> list[Query]:
+        return sorted(queries, key=lambda q: hashlib.sha256(f"order:{q.id}:{seed}".encode()).hexdigest())
+
+    write_split(folder, "train", shuffled(train), qrels)
+    write_split(folder, "dev", shuffled(dev), qrels)
     return load_beir(folder, split="train"), load_beir(folder, split="dev")

@@ -230,7 +230,7 @@ def train_router(
     out: str | Path,
     *,
     quality: str = "all@5",
-    classes: ClassKind = "auto",
+    classes: ClassKind | None = None,
     features: Features = ("question",),
     folds: int = 5,
     seed: int = 0,
@@ -246,7 +246,11 @@ def train_router(
         configs: Route name -> candidate flow config (cheapest first is not required: costs are measured).
         out: Folder for ``router.json`` and ``routed.yaml``.
         quality: What a route must achieve for a question (:func:`query_quality`).
-        classes: The kinds of questions the classifier tells apart (:func:`question_classes`).
+        classes: The kinds of questions the classifier tells apart (:func:`question_classes`); by default ``both``
+            for a router that reads the evidence, else ``auto``. (Measured on the mixed workloads: with
+            ``passages``, P(several passages) ranks the multi-passage questions by how multi-passage they look,
+            not by whether the hop pays, so a budget spends its hops on the wrong ones; ``both`` separates those the
+            single shot already answers.)
         features: What the classifier reads: ``question`` (its normalised embedding and lexical features) or
             ``wording`` (the lexical features alone), and/or
             ``evidence`` (:func:`~modular_rag.evidence.evidence_features` of the shared first retrieval: see
@@ -254,7 +258,9 @@ def train_router(
         folds: Cross-validation folds over the training questions, to choose the L2 penalty and the cost weight.
         seed: Seeds the folds.
         max_cost_ratio: The operating point is the best cross-validated quality whose mean cost is at most this
-            share of the costliest flow's (when ``max_quality_loss`` is not given).
+            share of the costliest flow's (when ``max_quality_loss`` is not given); the model keeps it as its
+            budget, which the routed flow holds over the questions it serves
+            (:class:`~operators.route_budget.RouteBudget`).
         max_quality_loss: Instead, the cheapest operating point whose cross-validated quality is within this of the
             best single flow's.
         progress: Progress bars while the flows run.
@@ -310,7 +316,8 @@ def train_router(
         top = max(quality_of[n][q] for n in names)
         labels[q] = names.index(next(n for n in by_cost if quality_of[n][q] >= top))
     relevant = [sum(1 for s in dataset.qrels.get(q, {}).values() if s > 0) for q in qids]
-    kinds = question_classes(relevant, [names[labels[q]] for q in qids], classes)
+    kind_of = classes or ("both" if "evidence" in blocks else "auto")
+    kinds = question_classes(relevant, [names[labels[q]] for q in qids], kind_of)
     lexical = np.asarray([lexical_features(q.text) for q in dataset.queries])
     mean, scale = lexical.mean(axis=0), lexical.std(axis=0) + 1e-6
     parts = []
@@ -323,7 +330,8 @@ def train_router(
     if shared is not None:
         say(f"reading the shared first retrieval ({shared[0].name} {shared[0].params}) of every training question")
         hits = first_evidence([q.text for q in dataset.queries], configs[names[0]], shared[0], env)
-        evidence = np.asarray([evidence_features(q.text, h) for q, h in zip(dataset.queries, hits, strict=True)])
+        links = getattr(env.index, "links", None)
+        evidence = np.asarray([evidence_features(q.text, h, links) for q, h in zip(dataset.queries, hits, strict=True)])
         ev_mean, ev_scale = evidence.mean(axis=0), evidence.std(axis=0) + 1e-6
         parts.append((evidence - ev_mean) / ev_scale)
     x = np.hstack(parts)
@@ -417,6 +425,7 @@ def train_router(
         _class_quality(targets, onehot),
         float(chosen["cost_weight"]),
         embeddings=configs[names[0]].providers.embeddings.model_dump_json(),
+        budget=max_cost_ratio if max_quality_loss is None else None,
         trained={
             "dataset": dataset.name,
             "split": dataset.split,

@@ -258,6 +258,44 @@ def test_an_evidence_router_decides_from_what_the_first_retrieval_found(tmp_path
         model.route(None, [question])
 
 
+_WORDS = ["lantern", "copper", "harbour", "violin", "glacier", "orchid", "tunnel", "saddle", "meadow", "falcon"]
+
+
+def _covering(share: int) -> tuple[str, list[dict[str, Any]]]:
+    """A question of ten words whose first passage holds ``share`` of them (plain text: no title, no doc id)."""
+    return " ".join(_WORDS) + "?", [_hit(0, " ".join(_WORDS[:share]) + ".")]
+
+
+def _hops(route: Any, shares: list[int]) -> list[bool]:
+    return [route({"query": q, "candidates": h})["route"] == "hopping" for q, h in map(_covering, shares)]
+
+
+@pytest.mark.unit
+def test_a_learned_router_holds_its_budget_where_traffic_needs_more_hops_than_its_training(tmp_path: Path) -> None:
+    """At its trained cost weight the evidence model hops wherever the first passage covers under about three
+    quarters of the question: eight questions in ten of this traffic, 90% of the hop's cost. Holding the budget it
+    was trained at (0.7 of the hop's cost: at most four hops in ten with costs 2 and 4) it hops only as often as
+    that allows, and on the questions covered least; ``budget: 1`` routes at the trained weight."""
+    from types import SimpleNamespace
+
+    from operators.route_budget import WARM
+    from operators.routing import LearnedRouterParams, learned_router
+
+    model = _evidence_model()
+    model.budget = 0.7
+    file = model.save(tmp_path / "r")
+    routes: dict[str, Any] = {"cheap": {}, "hopping": {}}
+    providers = SimpleNamespace(encoder=None, index=None)
+    shares = [[1, 9, 3, 5, 2, 10, 6, 4, 7, 2][i % 10] for i in range(120)]  # 8 in 10 cover less than 3/4
+    free = learned_router(LearnedRouterParams(model=str(file), routes=routes, budget=1.0), providers)
+    assert np.mean(_hops(free, shares)) == pytest.approx(0.8)
+    held = _hops(learned_router(LearnedRouterParams(model=str(file), routes=routes), providers), shares)
+    served = held[WARM:]
+    assert np.mean(served) <= 0.4 + 1e-9 and np.mean(served) >= 0.3  # as many hops as the budget allows
+    covered = np.array(shares[WARM:])
+    assert covered[np.array(served)].max() < covered[~np.array(served)].min()  # ... on the least covered
+
+
 @pytest.mark.unit
 def test_evidence_features_read_no_letter_case_and_work_without_titles() -> None:
     """Features of plain files (no title, no doc id) and of cased or lower-cased questions are the same numbers."""
@@ -273,6 +311,46 @@ def test_evidence_features_read_no_letter_case_and_work_without_titles() -> None
     titled = [_hit(0, "It was completed in 1889.", "Eiffel Tower"), _hit(1, "A bridge.", "Garabit viaduct")]
     named = dict(zip(EVIDENCE_NAMES, evidence_features("When was the eiffel tower completed?", titled), strict=True))
     assert named["top-1 title named"] == 1.0 and named["titles named in top-5"] == 0.5
+
+
+@pytest.mark.integration
+def test_link_evidence_reads_plain_notes_through_the_index_link_table(tmp_path: Path) -> None:
+    """Notes without titles or front matter: the question names a note the first passages hold, and the passage
+    found names a note they do not (a bridge not crossed); once both are found, nothing is left outside. Cased
+    and lower-cased questions give the same numbers; without a link table the link features are 0."""
+    from modular_rag.config import ChromaConfig, ProvidersConfig
+    from modular_rag.evidence import EVIDENCE_NAMES, evidence_features
+    from modular_rag.ingest import index_paths
+    from modular_rag.providers import Providers
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "gravel.txt").write_text(
+        "The TW-550 Gravel is a steel touring bike. Its frames are welded at the Kestrel Harbour factory.\n"
+    )
+    (notes / "factory.txt").write_text(
+        "The Kestrel Harbour factory opened in 1998 on the river front. It employs forty welders.\n"
+    )
+    (notes / "winter.txt").write_text("Winter riding needs bright lights, mudguards and lower tyre pressure.\n")
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="notes")))
+    index_paths([notes], env, progress=False)
+    links = env.index.links
+    gravel = env.index.hits(sorted(links.named_in("the TW-550 Gravel")))
+    factory = env.index.hits(sorted(links.named_in("the Kestrel Harbour factory")))
+    assert gravel and factory and gravel[0]["chunk_id"] != factory[0]["chunk_id"]
+    question = "How many people work where the frames of the TW-550 Gravel are welded?"
+
+    def link(hits: list[Any], asked: str = question) -> dict[str, float]:
+        return dict(zip(EVIDENCE_NAMES, evidence_features(asked, hits, links), strict=True))
+
+    one = link(gravel)
+    assert one["anchors named, in top-5"] == 1 and one["anchors named, outside top-5"] == 0
+    assert one["anchors top-2 link out to"] > 0 and one["anchors top-5 link out to"] > 0
+    assert link(gravel, question.lower()) == one
+    both = link([*gravel, *factory])
+    assert both["anchors top-5 link out to"] == 0 and both["anchors named, in top-5"] == 1
+    bare = dict(zip(EVIDENCE_NAMES, evidence_features(question, gravel), strict=True))
+    assert all(bare[name] == 0 for name in EVIDENCE_NAMES[-5:])
 
 
 @pytest.mark.unit
