@@ -260,7 +260,7 @@ def train_router(
         max_cost_ratio: The operating point is the best cross-validated quality whose mean cost is at most this
             share of the costliest flow's (when ``max_quality_loss`` is not given); the model keeps it as its
             budget, which the routed flow holds over the questions it serves
-            (:class:`~operators.route_budget.RouteBudget`).
+            (:class:`~modular_rag.route_budget.RouteBudget`).
         max_quality_loss: Instead, the cheapest operating point whose cross-validated quality is within this of the
             best single flow's.
         progress: Progress bars while the flows run.
@@ -274,9 +274,9 @@ def train_router(
             unknown features, or (with evidence) candidates that share no first retrieval.
     """
     from modular_rag.evidence import evidence_features
+    from modular_rag.router_model import FEATURE_BLOCKS, RouterModel, lexical_features
     from modular_rag.tables import format_table
     from modular_rag.text import normalize_question
-    from operators.routing import FEATURE_BLOCKS, RouterModel, lexical_features
 
     say = log or (lambda line: None)
     names = list(configs)

@@ -31,7 +31,7 @@ def fit_softmax(x: np.ndarray, y: np.ndarray, l2: float) -> tuple[np.ndarray, np
     """
     from scipy.optimize import minimize
 
-    from operators.routing import softmax
+    from modular_rag.router_model import softmax
 
     n, d = x.shape
     c = y.shape[1]

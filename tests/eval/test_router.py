@@ -278,7 +278,7 @@ def test_a_learned_router_holds_its_budget_where_traffic_needs_more_hops_than_it
     that allows, and on the questions covered least; ``budget: 1`` routes at the trained weight."""
     from types import SimpleNamespace
 
-    from operators.route_budget import WARM
+    from modular_rag.route_budget import WARM
     from operators.routing import LearnedRouterParams, learned_router
 
     model = _evidence_model()
