@@ -33,6 +33,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,10 +104,15 @@ def run(args: argparse.Namespace) -> int:
         for features in feature_sets:
             key = f"{features} ({mix})"
             print(f"\n-- router reading the {features}, trained on {mix}")
+            folder = ROOT / ".modular_rag" / "routers" / f"{mix}-{features.replace(',', '+')}"
+            if args.reuse and (folder / "router.json").is_file() and (folder / "routed.yaml").is_file():
+                routers[key] = SimpleNamespace(model_file=folder / "router.json", config_file=folder / "routed.yaml")
+                print(f"router {key}: reused from {folder} (trained by an earlier run of this command)")
+                continue
             routers[key] = r = train_router(
                 train,
                 routes,
-                ROOT / ".modular_rag" / "routers" / f"{mix}-{features.replace(',', '+')}",
+                folder,
                 quality="all@5",
                 features=features.split(","),
                 classes=args.classes,
@@ -120,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
             )
     checks = []
     for mix, (_, dev) in data.items():
+        if args.evaluate and mix not in args.evaluate.split(","):
+            continue
         print(f"\n== evaluation half of {mix} ({len(dev.queries)} questions, never seen by any router's training)")
         sources = sorted({q.extra.get("source", "") for q in dev.queries})
         env = None
@@ -233,6 +241,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "chooses)",
     )
     parser.add_argument("--mixes", default=",".join(MIXES), help=f"the mixes ({','.join(MIXES)})")
+    parser.add_argument(
+        "--reuse", action="store_true", help="reuse the routers an earlier run saved under .modular_rag/routers"
+    )
+    parser.add_argument("--evaluate", default="", help="only these mixes' evaluation halves (default: every mix)")
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -6,6 +6,9 @@ in two does). :class:`RouteBudget` holds the mean cost of its last decisions to 
 instead: each question, it raises the cost weight (never below the trained one) just enough that the decisions it
 would take with it on the last ``window`` questions' expected qualities cost at most that share, then decides the
 question with it. The hops go to the questions expected to gain most from them, whatever the mix of the traffic.
+And it caps what it spent: a costlier route is taken only while the mean cost of the decisions it actually took over
+the window, this one included, stays within the budget (so the first questions, routed before it acts, and the
+decisions at the margin do not push the spend over it).
 
 It holds per process (each worker over the questions it answered), and needs ``warm`` questions before it acts: a
 new process routes its first questions at the trained cost weight. A stream sorted by kind (every easy question,
@@ -68,6 +71,7 @@ class RouteBudget:
         self.floor = floor
         self.warm = warm
         self.rows: deque[np.ndarray] = deque(maxlen=window)
+        self.spent: deque[float] = deque(maxlen=window)  # the penalty of each decision taken
         self._lock = threading.Lock()
 
     def _spend(self, rows: np.ndarray, weight: float) -> float:
@@ -91,5 +95,13 @@ class RouteBudget:
         row = np.asarray(expected, dtype=np.float64)
         with self._lock:
             self.rows.append(row)
-            weight = self.floor if len(self.rows) < self.warm else self.weight(np.vstack(self.rows))
-        return int(np.argmax(row - weight * self.penalty)), weight
+            acting = len(self.rows) >= self.warm
+            weight = self.weight(np.vstack(self.rows)) if acting else self.floor
+            value = row - weight * self.penalty
+            if acting:  # only routes whose cost keeps the spend of the decisions taken within the budget
+                kept = list(self.spent)[1:] if len(self.spent) == self.spent.maxlen else list(self.spent)
+                over = (sum(kept) + self.penalty) / (len(kept) + 1) > self.limit + 1e-12
+                value = np.where(over & (self.penalty > self.penalty.min()), -np.inf, value)
+            chosen = int(np.argmax(value))
+            self.spent.append(float(self.penalty[chosen]))
+        return chosen, weight

@@ -275,7 +275,8 @@ def test_a_learned_router_holds_its_budget_where_traffic_needs_more_hops_than_it
     """At its trained cost weight the evidence model hops wherever the first passage covers under about three
     quarters of the question: eight questions in ten of this traffic, 90% of the hop's cost. Holding the budget it
     was trained at (0.7 of the hop's cost: at most four hops in ten with costs 2 and 4) it hops only as often as
-    that allows, and on the questions covered least; ``budget: 1`` routes at the trained weight."""
+    that allows, counting what its first questions spent before it acted, and on the questions covered least;
+    ``budget: 1`` routes at the trained weight."""
     from types import SimpleNamespace
 
     from modular_rag.route_budget import WARM
@@ -290,10 +291,11 @@ def test_a_learned_router_holds_its_budget_where_traffic_needs_more_hops_than_it
     free = learned_router(LearnedRouterParams(model=str(file), routes=routes, budget=1.0), providers)
     assert np.mean(_hops(free, shares)) == pytest.approx(0.8)
     held = _hops(learned_router(LearnedRouterParams(model=str(file), routes=routes), providers), shares)
+    assert np.mean(held) <= 0.4 + 1e-9  # what it spent, the first questions (at the trained weight) included
     served = held[WARM:]
-    assert np.mean(served) <= 0.4 + 1e-9 and np.mean(served) >= 0.3  # as many hops as the budget allows
+    assert np.mean(served) >= 0.2  # ... and it still hops, as often as what is left allows
     covered = np.array(shares[WARM:])
-    assert covered[np.array(served)].max() < covered[~np.array(served)].min()  # ... on the least covered
+    assert covered[np.array(served)].max() <= 2  # ... on the least covered (1 or 2 words of 10: 3 questions in 10)
 
 
 @pytest.mark.unit
