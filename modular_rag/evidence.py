@@ -117,7 +117,8 @@ def link_features(terms: set[str], query: str, top: Sequence[Hit], links: Any) -
     """What the link table says of the first passages: how many anchors the question names whose documents are all
     outside them (at most 3) and inside (at most 3); how many anchors the first two and the first ``TOP`` passages
     mention whose documents they do not include (log 1 + n: a bridge not crossed), and how many of the latter share a
-    term with the question (at most 5). Zeros without a link table or passages.
+    term with the question (at most 5). Zeros without a link table or passages; a passage the index does not hold
+    mentions nothing.
 
     Args:
         terms: The question's analysed terms.
@@ -129,7 +130,8 @@ def link_features(terms: set[str], query: str, top: Sequence[Hit], links: Any) -
         return [0.0] * 5
     found = {_document(h) for h in top}
     named = links.mentions(query)
-    said = [links.mentions(str(h.get("text", "")), exclude=h["chunk_id"]) for h in top]
+    outs = links.link_outs([h["chunk_id"] for h in top])  # the mentions recorded at indexing, in one read
+    said = [outs.get(h["chunk_id"], []) for h in top]
     document = links.documents(sorted({i for _, ids in [*named, *(m for s in said for m in s)] for i in ids}))
 
     def outside(ids: frozenset[str]) -> bool:

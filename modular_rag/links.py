@@ -427,19 +427,32 @@ class StoredLinks:
         """The ids of the chunks that define an anchor ``text`` (a question, in any letter case) names."""
         return set().union(*(hit for _, hit in self.mentions(text)))
 
-    def outlinks(self, ids: Sequence[str]) -> dict[str, list[str]]:
-        """For each chunk id held, the ids of the chunks its text links to (sorted by position): its recorded
-        anchors resolved as a scan of its text would resolve them now."""
+    def _resolved(self, ids: Sequence[str]) -> dict[str, list[tuple[Alias, frozenset[int]]]]:
+        """For each chunk id held, its recorded mentions (read in one batch for all the ids) resolved to the positions
+        they lead to, as a scan of its text would resolve them now."""
         at = self.catalog.positions(list(ids))
         if not at:
             return {}
         said = self.catalog.mentioned_by(list(at.values()))
         docs = self.catalog.documents_of(list(at.values()))
         targets = self._targets(sorted({a for found in said.values() for _, a in found}), None, cut=True)
-        links = {
-            cid: {p for _, hit in _replay(said.get(pos, []), _leads(targets, pos, docs.get(pos))) for p in hit}
-            for cid, pos in at.items()
+        return {cid: _replay(said.get(pos, []), _leads(targets, pos, docs.get(pos))) for cid, pos in at.items()}
+
+    def link_outs(self, ids: Sequence[str]) -> dict[str, list[tuple[Alias, frozenset[str]]]]:
+        """For each chunk id held, the anchors its text mentions that lead somewhere, in order, with the ids of the
+        chunks each leads to: what ``mentions(text, exclude=id)`` finds, read from the mentions recorded at indexing
+        instead of scanning the text again."""
+        found = self._resolved(ids)
+        names = self._ids(p for links in found.values() for _, hit in links for p in hit)
+        return {
+            cid: [(alias, frozenset(names[p] for p in hit if p in names)) for alias, hit in links if hit]
+            for cid, links in found.items()
         }
+
+    def outlinks(self, ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each chunk id held, the ids of the chunks its text links to (sorted by position): its recorded
+        anchors resolved as a scan of its text would resolve them now."""
+        links = {cid: {p for _, hit in found for p in hit} for cid, found in self._resolved(ids).items()}
         names = self._ids(p for found in links.values() for p in found)
         return {cid: [names[p] for p in sorted(found) if p in names] for cid, found in links.items()}
 
