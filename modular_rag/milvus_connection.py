@@ -41,6 +41,10 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 # deletes by primary key, reads), so it is sent again, after a pause, this many times before the error is raised
 _TRANSIENT = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
 _RETRIES, _BACKOFF_S = 2, 2.0
+# pymilvus pings the server every 10 s even between requests; a gRPC server's default policy (Milvus Lite's) allows
+# one ping per 5 minutes without data and answers the third early one with GOAWAY "too_many_pings", which can end a
+# session mid-run. The kit's client pings every 6 minutes: within that policy, and still finds a dead connection.
+_KEEPALIVE = {"grpc.keepalive_time_ms": 360_000, "grpc.keepalive_timeout_ms": 20_000}
 # a Milvus standalone that has just restarted refuses writes and flushes with "node not match" (or "node not found")
 # until its coordinator hands the previous data node's channels to the new one: minutes on Milvus 2.3.5 with a large
 # collection. Such a request is sent again every _HANDOVER_POLL_S until _HANDOVER_WAIT_S have passed
@@ -125,21 +129,18 @@ class MilvusConnection:
                     "(http://host:19530) nor a Milvus Lite file (a path ending in .db)",
                 )
             Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            return pymilvus.MilvusClient(uri=self.uri, token=self.token or "", timeout=self.timeout_s)
-        except Exception as exc:
-            if local:
-                hint = (
-                    "a Milvus Lite file serves one process: is it open in another? Share an index through "
-                    "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530` and uri: http://..."
+        options = {} if local else {"grpc_options": dict(_KEEPALIVE)}
+        for attempt in range(_RETRIES + 1):
+            try:
+                return pymilvus.MilvusClient(uri=self.uri, token=self.token or "", timeout=self.timeout_s, **options)
+            except Exception as exc:  # a server busy or restarting answers UNAVAILABLE: a retry, not the run
+                if local or attempt == _RETRIES or grpc_status(exc) not in _TRANSIENT:
+                    raise ProviderError(f"cannot reach Milvus at {self.uri}: {exc}; {_connect_hint(local)}") from exc
+                log.warning(
+                    "connecting to Milvus at %s: %s; trying again (%d of %d)", self.uri, exc, attempt + 1, _RETRIES
                 )
-            else:
-                hint = (
-                    "start a server (`milvus-server --data DIR --proxy-port 19530`, the milvus-server extra; "
-                    "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530`; or a Milvus; one just "
-                    "started answers after some seconds) or fix providers.vectorstore.uri"
-                )
-            raise ProviderError(f"cannot reach Milvus at {self.uri}: {exc}; {hint}") from exc
+                time.sleep(_BACKOFF_S * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def server_version(self) -> str:
         """The server's version string (``milvus_lite-3.2.2`` for Milvus Lite, ``v2.3.5-lite`` for the PyPI
@@ -318,3 +319,17 @@ class MilvusConnection:
                 f"{self.describe()} holds {self._dim}-dim vectors, these are {dim}-dim (another "
                 "embedder?): index into another collection, or clear this one first"
             )
+
+
+def _connect_hint(local: bool) -> str:
+    """What to do when Milvus cannot be reached: a Milvus Lite file held by another process, or no server."""
+    if local:
+        return (
+            "a Milvus Lite file serves one process: is it open in another? Share an index through "
+            "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530` and uri: http://..."
+        )
+    return (
+        "start a server (`milvus-server --data DIR --proxy-port 19530`, the milvus-server extra; "
+        "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port 19530`; or a Milvus; one just "
+        "started answers after some seconds) or fix providers.vectorstore.uri"
+    )

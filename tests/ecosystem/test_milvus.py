@@ -151,6 +151,23 @@ def _answers(port: int) -> bool:
         store.close()
 
 
+@pytest.mark.integration
+@pytest.mark.slow
+def test_an_idle_session_is_not_sent_away_for_pinging_too_often(
+    milvus_uri: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # a gRPC server allows one ping per 5 minutes between requests and answers the third early one with GOAWAY
+    # "too_many_pings" (about 30 s after the last request with pymilvus's 10 s pings), which once ended an eval run
+    store = MilvusStore(uri=milvus_uri, collection="idle", timeout_s=10)
+    try:
+        assert store.server_version()
+        time.sleep(40)
+        assert store.server_version()
+    finally:
+        store.close()
+    assert "too_many_pings" not in capfd.readouterr().err
+
+
 @dataclass(frozen=True)
 class Server:
     """A Milvus server a test runs against: its address, and where BM25 ranks on it (``milvus``: its BM25 function;
