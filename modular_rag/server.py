@@ -20,7 +20,7 @@ in the server's working directory), by name (``acme``) or by path inside it (``c
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,9 +82,8 @@ class FlowContext(TypedDict, total=False):
 def config_path(pattern: str) -> Path:
     """The config a pattern's graph runs without a context: ``$MODULAR_RAG_FLOWS/<pattern>.yaml`` if it exists, else
     the pattern's template."""
-    folder = os.environ.get("MODULAR_RAG_FLOWS")
-    if folder:
-        own = Path(folder) / f"{pattern}.yaml"
+    if os.environ.get("MODULAR_RAG_FLOWS"):
+        own = _flows_folder() / f"{pattern}.yaml"
         if own.is_file():
             return own
     return template_path(pattern)
@@ -100,20 +99,39 @@ def served(config: FlowSource) -> CompiledStateGraph:
     return graph
 
 
+_STARTED_IN = Path.cwd()
+"""The server's working directory when it loaded this module (off its event loop, where ``os.getcwd`` is refused):
+relative flows folders are read from there."""
+
+
 def _flows_folder() -> Path:
-    return Path(os.environ.get("MODULAR_RAG_FLOWS") or "configs")
+    return _STARTED_IN / (os.environ.get("MODULAR_RAG_FLOWS") or "configs")
 
 
 def flow_names() -> list[str]:
     """The configs an assistant may name: the flows folder's YAML files (by name, or by path without ``.yaml`` for
     files in subfolders), then the pattern templates."""
-    folder = _flows_folder()
-    own = (
-        sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
-        if folder.is_dir()
-        else []
-    )
+    own = sorted(_yaml_names(_flows_folder()))
     return own + [p for p in PATTERNS if p not in own]
+
+
+def _yaml_names(folder: Path, prefix: str = "", depth: int = 4) -> Iterator[str]:
+    """The ``.yaml`` files under ``folder`` as config names, hidden entries left out, ``depth`` folders deep. Listed
+    with ``os.listdir`` and ``os.path.isdir``, which LangGraph Server allows on its event loop (it calls graph
+    factories there, and refuses ``os.scandir``, which ``Path.rglob`` uses)."""
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return
+    for name in entries:
+        if name.startswith("."):
+            continue
+        path = os.path.join(folder, name)
+        if os.path.isdir(path):
+            if depth > 1:
+                yield from _yaml_names(Path(path), f"{prefix}{name}/", depth - 1)
+        elif name.endswith(".yaml"):
+            yield f"{prefix}{name[: -len('.yaml')]}"
 
 
 def flow_path(name: str) -> Path:
