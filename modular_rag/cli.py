@@ -62,6 +62,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
 
+    _check_question(args.question)
     config = _demo_config(args.index)
     env = Providers(config.providers)
     _prestart(config, env)
@@ -83,10 +84,12 @@ def _cmd_index(args: argparse.Namespace) -> int:
     from modular_rag.ingest import index_paths
     from modular_rag.providers import Providers
 
+    if args.wait < 0:
+        from modular_rag.errors import ConfigError
+
+        raise ConfigError("--wait", f"{args.wait:g} seconds: must be 0 (fail at once) or more")
     config = load_config(args.config)
     env = Providers(config.providers)
-    if args.reset:
-        env.index.clear()
     summary = index_paths(
         args.paths,
         env,
@@ -95,6 +98,9 @@ def _cmd_index(args: argparse.Namespace) -> int:
         max_file_mb=config.indexing.max_file_mb,
         progress=not args.quiet,
         sync=args.sync,
+        reset=args.reset,
+        follow_symlinks=args.follow_symlinks,
+        wait_s=args.wait,
     )
     if args.json:
         from dataclasses import asdict
@@ -102,6 +108,13 @@ def _cmd_index(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(summary), indent=2))
     else:
         print("\n".join(summary.lines()))
+    if summary.files_read and not summary.files_indexed:
+        which = "the file was" if summary.files_read == 1 else f"all {summary.files_read} files were"
+        print(f"error: nothing indexed: {which} skipped (the reasons are above)", file=sys.stderr)
+        return 1
+    if not summary.files_read:
+        print(f"error: nothing indexed: no files under {', '.join(args.paths)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -110,6 +123,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from modular_rag.config import load_config
     from modular_rag.providers import Providers
 
+    _check_question(args.question)
     config = load_config(args.config)
     env = Providers(config.providers)
     _prestart(config, env)
@@ -126,6 +140,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = stream_run(flow, state, out=out) if args.stream else flow.invoke(state)
     print_result(result, as_json=args.json)
     return _exit_status(result)
+
+
+def _check_question(question: str) -> None:
+    """Refuse a question with no words before anything is opened (it would retrieve at random, then refuse)."""
+    if not any(ch.isalnum() for ch in question):
+        from modular_rag.errors import ConfigError
+
+        raise ConfigError("question", f"{question!r} has no words: ask a question in words")
 
 
 def _exit_status(result: Mapping[str, Any]) -> int:
@@ -291,11 +313,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("paths", nargs="+", help="files or folders")
     p.add_argument("--config", required=True, help="flow config (YAML) naming the providers")
-    p.add_argument("--reset", action="store_true", help="empty the index first")
+    p.add_argument(
+        "--reset",
+        action="store_true",
+        help="empty the index first (only once every path exists and a file of a supported type was found)",
+    )
     p.add_argument(
         "--sync",
         action="store_true",
         help="make the index follow the paths: remove the chunks of deleted files, replace changed ones",
+    )
+    p.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="read what symbolic links point to outside the folders given (by default such links are skipped)",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for another indexer of the same index to finish (default: fail at once)",
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -58,6 +58,8 @@ def print_result(result: Mapping[str, Any], *, as_json: bool = False, out: Any =
             + (f" ({answer['reason']})" if answer.get("reason") else ""),
             file=out,
         )
+    for flag in answer.get("flags") or []:
+        print(f"   FLAG: {flag}", file=out)
     evidence = {e["ref"]: e for e in result.get("evidence") or []}
     for cit in answer.get("citations") or []:
         ev = evidence.get(cit["ref"], {})

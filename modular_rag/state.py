@@ -119,6 +119,9 @@ class Answer(TypedDict):
     quote: NotRequired[str]
     reason: NotRequired[str]
     confidence: NotRequired[float]
+    flags: NotRequired[list[str]]
+    """Warnings a reader must see with the answer: a cited entry holds text that reads as an instruction to a model
+    (a planted "ignore the previous instructions ..."), so the answer may repeat an attack rather than inform."""
 
 
 class Round(TypedDict):

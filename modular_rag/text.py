@@ -26,6 +26,7 @@ __all__ = [
     "token_f1",
     "distinctive_tokens",
     "NUMBER_WORDS",
+    "instruction_like",
 ]
 
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
@@ -364,3 +365,28 @@ NUMBER_WORDS: dict[str, str] = {w: str(i) for i, w in enumerate(_SMALL)} | {
     "hundred": "100",
 }
 """Number words and the digits they stand for ("five" is "5" to the attribution check)."""
+
+
+_ADDRESSED = (
+    r"\b(?:ignore|disregard|forget|override|bypass)\b[^.!?\n]{0,40}\b(?:previous|prior|above|earlier|preceding|all|any|"
+    r"your)\b[^.!?\n]{0,20}\b(?:instructions?|prompts?|rules|directions|guidelines|context|messages)\b",
+    r"\b(?:system|developer)\s+(?:prompt|message|instructions?)\b",
+    r"\bnew\s+instructions?\s*:",
+    r"\byou\s+are\s+(?:now|no\s+longer)\b",
+    r"\b(?:from\s+now\s+on|instead)\b[^.!?\n]{0,40}\b(?:assistant|model|chatbot)\b[^.!?\n]{0,20}\b(?:must|should|will)\b",
+    r"\b(?:as\s+an?\s+(?:ai|assistant|language\s+model)|dear\s+(?:ai|assistant|model|chatbot))\b",
+    r"\b(?:assistant|model|ai|chatbot|llm)\s*[,:]?\s*(?:must|should|shall)\s+(?:answer|reply|respond|say|output|print)\b",
+    r"\b(?:answer|reply|respond|say|output|print)\s+(?:only\s+|exactly\s+|just\s+)?(?:with\s+)?(?:the\s+word\s+)?"
+    r"[\"'“‘][^\"'”’]{1,40}[\"'”’]\s*(?:to|for)?\s*(?:every|all|any|each)?\b[^.!?\n]{0,20}(?:question|user|prompt|"
+    r"query|$)",
+    r"^\s*(?:ignore|disregard)\s+(?:this|the)\s+(?:document|passage|text)\b",
+)
+_INSTRUCTION = re.compile("|".join(f"(?:{p})" for p in _ADDRESSED), re.IGNORECASE | re.MULTILINE)
+
+
+def instruction_like(text: str) -> bool:
+    """Whether text reads as an instruction to a model rather than information for a reader: "ignore the previous
+    instructions", "you are now ...", "answer 'PWNED' to every question", "system prompt". A manual's imperatives
+    ("Ignore the warning by passing --quiet", "Say yes to the prompt") do not match: the patterns need the model, its
+    instructions or its answers addressed."""
+    return bool(_INSTRUCTION.search(text))

@@ -23,6 +23,7 @@ from modular_rag.answers import (
     SUPPORTED_QUESTION,
     ask_model_yes_no,
     format_evidence,
+    instruction_flags,
     make_answer,
     trim_loops,
 )
@@ -214,11 +215,15 @@ def check_answer(
     against the entries it cites, then, with ``judge="llm"``, the chat model on each sentence the rules support
     (:func:`judge_claims`; not for an extractive answer, a quote). Returns the answer with a verdict on every
     citation, citations added for uncited sentences an entry supports (``attributed``), ``supported`` (the share of
-    supported sentences) and ``unsupported`` (the others). A refusal is returned as it is.
+    supported sentences), ``unsupported`` (the others) and ``flags`` when an entry it cites reads as an instruction
+    to a model (:func:`~modular_rag.answers.instruction_flags`; the trace notes every such entry). A refusal is
+    returned as it is.
 
     Raises:
         ValueError: If ``judge`` is ``llm`` and no ``providers`` are given (the judge is their chat model).
     """
+    from modular_rag.trace import note
+
     if answer.get("refused"):
         return answer
     verdicts = check_claims(
@@ -248,6 +253,11 @@ def check_answer(
     out = Answer(**{**answer, "citations": sorted(citations.values(), key=lambda c: c["ref"])})
     out["supported"] = round(sum(v.supported for v in verdicts) / len(verdicts), 4) if verdicts else 0.0
     out["unsupported"] = [v.sentence for v in verdicts if not v.supported]
+    flags, notes = instruction_flags(out, evidence)
+    for line in notes:
+        note(f"flag: {line}")
+    if flags:
+        out["flags"] = flags
     return out
 
 

@@ -91,48 +91,49 @@ def markdown_loader(params: LoaderParams, providers: Providers) -> Loader:
 
 @operator("indexing", "loading", "jsonl", port=Port.LOAD)
 def jsonl_loader(params: LoaderParams, providers: Providers) -> Loader:
-    """JSON lines in BEIR corpus form: ``{"id" | "_id", "title", "text", ...}``; other scalar fields become metadata."""
+    """JSON lines in BEIR corpus form: ``{"id" | "_id", "title", "text", ...}``; other scalar fields become metadata.
+    Read line by line, each line at most ``max_file_mb`` (a longer one is skipped unread), so a file of any size is
+    read within that bound; a bad line is skipped with its number and reason, the others are indexed."""
 
     def load(path: Path, doc_id: str) -> tuple[Iterable[Document], list[str]]:
         notes: list[str] = []
-        return _jsonl_rows(path, notes), notes
+        return _jsonl_rows(path, notes, int(params.max_file_mb * 1e6)), notes
 
     return load
 
 
-def _jsonl_rows(path: Path, notes: list[str]) -> Iterator[Document]:
-    """The documents of a JSON-lines file, read line by line (memory bounded by one line); what was skipped is
-    appended to ``notes`` when the file ends."""
+_SHOWN_LINES = 3
+"""Bad lines named (with their number and reason) in a file's note; the rest are counted."""
+
+
+def _jsonl_rows(path: Path, notes: list[str], max_line: int) -> Iterator[Document]:
+    """The documents of a JSON-lines file, read line by line (memory bounded by ``max_line`` bytes); what was
+    skipped is appended to ``notes`` when the file ends."""
     seen: set[str] = set()
-    broken = duplicates = empty = kept = 0
+    bad: dict[str, list[int]] = {}
+    kept = 0
     latin1 = False
     with open(path, "rb") as fh:
-        for raw in fh:
+        for number, (raw, whole) in enumerate(_bounded_lines(fh, max_line), 1):
+            if not whole:
+                bad.setdefault(f"longer than max_file_mb={max_line / 1e6:g}", []).append(number)
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 line, latin1 = raw.decode("cp1252", errors="replace"), True
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                broken += 1
+            row, why = _row(line)
+            if why:
+                bad.setdefault(why, []).append(number)
                 continue
-            if not isinstance(row, dict):
-                broken += 1
+            rid, body = str(row.get("id", row.get("_id"))), row["text"].strip()
+            if not body:
+                bad.setdefault("empty text", []).append(number)
                 continue
-            rid = row.get("id", row.get("_id"))
-            body = row.get("text")
-            if rid is None or not isinstance(body, str):
-                broken += 1
-                continue
-            if not body.strip():
-                empty += 1
-                continue
-            rid = str(rid)
             if rid in seen:
-                duplicates += 1
+                bad.setdefault("duplicate id (the first kept)", []).append(number)
                 continue
             seen.add(rid)
             meta = {
@@ -142,18 +143,51 @@ def _jsonl_rows(path: Path, notes: list[str]) -> Iterator[Document]:
             }
             meta.setdefault("title", "")
             kept += 1
-            yield Document(doc_id=rid, text=body.strip(), metadata=meta)
+            yield Document(doc_id=rid, text=body, metadata=meta)
     if latin1:
         notes.append("not UTF-8 in places: those lines read as cp1252")
-    for count, what in (
-        (broken, "broken lines skipped"),
-        (duplicates, "duplicate ids skipped (first kept)"),
-        (empty, "rows with empty text skipped"),
-    ):
-        if count:
-            notes.append(f"{count} {what}")
+    for why, lines in bad.items():
+        more = len(lines) - _SHOWN_LINES
+        shown = ", ".join(map(str, lines[:_SHOWN_LINES])) + (f" and {more} more" if more > 0 else "")
+        plural = "s" if len(lines) != 1 else ""
+        notes.append(f"{len(lines)} line{plural} skipped: {why} (line{plural} {shown})")
     if not kept:
         raise SkipFile("no valid rows" + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def _bounded_lines(fh: Any, limit: int) -> Iterator[tuple[bytes, bool]]:
+    """The lines of a binary file, each read with at most ``limit`` bytes held: ``(line, True)``, or ``(b"", False)``
+    for a line longer than that (read past in blocks, never held)."""
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line, True
+            continue
+        while line and not line.endswith(b"\n"):
+            line = fh.readline(1 << 20)
+        yield b"", False
+
+
+def _row(line: str) -> tuple[dict[str, Any], str]:
+    """One line parsed as a corpus row, or why it is not one (JSON's own limits included: a number of over 4,300
+    digits, nesting deeper than the interpreter's recursion limit)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return {}, f"not JSON ({exc.msg})"
+    except ValueError as exc:  # int digits over sys.get_int_max_str_digits()
+        return {}, f"not readable as JSON ({str(exc).split(';')[0]})"
+    except RecursionError:
+        return {}, "not readable as JSON (nested too deeply)"
+    if not isinstance(row, dict):
+        return {}, f"a JSON {type(row).__name__}, not an object"
+    if row.get("id", row.get("_id")) is None:
+        return {}, "no id (an 'id' or '_id' field)"
+    if not isinstance(row.get("text"), str):
+        return {}, "no 'text' string"
+    return row, ""
 
 
 def _optional(module: str, kind: str) -> Any:
@@ -244,6 +278,9 @@ def html_loader(params: LoaderParams, providers: Providers) -> Loader:
 
 
 _CORE = "docProps/core.xml"
+_UNPACKED = 5
+"""A .docx is a zip: it is read only when its parts, unpacked, are at most this many times ``max_file_mb`` (Word's
+XML holds about 3-5 bytes of markup per byte of text), so a small archive that unpacks to gigabytes is refused."""
 
 
 @operator("indexing", "loading", "docx", port=Port.LOAD)
@@ -254,9 +291,14 @@ def docx_loader(params: LoaderParams, providers: Providers) -> Loader:
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
         docx2txt = _optional("docx2txt", "DOCX")
         try:
-            text = _tidy(docx2txt.process(str(path)) or "")
             with zipfile.ZipFile(path) as archive:
+                unpacked = sum(info.file_size for info in archive.infolist())
+                if unpacked > _UNPACKED * params.max_file_mb * 1e6:
+                    raise SkipFile(
+                        f"{unpacked / 1e6:.1f} MB once unpacked, over {_UNPACKED} x max_file_mb={params.max_file_mb:g}"
+                    )
                 core = archive.read("docProps/core.xml").decode("utf-8") if _CORE in archive.namelist() else ""
+            text = _tidy(docx2txt.process(str(path)) or "")
         except (zipfile.BadZipFile, KeyError, ValueError) as exc:
             raise SkipFile(f"not a .docx file ({exc})") from None
         if not text:

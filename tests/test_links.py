@@ -114,7 +114,7 @@ def _chunks(folder: Path) -> tuple[list[str], list[dict]]:
 
     chunker = get_operator(Port.CHUNK, "recursive").factory(SizeParams(), Providers())
     texts, metas = [], []
-    for path, root in iter_files([folder]):
+    for path, root, _ in iter_files([folder]):
         for doc in load_file(path, root, Providers())[0]:
             for chunk in chunker(doc):
                 texts.append(chunk["text"])

@@ -16,6 +16,7 @@ from modular_rag.config import OperatorSpec, validate_params
 from modular_rag.errors import IndexingError, SourceNotFoundError
 from modular_rag.ingest.chunks import Chunker, make_chunks
 from modular_rag.ingest.files import (
+    LOADER_BY_SUFFIX,
     Document,
     FileReport,
     iter_files,
@@ -49,7 +50,7 @@ class IndexSummary:
     removed: int = 0
     """Chunks deleted by ``sync`` (of files that are gone, skipped or changed)."""
     synced: dict[str, int] = field(default_factory=dict)
-    """With ``sync``: files per status (added, replaced, unchanged, removed)."""
+    """With ``sync``: files per status (added, replaced, unchanged, completed, removed)."""
 
     def lines(self) -> list[str]:
         """A human-readable summary (what ``modular-rag index`` prints)."""
@@ -80,6 +81,9 @@ def index_paths(
     max_file_mb: float = 20.0,
     progress: bool = True,
     sync: bool = False,
+    reset: bool = False,
+    follow_symlinks: bool = False,
+    wait_s: float = 0.0,
 ) -> IndexSummary:
     """Load, chunk and index files and folders into the providers' knowledge index (dense and sparse together).
 
@@ -93,47 +97,68 @@ def index_paths(
         sync: Make the index follow the paths: afterwards it holds exactly their chunks. Chunks of deleted (or now
             skipped) files are removed, a changed file's old chunks are replaced, unchanged files embed nothing
             (LangChain ``index(cleanup="full")`` semantics). The summary counts files per status.
+        reset: Empty the index first, once every path exists, the chunker is valid and at least one file of a
+            supported type was found (a typo in a path never empties an index).
+        follow_symlinks: Read what symbolic links point to outside the folders given (by default such a link is
+            skipped with the reason; see :func:`~modular_rag.ingest.files.iter_files`).
+        wait_s: How long to wait for another writer of the same index to finish (the index has one writer at a
+            time; default: fail at once, naming it).
 
     Returns:
         The run's summary.
 
     Raises:
-        IndexingError: If a path does not exist, or embedding / writing fails (rerun to resume).
+        SourceNotFoundError: If a path does not exist, or ``reset`` finds nothing it could index.
+        IndexingError: If another writer holds the index, or embedding / writing fails (rerun to resume).
         ConfigError: If the chunker spec is invalid.
     """
     start = time.perf_counter()
-    for given in paths if not isinstance(paths, (str, Path)) else [paths]:
-        if not Path(given).exists():
-            raise SourceNotFoundError(f"no such file or folder: {given}")
+    given = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    for path in given:
+        if not Path(path).exists():
+            raise SourceNotFoundError(
+                f"no such file or folder: {path}" + (" (the index was not reset)" if reset else "")
+            )
     chunk_fn = _chunker(chunker, providers)
+    found = list(iter_files(given, follow_symlinks=follow_symlinks))
+    if reset and not any(f.refused is None and f.path.suffix.lower() in LOADER_BY_SUFFIX for f in found):
+        raise SourceNotFoundError(
+            f"no file of a supported type ({', '.join(LOADER_BY_SUFFIX)}) under {', '.join(map(str, given))}: "
+            "nothing to index, so the index was not reset"
+        )
     reports: list[FileReport] = []
-    marks = _FileMarks(providers, chunker)
-    before = _stored_by_path(providers) if sync else {}
     kept: dict[str, set[str]] = {}  # files a sync finds unchanged since the last one: not read, their chunks stay
+    with providers.index.writing(wait_s):
+        if reset:
+            providers.index.clear()
+        marks = _FileMarks(providers, chunker)
+        before = _stored_by_path(providers) if sync else {}
 
-    def documents() -> Iterator[Document]:
-        for path, root in iter_files(paths):
-            report = FileReport(path=relative_path(path, root))
-            reports.append(report)
-            if sync and marks.unchanged(report.path, path) and report.path in before:
-                kept[report.path] = before[report.path]
-                report.notes.append("unchanged since the last sync (same bytes, same chunker): not read again")
-                continue
-            yield from stream_file(path, root, providers, report, max_file_mb=max_file_mb)
+        def documents() -> Iterator[Document]:
+            for path, root, refused in found:
+                report = FileReport(path=relative_path(path, root))
+                reports.append(report)
+                if refused is not None:
+                    report.skipped = refused
+                    continue
+                if sync and marks.unchanged(report.path, path) and report.path in before:
+                    kept[report.path] = before[report.path]  # same bytes, same chunker: not read again
+                    continue
+                yield from stream_file(path, root, providers, report, max_file_mb=max_file_mb)
 
-    summary = _index(
-        documents(),
-        reports,
-        chunk_fn,
-        providers,
-        start,
-        batch_size=batch_size,
-        progress=progress,
-        sync=sync,
-        before=before,
-        kept=kept,
-    )
-    marks.record(reports, sync=sync)
+        summary = _index(
+            documents(),
+            reports,
+            chunk_fn,
+            providers,
+            start,
+            batch_size=batch_size,
+            progress=progress,
+            sync=sync,
+            before=before,
+            kept=kept,
+        )
+        marks.record(reports, sync=sync)
     return summary
 
 
@@ -203,6 +228,7 @@ def index_documents(
     batch_size: int = 256,
     progress: bool = True,
     sync: bool = False,
+    wait_s: float = 0.0,
 ) -> IndexSummary:
     """Index LangChain ``Document`` objects (or the kit's :class:`Document` dicts), or everything a LangChain
     ``BaseLoader`` loads, into the providers' knowledge index.
@@ -217,12 +243,14 @@ def index_documents(
         batch_size: Chunks embedded per batch.
         progress: Show a progress bar on stderr.
         sync: Afterwards the index holds exactly these documents' chunks (see :func:`index_paths`).
+        wait_s: How long to wait for another writer of the same index to finish (default: fail at once).
 
     Returns:
         The run's summary (one "file" per distinct ``path``).
 
     Raises:
-        IndexingError: If an item is neither kind of document, or embedding / writing fails.
+        IndexingError: If an item is neither kind of document, another writer holds the index, or embedding /
+            writing fails.
         ConfigError: If the chunker spec is invalid.
     """
     start = time.perf_counter()
@@ -238,7 +266,8 @@ def index_documents(
             yield doc
         reports.extend(FileReport(path=path, documents=count) for path, count in sorted(per_path.items()))
 
-    return _index(docs(), reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress, sync=sync)
+    with providers.index.writing(wait_s):
+        return _index(docs(), reports, chunk_fn, providers, start, batch_size=batch_size, progress=progress, sync=sync)
 
 
 def _as_document(item: Any, position: int) -> Document:
@@ -313,12 +342,15 @@ def _index(
     counts = {"documents": 0, "chunks": 0, "added": 0, "existing": 0}
     stages: dict[str, float] = {"load and chunk": 0.0}
 
+    written: set[str] = set()  # files some of whose chunks this run wrote to the store
+
     def write() -> None:
         report = providers.index.add(pending, batch_size=batch_size, progress=bar.update if bar is not None else None)
         counts["added"] += report.added
         counts["existing"] += report.existing
         for name, seconds in report.stages.items():
             stages[name] = stages.get(name, 0.0) + seconds
+        written.update(str(c["metadata"].get("path", "")) for c in pending if c["chunk_id"] in report.added_ids)
         pending.clear()
 
     try:
@@ -330,12 +362,12 @@ def _index(
                 pending.append(chunk)
                 if sync:  # the ids a sync keeps (ids only: the texts go with each write)
                     now.setdefault(str(chunk["metadata"].get("path", "")), set()).add(chunk["chunk_id"])
+                if len(pending) >= flush:  # within a document too: one long document is written in parts
+                    stages["load and chunk"] += time.perf_counter() - t0
+                    write()
+                    t0 = time.perf_counter()
             if bar is not None:
                 bar.set_postfix(documents=counts["documents"], refresh=False)
-            if len(pending) >= flush:
-                stages["load and chunk"] += time.perf_counter() - t0
-                write()
-                t0 = time.perf_counter()
         stages["load and chunk"] += time.perf_counter() - t0
         if pending or not counts["added"] + counts["existing"]:  # a run writes at least once: an index written
             write()  # before sentence vectors existed gets them then, even when no file changed
@@ -353,7 +385,7 @@ def _index(
         if bar is not None:
             bar.close()
     read, skipped = len(reports), sum(1 for r in reports if r.skipped)
-    synced = _sync_statuses(reports, now, before) if sync else {}
+    synced = _sync_statuses(reports, now, before, written) if sync else {}
     return IndexSummary(
         files_read=read,
         files_indexed=read - skipped,
@@ -371,7 +403,7 @@ def _index(
     )
 
 
-_STATUSES = ("added", "replaced", "unchanged", "removed")
+_STATUSES = ("added", "replaced", "unchanged", "completed", "removed")
 
 
 def _stored_by_path(providers: Providers) -> dict[str, set[str]]:
@@ -383,17 +415,20 @@ def _stored_by_path(providers: Providers) -> dict[str, set[str]]:
 
 
 def _sync_statuses(
-    reports: list[FileReport], now: Mapping[str, set[str]], before: Mapping[str, set[str]]
+    reports: list[FileReport], now: Mapping[str, set[str]], before: Mapping[str, set[str]], written: set[str]
 ) -> dict[str, int]:
     """Set each file report's sync status (and add reports for files that left the index); files per status.
-    ``now`` and ``before`` are the chunk ids by file after the run and before it."""
+    ``now`` and ``before`` are the chunk ids by file after the run and before it; ``written`` the files some of whose
+    chunks the run wrote to the store (a file whose ids are unchanged but were not all stored: ``completed``)."""
     for rep in reports:
         if rep.skipped:
             rep.status = "removed" if rep.path in before else ""
         elif rep.path not in before:
             rep.status = "added"
+        elif now.get(rep.path, set()) != before[rep.path]:
+            rep.status = "replaced"
         else:
-            rep.status = "unchanged" if now.get(rep.path, set()) == before[rep.path] else "replaced"
+            rep.status = "completed" if rep.path in written else "unchanged"
     seen = {rep.path for rep in reports}
     reports.extend(FileReport(path=path, status="removed") for path in sorted(before) if path and path not in seen)
     counts = {k: 0 for k in _STATUSES}

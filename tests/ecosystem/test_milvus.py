@@ -528,7 +528,7 @@ def test_sync_deletes_removed_and_replaced_files_in_milvus(server: Server, tmp_p
     e07 = docs / "display-error-e07.md"
     e07.write_text(e07.read_text(encoding="utf-8") + "\nSee also the tachometer calibration note.\n", encoding="utf-8")
     second = index_paths([docs], env, progress=False, sync=True)
-    assert second.synced == {"added": 0, "replaced": 1, "unchanged": 1, "removed": 1}
+    assert second.synced == {"added": 0, "replaced": 1, "unchanged": 1, "completed": 0, "removed": 1}
     assert second.removed > 0 and second.index_chunks == env.index.count()
 
     # another client of the same server and catalog sees the deletions at once, by BM25, dense and listing

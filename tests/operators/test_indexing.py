@@ -74,7 +74,7 @@ def test_bad_files_are_skipped_with_reasons(tmp_path: Path) -> None:
     ]
     (tmp_path / "c.jsonl").write_text("\n".join(rows))
     env = Providers()
-    reports = {p.name: load_file(p, tmp_path, env) for p, _ in iter_files([tmp_path])}
+    reports = {p.name: load_file(p, tmp_path, env) for p, _, _ in iter_files([tmp_path])}
     assert reports["empty.txt"][1].skipped == "empty file"
     assert "binary" in reports["bin.txt"][1].skipped
     assert "unsupported file type '.png'" in reports["img.png"][1].skipped
@@ -83,9 +83,9 @@ def test_bad_files_are_skipped_with_reasons(tmp_path: Path) -> None:
     docs, rep = reports["c.jsonl"]
     assert [d["doc_id"] for d in docs] == ["1", "3"]
     assert rep.notes == [
-        "1 broken lines skipped",
-        "1 duplicate ids skipped (first kept)",
-        "1 rows with empty text skipped",
+        "1 line skipped: not JSON (Expecting property name enclosed in double quotes) (line 2)",
+        "1 line skipped: duplicate id (the first kept) (line 3)",
+        "1 line skipped: empty text (line 4)",
     ]
 
 
@@ -179,7 +179,7 @@ def test_sync_makes_the_index_follow_its_sources(tmp_path: Path) -> None:
     _write(docs, "gone.md", "Warranty", "The frame warranty lasts seven years from the date of purchase.")
     env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="sync")))
     first = index_paths([docs], env, progress=False, sync=True)
-    assert first.synced == {"added": 3, "replaced": 0, "unchanged": 0, "removed": 0}
+    assert first.synced == {"added": 3, "replaced": 0, "unchanged": 0, "completed": 0, "removed": 0}
     assert "Warranty" in _titles(env)
     assert env.index.links.named_in("what does the warranty cover")  # the title is an anchor
 
@@ -187,7 +187,7 @@ def test_sync_makes_the_index_follow_its_sources(tmp_path: Path) -> None:
     (docs / "gone.md").unlink()
     _write(docs, "new.md", "Tyres", "Inflate the tyres to 3.5 bar for commuting.")
     second = index_paths([docs], env, progress=False, sync=True)
-    assert second.synced == {"added": 1, "replaced": 1, "unchanged": 1, "removed": 1}
+    assert second.synced == {"added": 1, "replaced": 1, "unchanged": 1, "completed": 0, "removed": 1}
     assert second.removed == 2 and second.added == 2  # gone.md's chunk and edit.md's old one; edit.md and new.md
     assert second.files_read == second.files_indexed + second.files_skipped == 3
     assert any("removed gone.md" in line for line in second.lines())
@@ -200,7 +200,7 @@ def test_sync_makes_the_index_follow_its_sources(tmp_path: Path) -> None:
     assert not env.index.links.named_in("what does the warranty cover")  # the removed chunk's anchors went with it
 
     third = index_paths([docs], env, progress=False, sync=True)  # nothing changed: nothing embedded or removed
-    assert third.synced == {"added": 0, "replaced": 0, "unchanged": 3, "removed": 0}
+    assert third.synced == {"added": 0, "replaced": 0, "unchanged": 3, "completed": 0, "removed": 0}
     assert third.added == third.removed == 0 and third.stages.get("embed", 0.0) == 0.0
 
 
@@ -232,7 +232,7 @@ def test_a_sync_reads_only_the_files_that_changed_since_the_last(
     _write(docs, "edit.md", "Chain", "Wax the chain every 500 km; wipe it after rain.")
     second = index_paths([docs], env, progress=False, sync=True)
     assert read == ["edit.md"]  # keep.md is as the last sync left it: not read, its chunk stays
-    assert second.synced == {"added": 0, "replaced": 1, "unchanged": 1, "removed": 0}
+    assert second.synced == {"added": 0, "replaced": 1, "unchanged": 1, "completed": 0, "removed": 0}
     assert env.index.count() == 2 and any("Saddle" in t for t in _titles(env))
 
     # a run without sync reads a file and adds its new chunks beside the old: the next sync must read it again
@@ -270,7 +270,13 @@ def test_a_sync_does_not_open_files_whose_size_and_time_are_as_marked(
     assert opened == [] and second.synced["unchanged"] == 2  # a corpus of a million documents is not re-hashed
     os.utime(docs / "touch.md", ns=(old + 10**9, old + 10**9))  # touched, not changed: hashed, still unchanged
     third = index_paths([docs], env, progress=False, sync=True)
-    assert opened == ["touch.md"] and third.synced == {"added": 0, "replaced": 0, "unchanged": 2, "removed": 0}
+    assert opened == ["touch.md"] and third.synced == {
+        "added": 0,
+        "replaced": 0,
+        "unchanged": 2,
+        "completed": 0,
+        "removed": 0,
+    }
     opened.clear()
     assert index_paths([docs], env, progress=False, sync=True).synced["unchanged"] == 2 and opened == []  # renewed
     _write(docs, "touch.md", "Chain", "Oil the chain every 900 km with a dry lubricant.")  # same size, new time
@@ -331,7 +337,7 @@ def test_adding_and_pruning_touch_only_what_changed_and_equal_a_fresh_build(
     monkeypatch.setattr(Analyzer, "many", lambda self, texts: [counted(self, t) for t in texts])
     summary = index_paths([docs], env, progress=False, sync=True)
     monkeypatch.undo()
-    assert summary.synced == {"added": 3, "replaced": 1, "unchanged": 3, "removed": 1}
+    assert summary.synced == {"added": 3, "replaced": 1, "unchanged": 3, "completed": 0, "removed": 1}
     now = set(env.index.catalog.ids())
     changed = {c.text for c in env.index.catalog.get(sorted(now - before)).values()}
     assert len(now - before) == summary.added and len(before - now) == summary.removed
@@ -406,6 +412,6 @@ def test_a_json_lines_file_over_max_file_mb_is_streamed_not_refused(tmp_path: Pa
     summary = index_paths([docs], env, max_file_mb=0.01, progress=False)
     by_path = {r.path: r for r in summary.files}
     assert by_path["export.jsonl"].skipped is None and by_path["export.jsonl"].documents == 60
-    assert by_path["export.jsonl"].notes == ["1 broken lines skipped"]
+    assert by_path["export.jsonl"].notes == ["1 line skipped: not JSON (Expecting value) (line 61)"]
     assert "larger than max_file_mb=0.01" in str(by_path["big.txt"].skipped)  # a format read whole keeps the cap
     assert env.index.count() == 60

@@ -49,14 +49,19 @@ def test_bad_documents_are_skipped_with_reasons_and_counts_reconcile(tmp_path: P
     assert skipped == {
         "empty.txt": "empty file",
         "spaces.md": "empty file",
-        "binary.txt": "binary file (NUL bytes)",
+        "binary.txt": "binary file (NUL byte at offset 0)",
         "big.txt": "52.4 MB is larger than max_file_mb=20",
         "frontmatter-only.md": "no text after the front matter",
         "image.png": "unsupported file type '.png'; supported: .txt, .text, .md, .markdown, .jsonl, .pdf, .html, "
         ".htm, .docx",
     }
     notes = {r.path: r.notes for r in summary.files if r.notes}
-    assert notes["rows.jsonl"] == ["3 broken lines skipped", "1 duplicate ids skipped (first kept)"]
+    assert notes["rows.jsonl"] == [
+        "1 line skipped: not JSON (Expecting ',' delimiter) (line 2)",
+        "1 line skipped: not JSON (Expecting value) (line 3)",
+        "1 line skipped: duplicate id (the first kept) (line 4)",
+        "1 line skipped: a JSON list, not an object (line 6)",
+    ]
     assert "not UTF-8" in notes["latin1.txt"][0]
     held = [c for part in env.index.catalog.scan() for c in part]
     assert {c.doc_id for c in held} == {"good", "good.txt"[:-4], "latin1", "r1", "r3"}

@@ -66,7 +66,10 @@ def read_passages(
     notes: list[str] = []
     files: list[Path] = []
     as_is = True
-    for file, root in iter_files(sources):
+    for file, root, refused in iter_files(sources):
+        if refused is not None:
+            notes.append(f"skipped {file.relative_to(root).as_posix()}: {refused}")
+            continue
         docs, report = load_file(file, root, env)
         if report.skipped:
             notes.append(f"skipped {report.path}: {report.skipped}")
