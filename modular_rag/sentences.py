@@ -46,9 +46,21 @@ def sentence_terms(text: str) -> tuple[str, ...]:
 
 
 def evidence_sentences(text: str, title: str = "") -> list[str]:
-    """The sentences of a chunk that carry content: markdown headings, list markers and a leading copy of the
-    chunk's title are dropped, and so are sentences of fewer than two content terms."""
-    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    """The sentences of a chunk that carry content: markdown headings, fenced code blocks (opened with a word after
+    the fence, ```` ```code ````, and closed bare, so a chunk cut inside one knows it), list markers and a leading
+    copy of the chunk's title are dropped, and so are sentences of fewer than two content terms."""
+    rows = text.splitlines()
+    fences = [i for i, ln in enumerate(rows) if ln.strip().startswith("```")]
+    # an odd count: the chunk was cut inside a code block; a first fence with a word after it (```code, ```python)
+    # opens one, so the cut is at the end, a bare one closes it, so the chunk began inside
+    code = len(fences) % 2 == 1 and rows[fences[0]].strip() == "```"
+    lines: list[str] = []
+    for ln in rows:
+        if ln.strip().startswith("```"):
+            code = not code
+            lines.append("")  # a code block ends the paragraph before it
+        elif not code and not ln.lstrip().startswith("#"):
+            lines.append(ln)
     body = "\n".join(lines).strip()
     if title and body.startswith(title):
         body = body[len(title) :].lstrip(" :.-\n")

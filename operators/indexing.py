@@ -9,7 +9,6 @@ with a reason, and the summary's counts reconcile (``files_read == files_indexed
 from __future__ import annotations
 
 import json
-import re
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -200,84 +199,65 @@ def _optional(module: str, kind: str) -> Any:
         raise SkipFile(f"reading {kind} files needs {module}: pip install 'modular-rag[docs]'") from None
 
 
-def _tidy(text: str) -> str:
-    """Collapse runs of spaces and of blank lines (extracted text is full of both)."""
-    lines = [" ".join(line.split()) for line in text.splitlines()]
-    out: list[str] = []
-    for line in lines:
-        if line or (out and out[-1]):
-            out.append(line)
-    return "\n".join(out).strip()
-
-
 @operator("indexing", "loading", "pdf", port=Port.LOAD)
 def pdf_loader(params: LoaderParams, providers: Providers) -> Loader:
-    """PDF (pypdf, the ``docs`` extra): one document per page with its 1-based ``page`` in metadata, so citations
-    can say "p. 3"; titled by the PDF's title or the file name made readable. Encrypted and image-only PDFs are
-    skipped with the reason."""
+    """PDF (pypdfium2, the ``docs`` extra): one document per page with its 1-based ``page`` in metadata, so citations
+    can say "p. 3"; running headers and footers dropped, broken words and paragraphs joined, headings marked
+    (:mod:`modular_rag.ingest.pdf`); titled by the PDF's title or the file name made readable. Encrypted and
+    image-only PDFs are skipped with the reason."""
 
-    def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
-        pypdf = _optional("pypdf", "PDF")
+    def load(path: Path, doc_id: str) -> tuple[Iterable[Document], list[str]]:
+        _optional("pypdfium2", "PDF")
+        from modular_rag.ingest.pdf import pdf_pages, pdf_title
+
         try:
-            reader = pypdf.PdfReader(str(path))
-            if reader.is_encrypted and not reader.decrypt(""):
-                raise SkipFile("encrypted PDF (it needs a password)")
-            title = str((reader.metadata.title if reader.metadata else None) or readable_title(path))
-            pages = [_tidy(page.extract_text() or "") for page in reader.pages]
-        except SkipFile:
-            raise
-        except Exception as exc:  # pypdf raises many types for damaged files
+            title = pdf_title(path) or readable_title(path)
+            pages = list(pdf_pages(path))
+        except Exception as exc:  # PDFium raises PdfiumError for damaged or locked files
+            if "password" in str(exc).lower():
+                raise SkipFile("encrypted PDF (it needs a password)") from None
             raise SkipFile(f"unreadable PDF: {type(exc).__name__}: {exc}") from None
-        docs = [
-            Document(doc_id=doc_id, text=text, metadata={"title": title, "page": n})
-            for n, text in enumerate(pages, 1)
-            if text
-        ]
-        if not docs:
-            raise SkipFile(f"no extractable text in {len(pages)} page(s): an image-only PDF needs OCR first")
-        notes = [f"{len(pages) - len(docs)} page(s) without text left out"] if len(docs) < len(pages) else []
+        if not pages:
+            raise SkipFile("no extractable text: an image-only PDF needs OCR first")
+        docs = [Document(doc_id=doc_id, text=text, metadata={"title": title, "page": n}) for n, text in pages]
+        total = _page_count(path)
+        notes = [f"{total - len(docs)} page(s) without text left out"] if len(docs) < total else []
         return docs, notes
 
     return load
 
 
-_HTML_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
-_HTML_NOISE = ("script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "iframe", "svg")
+def _page_count(path: Path) -> int:
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(str(path))
+    try:
+        return len(doc)
+    finally:
+        doc.close()
 
 
 @operator("indexing", "loading", "html", port=Port.LOAD)
 def html_loader(params: LoaderParams, providers: Providers) -> Loader:
-    """HTML (BeautifulSoup, the ``docs`` extra): the main text only: ``<main>`` or ``<article>`` when the page has
-    one, without scripts, styles, navigation, headers, footers, asides and forms; titled by ``<title>``, the first
-    ``<h1>`` or the file name made readable. Headings ``<h1>``-``<h6>`` become Markdown heading lines (``## Brakes``),
-    where the link table finds them."""
+    """HTML (markdownify, the ``docs`` extra): the main text with its structure (:mod:`modular_rag.ingest.html`):
+    sentences whole across inline markup, a definition's term carried into its description, table rows as
+    ``header: value`` lines, headings as Markdown heading lines (where the link table finds them), code fenced,
+    navigation and link-dense blocks dropped; titled by ``<title>`` (without a site suffix), the first heading or
+    the file name made readable."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
-        bs4 = _optional("bs4", "HTML")
+        _optional("markdownify", "HTML")
+        from modular_rag.ingest.html import html_to_text
+
         raw, notes = read_text(path)
-        soup = bs4.BeautifulSoup(raw, "html.parser")
-        heading = soup.find("h1")
-        title = (
-            (soup.title.get_text(" ", strip=True) if soup.title else "")
-            or (heading.get_text(" ", strip=True) if heading else "")
-            or readable_title(path)
-        )
-        for tag in soup.find_all(_HTML_NOISE):
-            tag.decompose()
-        body = soup.find("main") or soup.find("article") or soup.body or soup
-        for tag in body.find_all(_HTML_HEADINGS):
-            words = tag.get_text(" ", strip=True)
-            if words:
-                tag.replace_with(f"\n{'#' * int(tag.name[1])} {words}\n")
-        text = _tidy(body.get_text("\n"))
+        text, title = html_to_text(raw)
         if not text:
             raise SkipFile("no text in the page's body")
-        return [Document(doc_id=doc_id, text=text, metadata={"title": title})], notes
+        return [Document(doc_id=doc_id, text=text, metadata={"title": title or readable_title(path)})], notes
 
     return load
 
 
-_CORE = "docProps/core.xml"
 _UNPACKED = 5
 """A .docx is a zip: it is read only when its parts, unpacked, are at most this many times ``max_file_mb`` (Word's
 XML holds about 3-5 bytes of markup per byte of text), so a small archive that unpacks to gigabytes is refused."""
@@ -285,27 +265,27 @@ XML holds about 3-5 bytes of markup per byte of text), so a small archive that u
 
 @operator("indexing", "loading", "docx", port=Port.LOAD)
 def docx_loader(params: LoaderParams, providers: Providers) -> Loader:
-    """Word .docx (docx2txt, the ``docs`` extra): the document's text, titled by its core-properties title or the
-    file name made readable."""
+    """Word .docx (python-docx, the ``docs`` extra): paragraphs and tables in order, headings as Markdown heading
+    lines, list items as ``- item`` lines, table rows as ``header: value`` lines (:mod:`modular_rag.ingest.docx`);
+    titled by its core-properties title, its first heading or the file name made readable."""
 
     def load(path: Path, doc_id: str) -> tuple[list[Document], list[str]]:
-        docx2txt = _optional("docx2txt", "DOCX")
+        _optional("docx", "DOCX")
+        from modular_rag.ingest.docx import docx_to_text
+
         try:
             with zipfile.ZipFile(path) as archive:
                 unpacked = sum(info.file_size for info in archive.infolist())
-                if unpacked > _UNPACKED * params.max_file_mb * 1e6:
-                    raise SkipFile(
-                        f"{unpacked / 1e6:.1f} MB once unpacked, over {_UNPACKED} x max_file_mb={params.max_file_mb:g}"
-                    )
-                core = archive.read("docProps/core.xml").decode("utf-8") if _CORE in archive.namelist() else ""
-            text = _tidy(docx2txt.process(str(path)) or "")
+            if unpacked > _UNPACKED * params.max_file_mb * 1e6:
+                raise SkipFile(
+                    f"{unpacked / 1e6:.1f} MB once unpacked, over {_UNPACKED} x max_file_mb={params.max_file_mb:g}"
+                )
+            text, title = docx_to_text(path)
         except (zipfile.BadZipFile, KeyError, ValueError) as exc:
             raise SkipFile(f"not a .docx file ({exc})") from None
-        if not text:
+        if not text.strip():
             raise SkipFile("no text in the document")
-        found = re.search(r"<dc:title>([^<]+)</dc:title>", core)
-        title = found.group(1).strip() if found else readable_title(path)
-        return [Document(doc_id=doc_id, text=text, metadata={"title": title})], []
+        return [Document(doc_id=doc_id, text=text, metadata={"title": title or readable_title(path)})], []
 
     return load
 

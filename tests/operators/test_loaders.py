@@ -3,7 +3,6 @@ with their reason."""
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -45,25 +44,14 @@ def write_pdf(path: Path, pages: list[str], title: str | None = None) -> None:
 
 
 def write_docx(path: Path, paragraphs: list[str], title: str) -> None:
-    """A minimal .docx: content types, the document body, and core properties with a title."""
-    w = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
-    body = "".join(f"<w:p><w:r><w:t>{p}</w:t></w:r></w:p>" for p in paragraphs)
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr(
-            "[Content_Types].xml",
-            '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/'
-            'package/2006/content-types"><Override PartName="/word/document.xml" ContentType="application/'
-            'vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>',
-        )
-        z.writestr(
-            "word/document.xml", f'<?xml version="1.0"?><w:document xmlns:w="{w}"><w:body>{body}</w:body></w:document>'
-        )
-        z.writestr(
-            "docProps/core.xml",
-            '<?xml version="1.0"?><cp:coreProperties xmlns:cp="http://schemas.'
-            'openxmlformats.org/package/2006/metadata/core-properties" xmlns:dc="http://purl.org/dc/elements/'
-            f'1.1/"><dc:title>{title}</dc:title></cp:coreProperties>',
-        )
+    """A .docx as Word writes it (python-docx): the paragraphs, and core properties with a title."""
+    import docx
+
+    document = docx.Document()
+    for text in paragraphs:
+        document.add_paragraph(text)
+    document.core_properties.title = title
+    document.save(str(path))
 
 
 HTML = """<html><head><title>Brake service</title><style>.x { color: red }</style>
@@ -182,3 +170,124 @@ def test_langchain_documents_loaders_and_splitters_index_from_python(tmp_path: P
         index_documents(["just a string"], env, progress=False)
     with pytest.raises(IndexingError, match="text splitter"):
         index_documents([], env, chunker=object(), progress=False)
+
+
+MANUAL_PAGE = """<?xml version="1.0" encoding="UTF-8"?>
+<html><head><title>Settings — Acme 3.2 documentation</title></head><body>
+<div class="related" role="navigation"><a href="i.html">Home</a> | <a href="t.html">Table of contents</a></div>
+<div class="navheader"><table><tr><td><a href="p.html">Prev</a></td><td><a href="u.html">Up</a></td>
+<td><a href="index.html">Home</a></td><td><a href="n.html">Next</a></td></tr></table></div>
+<div class="body">
+<h2>Vacuum<a class="headerlink" href="#v">¶</a></h2>
+<p>A table is vacuumed when its dead rows exceed <code>autovacuum_threshold</code> plus a share of its
+size (normally <em>20%</em>).</p>
+<dl><dt><code>autovacuum_scale_factor</code> (<em>floating point</em>)</dt>
+<dd><p>The default is 0.2 (20% of table size). It applies to every table.</p></dd>
+<dt><code>--soft</code></dt><dd><p>Does not touch the index file.</p></dd></dl>
+<table><thead><tr><th>Setting</th><th>Default</th></tr></thead>
+<tbody><tr><td>delimiter</td><td>a tab character</td></tr><tr><td>null</td><td>an empty string</td></tr></tbody></table>
+<pre>$ acme vacuum --all
+vacuuming 3 tables</pre>
+<ul><li>First <b>check</b> the logs</li><li>Then restart</li></ul>
+</div>
+<div class="sphinxsidebar"><ul><li><a href="a.html">Alpha</a></li><li><a href="b.html">Beta</a></li></ul></div>
+</body></html>"""
+
+
+@pytest.mark.unit
+def test_html_keeps_a_manual_pages_structure_and_drops_its_navigation(tmp_path: Path) -> None:
+    from modular_rag.sentences import evidence_sentences
+
+    (tmp_path / "settings.html").write_text(MANUAL_PAGE, encoding="utf-8")
+    docs, report = load_file(tmp_path / "settings.html", tmp_path, Providers())
+    doc = docs[0]
+    text = doc["text"]
+    assert doc["metadata"]["title"] == "Settings" and report.skipped is None
+    for nav in ("Table of contents", "Prev", "Next", "Alpha", "¶"):
+        assert nav not in text
+    sentences = evidence_sentences(text)
+    # a sentence is whole across inline markup; a definition's term opens its description; a table row is one line
+    assert (
+        "A table is vacuumed when its dead rows exceed autovacuum_threshold plus a share of its size (normally 20%)."
+        in sentences
+    )
+    assert "autovacuum_scale_factor (floating point): The default is 0.2 (20% of table size)." in sentences
+    assert "--soft: Does not touch the index file." in sentences
+    assert "Setting: delimiter; Default: a tab character." in sentences
+    assert "- First check the logs" in text.splitlines() and "## Vacuum" in text.splitlines()
+    assert "$ acme vacuum --all" in text and not any("vacuuming 3 tables" in s for s in sentences)
+
+
+def _running_header_pdf(path: Path) -> None:
+    """A 6-page PDF whose pages carry a running header and a page number, with a word broken at a line end."""
+    pages = []
+    for n in range(1, 7):
+        lines = [f"5. Going further: Other tools {20 + n}"]
+        if n == 3:
+            lines += ["5.3 Formatting the source", "To facilitate legibility of the source, one can use inden-"]
+            lines += ["tation as programmers do; it works well only on short lines."]
+        else:
+            topic = ["preview window", "spell checker", "tag list", "console", "templates", "scripts"][n - 1]
+            lines += [f"The {topic} is described here in enough words to fill a whole line of the", f"page {n}."]
+        lines.append(str(20 + n))
+        pages.append(lines)
+    write_pdf_lines(path, pages)
+
+
+def write_pdf_lines(path: Path, pages: list[list[str]]) -> None:
+    """A PDF of Helvetica text lines, one list of lines per page."""
+    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = " ".join(f"{3 + 2 * i} 0 R" for i in range(len(pages)))
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
+    font = 3 + 2 * len(pages)
+    for i, lines in enumerate(pages):
+        shown = " ".join(f"({ln}) Tj T*" for ln in lines)
+        content = f"BT /F1 11 Tf 14 TL 40 760 Td {shown} ET".encode()
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
+            f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode()
+        )
+        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{n} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    path.write_bytes(bytes(out))
+
+
+@pytest.mark.unit
+def test_pdf_pages_lose_their_running_headers_and_page_numbers_and_keep_headings(tmp_path: Path) -> None:
+    _running_header_pdf(tmp_path / "manual.pdf")
+    docs, report = load_file(tmp_path / "manual.pdf", tmp_path, Providers())
+    assert report.skipped is None and len(docs) == 6
+    third = docs[2]["text"]
+    assert "Going further" not in " ".join(d["text"] for d in docs)  # the running header, on every page
+    assert third.splitlines()[0] == "## 5.3 Formatting the source"
+    assert "23" not in third.split()  # the page number
+    assert "one can use indentation as programmers do" in third or "one can use inden- tation" not in third
+
+
+@pytest.mark.unit
+def test_docx_keeps_headings_lists_and_table_rows(tmp_path: Path) -> None:
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Returns", level=1)
+    document.add_paragraph("Returns are accepted within 30 days.")
+    document.add_paragraph("Keep the receipt", style="List Bullet")
+    table = document.add_table(rows=2, cols=2)
+    for cell, text in zip(
+        table.rows[0].cells + table.rows[1].cells, ["Item", "Window", "Bikes", "14 days"], strict=True
+    ):
+        cell.text = text
+    document.save(str(tmp_path / "policy.docx"))
+    docs, _ = load_file(tmp_path / "policy.docx", tmp_path, Providers())
+    lines = docs[0]["text"].splitlines()
+    assert docs[0]["metadata"]["title"] == "Returns"
+    assert "# Returns" in lines and "- Keep the receipt" in lines and "Item: Bikes; Window: 14 days." in lines
