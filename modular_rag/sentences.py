@@ -18,18 +18,29 @@ question embeds the question and nothing else.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from modular_rag.catalog import Catalog, StoredChunk
-from modular_rag.text import Analyzer, split_sentences
+from modular_rag.text import ENGLISH_STOPWORDS, Analyzer, split_sentences
 
-__all__ = ["evidence_sentences", "chunk_sentences", "sentence_terms", "encoder_identity", "SentenceVectors"]
+__all__ = [
+    "fragment",
+    "identifier_terms",
+    "ReadSentence",
+    "read_sentences",
+    "evidence_sentences",
+    "chunk_sentences",
+    "sentence_terms",
+    "encoder_identity",
+    "SentenceVectors",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,31 +56,109 @@ def sentence_terms(text: str) -> tuple[str, ...]:
     return tuple(_ANALYZER(text))
 
 
-def evidence_sentences(text: str, title: str = "") -> list[str]:
-    """The sentences of a chunk that carry content: markdown headings, fenced code blocks (opened with a word after
-    the fence, ```` ```code ````, and closed bare, so a chunk cut inside one knows it), list markers and a leading
-    copy of the chunk's title are dropped, and so are sentences of fewer than two content terms."""
+_IDENTIFIER_PARTS = re.compile(
+    r"[A-Za-z][A-Za-z0-9]*(?:[._\-][A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+|(?:[A-Z][a-z0-9]+){2,}"
+)
+
+
+@lru_cache(maxsize=50_000)
+def identifier_terms(text: str) -> frozenset[str]:
+    """The terms of the words inside a text's identifiers (``SESSION_COOKIE_AGE``, ``core.compression``,
+    ``list_per_page``, ``PageNumberPagination``), which the analyzer keeps whole: ``session``, ``cooki``, ``age``."""
+    parts: list[str] = []
+    for found in _IDENTIFIER_PARTS.findall(text):
+        parts += re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", found)
+    return frozenset(_ANALYZER(" ".join(parts))) if parts else frozenset()
+
+
+@lru_cache(maxsize=50_000)
+def fragment(sentence: str) -> float:
+    """How much a piece of text is not a sentence a person would quote, in [0, 1]: 1 for three words or fewer, for
+    a line of eight words or more with almost no function words and no final full stop (an index, a syntax line, a
+    list of codes; a terse sentence such as "Error E07 means speed sensor signal lost." ends with one), and for a
+    short line that only introduces what follows (``Changed in Django 3.2:``); 0 for prose."""
+    words = re.findall(r"[A-Za-z]+", sentence)
+    if len(sentence.split()) <= 3:
+        return 1.0
+    if sentence.rstrip().endswith(":") and len(words) <= 8:
+        return 1.0
+    if len(words) >= 8 and not sentence.rstrip().endswith((".", "!", "?")):  # a sentence may be terse, a list not
+        share = sum(w.lower() in ENGLISH_STOPWORDS for w in words) / len(words)
+        if share < 0.12:
+            return 1.0
+        if share < 0.2:
+            return 0.5
+    return 0.0
+
+
+class ReadSentence(NamedTuple):
+    """A content sentence of a chunk with what a reader sees around it: the heading it sits under and the term its
+    paragraph defines (``--soft`` of ``--soft: Does not touch the index file. ...``), each ``""`` when none."""
+
+    text: str
+    heading: str
+    term: str
+
+
+_HEADING = re.compile(r"^\s*#{1,6}\s+(.*?)\s*$")
+_TERM = re.compile(r"^([^:\n]{1,80}?):\s+\S")
+
+
+def read_sentences(text: str, title: str = "", section: str = "") -> list[ReadSentence]:
+    """The sentences of a chunk that carry content, with their heading and term (:class:`ReadSentence`; the
+    chunk's ``section``, the heading in force where it begins, stands for a heading before its first one). Markdown
+    headings, fenced code blocks (opened with a word after the fence, ```` ```code ````, and closed bare, so a chunk
+    cut inside one knows it) and a leading copy of the chunk's title are not sentences, and neither is a piece of
+    fewer than two content terms."""
     rows = text.splitlines()
     fences = [i for i, ln in enumerate(rows) if ln.strip().startswith("```")]
     # an odd count: the chunk was cut inside a code block; a first fence with a word after it (```code, ```python)
     # opens one, so the cut is at the end, a bare one closes it, so the chunk began inside
     code = len(fences) % 2 == 1 and rows[fences[0]].strip() == "```"
-    lines: list[str] = []
+    blocks: list[tuple[list[str], str]] = [([], section)]
+    heading = section
     for ln in rows:
         if ln.strip().startswith("```"):
             code = not code
-            lines.append("")  # a code block ends the paragraph before it
-        elif not code and not ln.lstrip().startswith("#"):
-            lines.append(ln)
-    body = "\n".join(lines).strip()
-    if title and body.startswith(title):
-        body = body[len(title) :].lstrip(" :.-\n")
-    return [s for s in split_sentences(body) if len(sentence_terms(s)) >= 2]
+            blocks.append(([], heading))  # a code block ends the paragraph before it
+        elif code:
+            continue
+        elif match := _HEADING.match(ln):
+            heading = match.group(1)
+            blocks.append(([], heading))
+        elif not ln.strip():
+            blocks.append(([], heading))
+        else:
+            blocks[-1][0].append(ln)
+    out: list[ReadSentence] = []
+    first = True
+    for lines, under in blocks:
+        body = "\n".join(lines).strip()
+        if not body:
+            continue
+        if first and title and body.startswith(title):
+            body = body[len(title) :].lstrip(" :.-\n")
+        first = False
+        lead = _TERM.match(body)
+        term = lead.group(1).strip() if lead and len(lead.group(1).split()) <= 5 else ""
+        if term and all(w.isalpha() and w[:1].isupper() for w in term.split()):
+            term = ""  # a label ("Changed:", "Note:", "Default:"), not a term the paragraph defines
+        out.extend(
+            ReadSentence(sentence, under, term)
+            for sentence in split_sentences(body)
+            if len(sentence_terms(sentence)) >= 2
+        )
+    return out
+
+
+def evidence_sentences(text: str, title: str = "") -> list[str]:
+    """The content sentences of a chunk (:func:`read_sentences`), without their context."""
+    return [s.text for s in read_sentences(text, title)]
 
 
 def chunk_sentences(text: str, metadata: Mapping[str, Any]) -> list[str]:
     """:func:`evidence_sentences` of a chunk, with its metadata's title (what the scorer reads of an evidence entry)."""
-    return evidence_sentences(text, str(metadata.get("title") or ""))
+    return [s.text for s in read_sentences(text, str(metadata.get("title") or ""), str(metadata.get("section") or ""))]
 
 
 def encoder_identity(config: Any) -> str | None:

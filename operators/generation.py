@@ -34,6 +34,7 @@ from modular_rag.attribution import (
     SentenceWeights,
     best_span,
     check_claims,
+    lead_of,
     question_cues,
 )
 from modular_rag.costs import ZERO, Cost, CostContext, llm
@@ -291,10 +292,17 @@ def extractive_answer(
     evidence: Sequence[Evidence],
     extract: Literal["typed", "span", "sentence"] = "typed",
 ) -> Answer:
-    """An answer quoting the best-scored evidence sentence (or its answer span), citing the entry it comes from."""
-    expects = question_cues(question).expects
-    use_span = extract == "span" or (extract == "typed" and expects in ("number", "date", "person", "place"))
+    """An answer quoting the best-scored evidence sentence (or its answer span), citing the entry it comes from, led
+    by what the sentence is about when it does not say (:func:`~modular_rag.attribution.lead_of`: the term its
+    paragraph defines, or a heading that names a setting, function or option): ``Coalesce: Accepts a list of ...``.
+    A question about a tool (a default, an option's name, a how-to) gets the whole sentence."""
+    cues = question_cues(question)
+    factoid = cues.expects in ("number", "date", "person", "place") and not cues.asks & {"default", "name", "how"}
+    use_span = extract == "span" or (extract == "typed" and factoid)
     text = best_span(question, best.sentence) if use_span else best.sentence
+    lead = lead_of(best)
+    if lead and not use_span:
+        text = f"{lead}: {text}"
     chunk = next(e["chunk_id"] for e in evidence if e["ref"] == best.ref)
     return Answer(
         text=_with_marker(text, best.ref),

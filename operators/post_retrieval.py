@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from modular_rag.attribution import ScoredSentence, SentenceScorer, SentenceWeights
+from modular_rag.attribution import ScoredSentence, SentenceScorer, SentenceWeights, packed_text
 from modular_rag.chat import Completion
 from modular_rag.concurrency import in_threads
 from modular_rag.costs import ZERO, Cost, CostContext, Span, llm
@@ -463,7 +463,7 @@ def evidence_first(params: EvidenceFirstParams, providers: Providers) -> Operato
         used = 0
         for ref, ranked in sorted(per_chunk.items(), key=lambda kv: -kv[1][0].score):
             kept = sorted(ranked[: params.sentences], key=lambda s: s.position)
-            text = " ".join(s.sentence for s in kept)
+            text = packed_text(kept, str(numbered[ref - 1]["metadata"].get("title") or ""))
             if pack and used + estimate_tokens(text) > params.max_tokens:
                 break
             used += estimate_tokens(text)

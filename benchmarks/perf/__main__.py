@@ -14,6 +14,7 @@ order), so the ratios hold on a noisy shared machine, and prints a table with th
     .venv/bin/python -m benchmarks.perf scale       [--sizes 100000,1000000] [--stores chroma,milvus] [--old COMMIT]
     .venv/bin/python -m benchmarks.perf server      [--requests 64] [--latency 1.0] [--rounds 2] [--old COMMIT]
     .venv/bin/python -m benchmarks.perf llama       [--builds portable,native,native-no-amx] [--threads 1,2]
+    .venv/bin/python -m benchmarks.perf memory      [--mb 50] [--types txt,md,jsonl,html,pdf,docx]
 
 Run from the repository's root. Add ``--save`` to write the command line and its output to
 ``benchmarks/results/perf-<subcommand>.txt``. What each measures, and how, is in the docstring of its module
@@ -28,7 +29,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import concurrency, indexing, latency, llama, overhead, scale, server, sparse, startup
+from . import concurrency, indexing, latency, llama, memory, overhead, scale, server, sparse, startup
 from .common import DEFAULT_DATASET, RESULTS, ROOT, Report
 
 __all__ = ["main"]
@@ -43,6 +44,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Report], None]] = {
     "scale": scale.run,
     "server": server.run,
     "llama": llama.run,
+    "memory": memory.run,
 }
 
 
@@ -94,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     scale.add_arguments(sub.add_parser("scale", help="the index at 100k / 1M chunks: workers, latency, changes"))
     server.add_arguments(sub.add_parser("server", help="concurrent requests through langgraph dev: async vs before"))
     llama.add_arguments(sub.add_parser("llama", help="the local model's tokens/s with each llama.cpp build"))
+    memory.add_arguments(sub.add_parser("memory", help="peak memory of indexing a 50 MB file of each type"))
     for p in sub.choices.values():
         p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the SciFact folder (BEIR format)")
         p.add_argument("--save", action="store_true", help="also write benchmarks/results/perf-<command>.txt")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from modular_rag.attribution.claims import ClaimVerdict, check_claims
 from modular_rag.attribution.cues import Expect, QuestionCues, question_cues
-from modular_rag.attribution.scoring import ScoredSentence, SentenceScorer, SentenceWeights
+from modular_rag.attribution.scoring import ScoredSentence, SentenceScorer, SentenceWeights, lead_of, packed_text
 from modular_rag.attribution.spans import answer_clause, best_span
 from modular_rag.sentences import evidence_sentences
 
@@ -23,5 +23,7 @@ __all__ = [
     "best_span",
     "check_claims",
     "evidence_sentences",
+    "lead_of",
+    "packed_text",
     "question_cues",
 ]

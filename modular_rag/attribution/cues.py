@@ -9,7 +9,7 @@ from typing import Literal
 
 from modular_rag.text import NUMBER_WORDS, Analyzer, distinctive_tokens
 
-__all__ = ["Expect", "QuestionCues", "question_cues"]
+__all__ = ["Ask", "Expect", "QuestionCues", "asked_cue", "question_cues"]
 
 _ANALYZER = Analyzer()
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
@@ -63,21 +63,112 @@ _EXPECT_RULES: tuple[tuple[re.Pattern[str], Expect], ...] = (
 )
 
 
+Ask = Literal["default", "limit", "name", "how"]
+"""What a question about a tool or a manual asks for: a default value, a limit, the name of an option, setting or
+command, or how to do something (the doc-style cues; :data:`Expect` is the factoid kind)."""
+
+_NAMED = (
+    r"option|flag|switch|setting|command|subcommand|variable|argument|parameter|key|field|method|function|class|"
+    r"hook|shortcut|menu|tool|module|backend|engine|exception|signal|attribute|lookup|tag|filter|middleware|"
+    r"directive|property|header|mode|format|helper|placeholder|operator|keyword|value"
+)
+_ASK_RULES: tuple[tuple[re.Pattern[str], Ask], ...] = (
+    (
+        re.compile(
+            r"\bdefaults?\b|\bout of the box\b|\bif (i|you) (don'?t|do not|never) (set|specify|pass|give)", re.I
+        ),
+        "default",
+    ),
+    (
+        re.compile(
+            r"\b(maximum|minimum|max|min|limit|largest|smallest|longest|shortest|at most|at least|up to)\b",
+            re.I,
+        ),
+        "limit",
+    ),
+    (
+        re.compile(
+            rf"\b(which|what|what's|whats)\s+(\w+\s+){{0,3}}({_NAMED})s?\b|\b({_NAMED})s?\s+(do i|should i|to|for|that|"
+            r"which|makes|lets|turns|tells)\b|\b(what is|what's) (it|the \w+) called\b"
+            rf"|\b({_NAMED})s?\W*$",  # a search-box query: "texworks typeset shortcut"
+            re.I,
+        ),
+        "name",
+    ),
+    (
+        re.compile(r"\bhow (do|can|should|would|could) (i|you|we|one)\b|\bhow to\b|\bis there a way\b", re.I),
+        "how",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class QuestionCues:
-    """What a question asks: its stemmed content terms, the kind of answer it expects, and the distinctive tokens
-    (codes, numbers, names) an answer's evidence must share with it."""
+    """What a question asks: its stemmed content terms, the kind of answer it expects, the distinctive tokens
+    (codes, numbers, names) an answer's evidence must share with it, and the doc-style asks (:data:`Ask`)."""
 
     text: str
     terms: tuple[str, ...]
     expects: Expect
     distinctive: frozenset[str]
+    asks: frozenset[Ask] = frozenset()
 
 
 def question_cues(question: str) -> QuestionCues:
     """Analyse a question (see :class:`QuestionCues`)."""
     expects: Expect = next((kind for pattern, kind in _EXPECT_RULES if pattern.search(question)), "other")
-    return QuestionCues(question, tuple(dict.fromkeys(_ANALYZER(question))), expects, distinctive_tokens(question))
+    asks = frozenset(kind for pattern, kind in _ASK_RULES if pattern.search(question))
+    terms = tuple(dict.fromkeys(_ANALYZER(question)))
+    return QuestionCues(question, terms, expects, distinctive_tokens(question), asks)
+
+
+_IDENTIFIER = re.compile(
+    r"(?<![\w-])--?[A-Za-z][\w-]*"  # --soft, -p
+    r"|\b[a-z][\w-]*\.[a-z][\w.-]*\b"  # core.compression, django.db.models
+    r"|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"  # SESSION_COOKIE_AGE
+    r"|\b[a-z]+_[a-z0-9_]+\b"  # max_length
+    r"|\b\w+\(\)"  # save()
+    r"|\b[a-z]+-[a-z]+(?:-[a-z]+)*\b(?=\(\d\))"  # git-restore(1)
+    r"|\b(?:Ctrl|Alt|Shift|Cmd|Command|Option)\s*[+\- ]\s*\S"  # Ctrl T, Ctrl+Shift+S
+    r"|[\"'“‘][^\"'”’]{1,40}[\"'”’]"  # a quoted value
+    r"|\S+\s?→\s?\S+"  # a menu path: Edit → Preferences
+)
+_VALUE = re.compile(
+    r"\d|[\"'“‘][^\"'”’]{0,40}[\"'”’]|\b(true|false|none|null|empty|on|off|yes|no|unset|disabled|enabled)\b", re.I
+)
+_DEFAULT = re.compile(r"\bdefault(s|ed)?\b|\bunless\b|\bif (not|no|omitted|unset)\b", re.I)
+_BOUND = re.compile(
+    r"\b(maximum|minimum|max|min|limit(ed)?|at most|at least|up to|no more than|cannot exceed|longest)\b", re.I
+)
+_DOING = re.compile(
+    r"^\s*(use|run|pass|set|add|give|call|click|choose|select|press|type|enter|open|create|write|put|install|"
+    r"configure|enable|disable|specify|invoke|start|to \w+)\b"
+    r"|\byou (can|may|should|must|need to)\b|\b(use|using|with) the\b",
+    re.I,
+)
+
+
+def asked_cue(asks: frozenset[Ask], sentence: str, context: str = "") -> float:
+    """How well a sentence holds what a doc-style question asks for (:data:`Ask`), in [0, 1]: a default wants the
+    word and a value (``Default: 1209600``), a limit a bound and a number, a name an option, setting or command
+    written as one (``--soft``, ``core.compression``, ``SESSION_COOKIE_AGE``), a how-to a step (an imperative, "you
+    can", or a command). ``context`` is what stands around it (its heading and its paragraph's term)."""
+    if not asks:
+        return 0.0
+    found = []
+    named = bool(_IDENTIFIER.search(sentence))
+    if "default" in asks:
+        said = bool(_DEFAULT.search(sentence)) or bool(_DEFAULT.search(context))
+        found.append(1.0 if said and _VALUE.search(sentence) else 0.5 if said else 0.0)
+    if "limit" in asks:
+        found.append(
+            1.0 if _BOUND.search(sentence) and _NUMBER.search(sentence) else 0.5 if _NUMBER.search(sentence) else 0.0
+        )
+    if "name" in asks:
+        found.append(1.0 if named else 0.0)
+    if "how" in asks:
+        found.append(1.0 if _DOING.search(sentence) or named else 0.0)
+    return max(found)
 
 
 _NUMBER_WORDS = re.compile(

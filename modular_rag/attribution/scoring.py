@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from modular_rag.attribution.cues import _ANALYZER, QuestionCues, question_cues
+from modular_rag.attribution.cues import _ANALYZER, QuestionCues, asked_cue, question_cues
 from modular_rag.attribution.spans import _expected
 from modular_rag.errors import MissingDependencyError
 from modular_rag.providers import Providers
-from modular_rag.sentences import chunk_sentences, sentence_terms
+from modular_rag.sentences import ReadSentence, fragment, identifier_terms, read_sentences, sentence_terms
 from modular_rag.state import Evidence
 
-__all__ = ["ScoredSentence", "SentenceScorer", "SentenceWeights"]
+__all__ = ["ScoredSentence", "SentenceScorer", "SentenceWeights", "lead_of", "packed_text"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class ScoredSentence:
     cosine: float
     coverage: float
     cue: float
+    heading: str = ""
+    """The heading it sits under (``""`` when none)."""
+    term: str = ""
+    """The term its paragraph defines (``""`` when none)."""
 
 
 class SentenceWeights(BaseModel):
@@ -63,6 +67,20 @@ class SentenceWeights(BaseModel):
         ge=0.0,
         le=10.0,
         description="share of the question's codes, numbers and names in the sentence or its chunk's title",
+    )
+    fragment: float = Field(
+        0.5,
+        ge=0.0,
+        le=10.0,
+        description="taken off a piece that is no sentence a person would quote: a few words, an index or syntax line "
+        "with almost no function words, a line that only introduces what follows (modular_rag.sentences.fragment)",
+    )
+    asks: float = Field(
+        0.5,
+        ge=0.0,
+        le=10.0,
+        description="the sentence holds what a question about a tool asks for: a default and its value, a limit, "
+        "an option's or setting's name, a step (modular_rag.attribution.cues.asked_cue)",
     )
 
 
@@ -140,30 +158,40 @@ class SentenceScorer:
         cues = question_cues(question)
         w = self.weights
         idf = self.term_weights(cues)
-        rows: list[tuple[str, Evidence, int, int]] = []
+        rows: list[tuple[ReadSentence, Evidence, int, int]] = []
         for rank, ev in enumerate(evidence):
-            rows += [(s, ev, rank, i) for i, s in enumerate(chunk_sentences(ev["text"], ev["metadata"]))]
+            meta = ev["metadata"]
+            found = read_sentences(ev["text"], str(meta.get("title") or ""), str(meta.get("section") or ""))
+            rows += [(s, ev, rank, i) for i, s in enumerate(found)]
         if not rows:
             return []
         try:
             q = self.providers.encoder.encode_query(question)
-            cosines = self.vectors([s for s, _, _, _ in rows], [ev["chunk_id"] for _, ev, _, _ in rows]) @ q
+            cosines = self.vectors([s.text for s, _, _, _ in rows], [ev["chunk_id"] for _, ev, _, _ in rows]) @ q
         except MissingDependencyError:  # a flow without an embedder (BM25 and a remote model): words only
             self.lexical_only = True
             cosines = np.zeros(len(rows), dtype=np.float32)
         out = []
-        for (sentence, ev, rank, position), cos in zip(rows, cosines.tolist(), strict=True):
+        for (read, ev, rank, position), cos in zip(rows, cosines.tolist(), strict=True):
+            sentence = read.text
             title = str(ev["metadata"].get("title") or "")
-            terms = set(sentence_terms(sentence))
-            # title terms count half: "It weighs 7.6 kg" under the title "TW-900 Carbon Road" is about the TW-900
-            cov = 0.5 * self.coverage(cues, terms | set(sentence_terms(title)), idf) + 0.5 * self.coverage(
-                cues, terms, idf
-            )
+            context = f"{read.heading} {read.term}".strip()
+            terms = set(sentence_terms(sentence)) | identifier_terms(sentence)
+            # the title, the heading and the paragraph's term count half: "It weighs 7.6 kg" under the title "TW-900
+            # Carbon Road" is about the TW-900; "Default: 1209600" under "SESSION_COOKIE_AGE" is that setting's
+            around = set(sentence_terms(title)) | set(sentence_terms(context)) | identifier_terms(context)
+            cov = 0.5 * self.coverage(cues, terms | around, idf) + 0.5 * self.coverage(cues, terms, idf)
             cue = _expected(cues.expects, sentence, cues) if cues.expects != "other" else 0.0
-            where = f"{sentence} {title}".lower()
+            asked = asked_cue(cues.asks, sentence, context)
+            where = f"{sentence} {title} {context}".lower()
             named = (sum(t in where for t in cues.distinctive) / len(cues.distinctive)) if cues.distinctive else 0.0
             total = w.dense * cos + w.lexical * cov + w.cue * cue + w.prior / (1 + rank) + w.names * named
-            out.append(ScoredSentence(sentence, ev["ref"], ev["chunk_id"], position, total, cos, cov, cue))
+            total += w.asks * asked - w.fragment * fragment(sentence)
+            out.append(
+                ScoredSentence(
+                    sentence, ev["ref"], ev["chunk_id"], position, total, cos, cov, cue, read.heading, read.term
+                )
+            )
         order = sorted(range(len(out)), key=lambda i: -out[i].score)
         return [out[i] for i in order]
 
@@ -224,3 +252,78 @@ class SentenceScorer:
             if coverage >= min_coverage or exact:
                 return sentence
         return None
+
+
+def packed_text(sentences: Sequence[ScoredSentence], title: str = "") -> str:
+    """Sentences of one chunk (in their order) as an evidence entry's text, with what a reader needs around them: a
+    ``## heading`` line where their context changes, naming the heading they sit under (not the chunk's title) and
+    the term their paragraph defines when they do not name it (``## OPTIONS › --soft`` before ``This leaves all your
+    changed files ...``). The sentences stay as written, so their stored vectors are found."""
+    lines: list[str] = []
+    last = ""
+    for s in sentences:
+        parts = [p for p in (s.heading if s.heading != title else "", s.term) if p]
+        if s.term and s.sentence.startswith(s.term):
+            parts = parts[:-1]
+        context = " › ".join(parts)
+        if context and context != last:
+            lines.append(f"## {context}")
+        last = context or last
+        lines.append(s.sentence)
+    return "\n\n".join(lines)
+
+
+_SECTIONS = frozenset(
+    [
+        "name",
+        "synopsis",
+        "description",
+        "options",
+        "examples",
+        "example",
+        "notes",
+        "note",
+        "see",
+        "also",
+        "bugs",
+        "author",
+        "authors",
+        "introduction",
+        "overview",
+        "usage",
+        "configuration",
+        "discussion",
+        "environment",
+        "files",
+        "return",
+        "value",
+        "arguments",
+        "parameters",
+        "summary",
+        "details",
+        "default",
+        "defaults",
+    ]
+)
+"""Words of headings that name a part of a page, not a thing (a manual page's DESCRIPTION, OPTIONS, SEE ALSO)."""
+
+
+def lead_of(sentence: ScoredSentence, title: str = "") -> str:
+    """What a sentence is about when it does not say it itself, for an answer that quotes it: the term its
+    paragraph defines (``--soft``), else its heading when that names a thing (at most four words, not a page part
+    such as ``DESCRIPTION``, not the page's title): ``Coalesce``, ``SESSION_COOKIE_AGE``; ``""`` otherwise."""
+    said = sentence.sentence.lower()
+    if sentence.term and sentence.term.lower() not in said:
+        return sentence.term
+    heading = sentence.heading.split("›")[-1].strip()  # a packed entry's context: "OPTIONS › --soft"
+    words = heading.lower().split()
+    if (
+        heading
+        and heading.lower() not in said
+        and heading != title
+        and len(words) <= 4
+        and not set(words) <= _SECTIONS
+        and not any(w.isdigit() for w in words)
+    ):
+        return heading
+    return ""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,11 +16,32 @@ from modular_rag.state import Chunk
 
 Chunker = Callable[[Document], list[Chunk]]
 
-CHUNK_FORMAT = 2
-"""Version of the chunk texts the chunkers make (part of the evaluation index cache key); 2: a Markdown heading
-that repeats the title is not repeated after the prepended title."""
+CHUNK_FORMAT = 3
+"""Version of the chunks the chunkers make (part of the evaluation index cache key); 2: a Markdown heading that
+repeats the title is not repeated after the prepended title; 3: metadata ``section``."""
 
 _HEADING_MARKS = re.compile(r"#{1,6}[ \t]+")
+_HEADING_LINE = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*$", re.MULTILINE)
+
+
+def sections(text: str, pieces: Sequence[str]) -> list[str]:
+    """For each piece of ``text`` (in order, as a splitter cut them), the Markdown heading in force where it begins
+    (``""`` before the first heading, or where a piece cannot be found in the text, as after a splitter that
+    squeezed whitespace)."""
+    found = [(m.start(), m.group(1)) for m in _HEADING_LINE.finditer(text)]
+    starts = [start for start, _ in found]
+    out: list[str] = []
+    cursor = 0
+    for piece in pieces:
+        probe = piece.strip()[:80]
+        at = text.find(probe, cursor) if probe else -1
+        if at >= 0:
+            cursor = at
+        else:
+            at = cursor
+        n = bisect.bisect_left(starts, at)  # the headings that start before the piece
+        out.append(found[n - 1][1] if n else "")
+    return out
 
 
 def with_title(title: str, piece: str) -> str:
@@ -38,11 +60,15 @@ def make_chunks(
     doc: Document, pieces: Sequence[str], prepend_title: bool, extra: Sequence[dict[str, Any]] | None = None
 ) -> list[Chunk]:
     title = str(doc["metadata"].get("title") or "")
+    kept = [(i, p) for i, p in enumerate(pieces) if p.strip()]  # extra is indexed like the kept pieces
+    heads = sections(doc["text"], [p for _, p in kept])
     chunks = []
-    for i, piece in enumerate(p for p in pieces if p.strip()):
+    for position, ((_, piece), section) in enumerate(zip(kept, heads, strict=True)):
         text = with_title(title, piece) if prepend_title and title else piece.strip()
-        meta = {**doc["metadata"], "doc_id": doc["doc_id"], "position": i}
+        meta = {**doc["metadata"], "doc_id": doc["doc_id"], "position": position}
+        if section and "section" not in meta:
+            meta["section"] = section
         if extra:
-            meta.update(extra[i])
+            meta.update(extra[position])
         chunks.append(Chunk(chunk_id=chunk_id(doc["doc_id"], text), text=text, metadata=meta))
     return chunks
