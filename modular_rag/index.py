@@ -269,6 +269,11 @@ class KnowledgeIndex(IndexWrites):
         n, _ = self.catalog.stats()
         return {t: lucene_idf(df, n) for t, df in self.catalog.document_frequencies(terms).items()}
 
+    def unseen(self, terms: Sequence[str]) -> set[str]:
+        """The analysed terms no indexed chunk holds."""
+        self._prepare()
+        return {t for t, df in self.catalog.document_frequencies(list(terms)).items() if df == 0}
+
     def idf(self, term: str) -> float:
         """Lucene's BM25 IDF of one analysed term; a term no chunk has gets the highest."""
         return self.idfs([term])[term]

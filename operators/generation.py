@@ -35,6 +35,7 @@ from modular_rag.attribution import (
     best_span,
     check_claims,
     lead_of,
+    named_words,
     question_cues,
 )
 from modular_rag.costs import ZERO, Cost, CostContext, llm
@@ -42,7 +43,7 @@ from modular_rag.providers import Providers
 from modular_rag.registry import Operator, OperatorParams, Port, operator
 from modular_rag.state import REFUSAL, Answer, Citation, Evidence, evidence_of
 
-__all__ = ["check_answer", "judge_claims", "extractive_answer", "quoted_sentence"]
+__all__ = ["check_answer", "judge_claims", "extractive_answer", "quoted_sentence", "unknown_names"]
 
 
 class CheckParams(OperatorParams):
@@ -112,6 +113,11 @@ class CitedAnswerParams(CheckParams):
         True,
         description="extractive: when the best sentence names another passage's title "
         "(a bridge), answer from that passage (multi-hop)",
+    )
+    refuse_unknown_names: bool = Field(
+        True,
+        description="refuse, without quoting, a question that names something no indexed chunk mentions (a "
+        "product, a tool: 'Overleaf', 'graphql'; see modular_rag.attribution.cues.named_words)",
     )
     max_evidence: int = Field(8, gt=0, le=100, description="evidence entries used when no context builder ran")
     without_evidence: Literal["refuse", "answer"] = Field(
@@ -350,6 +356,33 @@ def quoted_sentence(
     return _quotable(scorer, question, evidence, scored, follow_bridges=follow_bridges).sentence if scored else None
 
 
+def unknown_names(providers: Providers, question: str) -> list[str]:
+    """The words of a question that name something (:func:`~modular_rag.attribution.cues.named_words`; the
+    embedder's vocabulary tells names in a lower-case question) and that no indexed chunk mentions: a question about
+    them cannot be answered from this index. Empty when the index has no term statistics to tell."""
+    from modular_rag.errors import MissingDependencyError
+    from modular_rag.text import Analyzer
+
+    try:
+        tokenizer = getattr(providers.encoder, "tokenizer", None)
+    except MissingDependencyError:
+        tokenizer = None
+    pieces = None
+    if tokenizer is not None and hasattr(tokenizer, "encode"):
+
+        def pieces(word: str) -> int:
+            found = tokenizer.encode(word.lower(), add_special_tokens=False)
+            return len(getattr(found, "tokens", found))
+
+    names = named_words(question, pieces)
+    if not names or providers.index.catalog.stats()[0] == 0:  # no term statistics: a store the kit did not fill
+        return []
+    analyzer = Analyzer()
+    terms = {name: analyzer(name) for name in names}
+    unseen = providers.index.unseen(sorted({t for ts in terms.values() for t in ts}))
+    return [name for name, ts in terms.items() if ts and all(t in unseen for t in ts)]
+
+
 def _answers(scored: Sequence[ScoredSentence], params: CitedAnswerParams) -> bool:
     """Whether some evidence sentence answers the question (see ``min_relevance``): the rule was fitted on SQuAD and
     NQ-open questions against their own corpus and against another's (benchmarks/README.md)."""
@@ -399,6 +432,9 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
         evidence = evidence_of(state, params.max_evidence)
         if not evidence and params.without_evidence == "refuse":
             return {"answer": _refusal("no evidence")}
+        unknown = unknown_names(providers, query) if params.refuse_unknown_names and evidence else []
+        if unknown:
+            return {"answer": _refusal(f"no indexed document mentions {', '.join(map(repr, unknown))}")}
         scored = (
             scorer.score(query, evidence)
             if evidence and (params.mode != "llm" or params.min_relevance is not None)

@@ -28,6 +28,7 @@ def test_stage_contract_fields_are_pinned() -> None:
         "quote",
         "reason",
         "confidence",
+        "flags",
     }
     assert set(state.Citation.__annotations__) == {"ref", "chunk_id", "method", "verdict", "reason"}
     assert set(state.LedgerEntry.__annotations__) == {

@@ -7,7 +7,7 @@ it cites (:mod:`.claims`, with its reading of clauses in :mod:`.relations`). Wha
 from __future__ import annotations
 
 from modular_rag.attribution.claims import ClaimVerdict, check_claims
-from modular_rag.attribution.cues import Expect, QuestionCues, question_cues
+from modular_rag.attribution.cues import Expect, QuestionCues, named_words, question_cues
 from modular_rag.attribution.scoring import ScoredSentence, SentenceScorer, SentenceWeights, lead_of, packed_text
 from modular_rag.attribution.spans import answer_clause, best_span
 from modular_rag.sentences import evidence_sentences
@@ -24,6 +24,7 @@ __all__ = [
     "check_claims",
     "evidence_sentences",
     "lead_of",
+    "named_words",
     "packed_text",
     "question_cues",
 ]

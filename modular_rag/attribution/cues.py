@@ -4,12 +4,13 @@ sentence: the cues the sentence scorer, the answer spans and the claim check rea
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from modular_rag.text import NUMBER_WORDS, Analyzer, distinctive_tokens
+from modular_rag.text import ENGLISH_STOPWORDS, NUMBER_WORDS, Analyzer, distinctive_tokens
 
-__all__ = ["Ask", "Expect", "QuestionCues", "asked_cue", "question_cues"]
+__all__ = ["Ask", "Expect", "QuestionCues", "asked_cue", "named_words", "question_cues"]
 
 _ANALYZER = Analyzer()
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
@@ -182,3 +183,27 @@ def _numbers(text: str) -> set[str]:
     """The numbers of a text, written as digits ("five" is "5")."""
     words = {NUMBER_WORDS[w] for w in re.findall(r"[a-z]+", text.lower()) if w in NUMBER_WORDS}
     return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)} | words
+
+
+_NAME_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.+#-]*[A-Za-z0-9+#]|[A-Za-z]")
+
+
+def named_words(question: str, pieces: Callable[[str], int] | None = None) -> list[str]:
+    """The words of a question that name something (a product, a tool, a standard) rather than say something: in a
+    question written with capitals, a word with a capital past its first letter or not at the question's start
+    (``Overleaf``, ``JWT``, ``PageNumberPagination``); in one written all in lower case, a word the encoder's
+    vocabulary does not hold whole (``pieces(word) >= 2``: ``graphql``, ``sentry``), when ``pieces`` is given. Stop
+    words are never names."""
+    words = _NAME_WORD.findall(question)
+    cased = any(ch.isupper() for ch in question)
+    out = []
+    for i, word in enumerate(words):
+        if word.lower() in ENGLISH_STOPWORDS or len(word) < 2:
+            continue
+        if cased:
+            capital_inside = any(ch.isupper() for ch in word[1:])
+            if capital_inside or (word[0].isupper() and i > 0 and words[i - 1] not in (".", "?", "!")):
+                out.append(word)
+        elif pieces is not None and pieces(word) >= 2:
+            out.append(word)
+    return out

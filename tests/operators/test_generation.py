@@ -263,3 +263,41 @@ def test_the_llm_judge_needs_an_answer_the_model_wrote() -> None:
     info = get_operator(Port.GENERATE, "cited_answer")
     with pytest.raises(ValidationError, match="mode extractive quotes the evidence"):
         info.params.model_validate({"mode": "extractive", "judge": "llm"})
+
+
+@pytest.mark.integration
+def test_a_question_about_something_no_document_mentions_is_refused_naming_it(tmp_path: Path) -> None:
+    """Plain notes (no titles, no front matter): a question naming a product the notes never mention is refused
+    before any sentence is quoted, cased or typed all lower case; one naming what they do mention is answered."""
+    from modular_rag.builder import build_flow
+    from modular_rag.ingest import index_paths
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "sync.txt").write_text(
+        "The editor saves a backup copy every five minutes. Projects are synced to the shared drive with Rsync. "
+        "The spell checker reads dictionaries from the resources folder."
+    )
+    (notes / "build.txt").write_text("Typeset the document with Ctrl T. The preview window follows the cursor.")
+    config = {
+        "pattern": "linear",
+        "providers": {"vectorstore": {"name": "chroma", "path": str(tmp_path / "index"), "collection": "notes"}},
+        "operators": {
+            "retrieve": {"name": "hybrid", "params": {"k": 5}},
+            "context": {"name": "evidence_first"},
+            "generate": {"name": "cited_answer", "params": {"mode": "extractive"}},
+        },
+    }
+    from modular_rag.config import load_config
+
+    env = Providers(load_config(config).providers)
+    index_paths([notes], env, progress=False)
+    flow = build_flow(config, providers=env)
+    for question, name in (
+        ("How do I sync a project with Overleaf?", "Overleaf"),
+        ("how do i sync my project with overleaf", "overleaf"),
+    ):
+        answer = flow.invoke({"query": question})["answer"]
+        assert answer["refused"] and answer["reason"] == f"no indexed document mentions '{name}'", question
+    answer = flow.invoke({"query": "How are projects synced with Rsync?"})["answer"]
+    assert not answer["refused"] and "Rsync" in answer["text"]
