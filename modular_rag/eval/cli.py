@@ -41,7 +41,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-llm-calls", type=float, help="mean LLM calls per query allowed")
     p.add_argument("--max-latency-ms", type=float, help="mean milliseconds per query allowed")
     p.add_argument("--config", nargs="+", help="candidate configs (default: every pattern template and mode)")
-    p.add_argument("--quality", default="f1", help="what 'best' is: f1, em, contains, supported, ndcg@10, all@5")
+    p.add_argument(
+        "--quality",
+        default="auto",
+        help="what 'best' is: right (the gold value with a citation on a gold passage, refusals of unanswerable "
+        "questions), f1, em, contains, supported, ndcg@10, all@5; auto: right when the questions have gold "
+        "answers, else ndcg@10",
+    )
     p.add_argument("--split", default="dev")
     p.add_argument("--limit", type=int, default=20, help="queries evaluated (default 20)")
     p.add_argument("--quiet", action="store_true")
@@ -172,6 +178,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 
     dataset = _load_dataset(args.dataset, args.split, args.limit)
     candidates = config_candidates(args.config) if args.config else pattern_candidates()
+    if args.quality == "auto":
+        args.quality = "right" if any(q.answers for q in dataset.queries) else "ndcg@10"
     result = recommend(
         dataset,
         candidates,

@@ -208,9 +208,12 @@ def recommend(
 ) -> Recommendation:
     """Evaluate each candidate on the dataset's queries and pick the best within the budget.
 
-    A candidate whose cost model's lowest LLM calls per query exceed ``max_llm_calls`` is not run. The others are
-    evaluated over the dataset's cached index (indexed with the dataset's default chunker and each config's
-    providers); one fits when its mean LLM calls and milliseconds per query are within the budget.
+    A candidate whose cost model says it may take more LLM calls per query than ``max_llm_calls`` (its worst case)
+    is not run. The others are evaluated over the dataset's cached index, chunked as each config chunks
+    (:func:`~modular_rag.eval.runner.config_chunker`: the config's own ``indexing.chunker`` when it sets one, else
+    the dataset's default) with each config's providers; one fits when its mean LLM calls and milliseconds per query
+    are within the budget. ``quality`` ``right`` scores answers as a user does (:func:`~modular_rag.eval.runner.
+    answered_right`: the gold value with a citation on a gold passage, a refusal of an unanswerable question).
 
     Args:
         dataset: The dataset, already cut to the queries to evaluate (``BeirDataset.limited``).
@@ -227,21 +230,19 @@ def recommend(
     Raises:
         KeyError: If ``quality`` is not in the evaluation summary.
     """
-    from modular_rag.config import OperatorSpec
     from modular_rag.costs import estimate
-    from modular_rag.eval.runner import dataset_providers, evaluate_flow
+    from modular_rag.eval.runner import config_chunker, dataset_providers, evaluate_flow
 
     results: list[Candidate] = []
     best: Candidate | None = None
     best_quality = 0.0
     for name, config in candidates:
         est = estimate(config)
-        if max_llm_calls is not None and est.llm_calls.lo > max_llm_calls:
+        if max_llm_calls is not None and est.llm_calls.hi > max_llm_calls:  # it may call the model more: not run
             results.append(Candidate(name, config.pattern, est.llm_calls, None, None, False))
             continue
-        env = dataset_providers(
-            dataset, config.providers, chunker=OperatorSpec(name=dataset.default_chunker), progress=progress, log=log
-        )
+        chunker = config_chunker(config, dataset.default_chunker)  # the corpus chunked as the config chunks it
+        env = dataset_providers(dataset, config.providers, chunker=chunker, progress=progress, log=log)
         summary = evaluate_flow(config, dataset, env, name=name, progress=progress).summary()
         fits = (max_llm_calls is None or summary["llm_calls"] <= max_llm_calls) and (
             max_latency_ms is None or summary["ms"] <= max_latency_ms

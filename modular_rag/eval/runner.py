@@ -402,7 +402,29 @@ def evaluate_flow(
     run = {r.qid: {d: float(len(r.docs) - i) for i, d in enumerate(r.docs)} for r in records}
     metrics = retrieval_metrics(dataset.qrels, run, recall_at=(5, 10))["mean"]
     metrics["all@5"] = _all_at(dataset.qrels, records, 5)
+    if any(q.answers for q in queries):
+        metrics["right"] = answered_right(dataset, records)
     return FlowResult(label, cfg.pattern, records, metrics, time.perf_counter() - start)
+
+
+def answered_right(dataset: BeirDataset, records: Sequence[QueryRecord]) -> float:
+    """The share of questions answered right, as a user judges an answer: a question with gold answers is right when
+    the answer holds one (``contains``) and cites a passage of a gold document (when the dataset names gold
+    documents for it); a question with neither gold answers nor gold documents (unanswerable) when it is refused."""
+    from modular_rag.eval.metrics import mean
+
+    by_id = {q.id: q for q in dataset.queries}
+
+    def right(r: QueryRecord) -> float:
+        query, gold = by_id.get(r.qid), dataset.qrels.get(r.qid, {})
+        if query is None or r.error is not None:
+            return 0.0
+        if not query.answers and not gold:
+            return float(r.refused)
+        cited = any(gold.get(c.get("doc_id", ""), 0) > 0 for c in r.citations) if gold else True
+        return float(bool(r.contains) and cited and not r.refused)
+
+    return mean(right(r) for r in records)
 
 
 def _all_at(qrels: Mapping[str, Mapping[str, int]], records: Sequence[QueryRecord], k: int) -> float:

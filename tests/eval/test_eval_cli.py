@@ -142,3 +142,31 @@ def test_datasets_report_what_is_missing(tmp_path: Path) -> None:
     demo = load_demo()
     assert len(demo.queries) == 24 and all(demo.qrels[q.id] for q in demo.queries)
     assert [q.id for q in demo.limited(4, spread=True).queries] == ["q01", "q07", "q13", "q19"]
+
+
+def test_recommend_honours_a_zero_llm_budget_and_scores_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config that may call the model (checked mode: only when its answer is not supported) is not run under
+    --max-llm-calls 0; the default quality on a set with gold answers is 'right' (value, citation, refusals)."""
+    from modular_rag import template_path
+
+    monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))
+    checked = yaml.safe_load(template_path("linear").read_text())
+    checked["name"] = "checked"
+    checked["operators"]["generate"] = {"name": "cited_answer", "params": {"mode": "checked"}}
+    extractive = yaml.safe_load(template_path("linear").read_text())
+    extractive["name"] = "extractive"
+    paths = []
+    for config in (checked, extractive):
+        path = tmp_path / f"{config['name']}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        paths.append(str(path))
+    code = main(
+        ["recommend", "--dataset", "demo", "--config", *paths, "--max-llm-calls", "0", "--limit", "6", "--quiet"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "quality = right" in out
+    row = next(line for line in out.splitlines() if line.startswith("checked"))
+    assert "over budget by its cost model" in row
+    assert "recommendation: extractive (right " in out
