@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from modular_rag import demo_corpus_path  # noqa: E402
-from modular_rag.config import ChromaConfig, ProvidersConfig  # noqa: E402
+from modular_rag.config import ChromaConfig, MiniLMConfig, ProvidersConfig  # noqa: E402
 from modular_rag.providers import Providers  # noqa: E402
 
 DEMO = demo_corpus_path()
@@ -42,15 +42,18 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from modular_rag.ingest import index_paths
 
     folder = tmp_path_factory.mktemp("demo-index")
-    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(folder), collection="demo")))
+    env = Providers(providers_config(folder))
     summary = index_paths([DEMO], env, progress=False)
     assert summary.files_indexed == 36 and summary.index_chunks > 0
     return folder
 
 
 def providers_config(demo_dir: Path, llm: Any = None) -> ProvidersConfig:
-    """Providers over the session's demo index, with the given chat model (default: the local LLM)."""
-    cfg = ProvidersConfig(vectorstore=ChromaConfig(path=str(demo_dir), collection="demo"))
+    """Providers over the session's demo index, with the given chat model (default: the local LLM) and the
+    templates' embedder (MiniLM, int8)."""
+    cfg = ProvidersConfig(
+        embeddings=MiniLMConfig(precision="int8"), vectorstore=ChromaConfig(path=str(demo_dir), collection="demo")
+    )
     if llm is not None:
         cfg.llm = llm
     return cfg

@@ -15,6 +15,7 @@ order), so the ratios hold on a noisy shared machine, and prints a table with th
     .venv/bin/python -m benchmarks.perf server      [--requests 64] [--latency 1.0] [--rounds 2] [--old COMMIT]
     .venv/bin/python -m benchmarks.perf llama       [--builds portable,native,native-no-amx] [--threads 1,2]
     .venv/bin/python -m benchmarks.perf memory      [--mb 50] [--types txt,md,jsonl,html,pdf,docx]
+    .venv/bin/python -m benchmarks.perf ingest      [--manual django] [--rounds 1]
 
 Run from the repository's root. Add ``--save`` to write the command line and its output to
 ``benchmarks/results/perf-<subcommand>.txt``. What each measures, and how, is in the docstring of its module
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import concurrency, indexing, latency, llama, memory, overhead, scale, server, sparse, startup
+from . import concurrency, indexing, ingest, latency, llama, memory, overhead, scale, server, sparse, startup
 from .common import DEFAULT_DATASET, RESULTS, ROOT, Report
 
 __all__ = ["main"]
@@ -45,6 +46,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Report], None]] = {
     "server": server.run,
     "llama": llama.run,
     "memory": memory.run,
+    "ingest": ingest.run,
 }
 
 
@@ -97,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     server.add_arguments(sub.add_parser("server", help="concurrent requests through langgraph dev: async vs before"))
     llama.add_arguments(sub.add_parser("llama", help="the local model's tokens/s with each llama.cpp build"))
     memory.add_arguments(sub.add_parser("memory", help="peak memory of indexing a 50 MB file of each type"))
+    ingest.add_arguments(
+        sub.add_parser("ingest", help="a real HTML manual: the kit's template vs LangChain's pipeline")
+    )
     for p in sub.choices.values():
         p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="the SciFact folder (BEIR format)")
         p.add_argument("--save", action="store_true", help="also write benchmarks/results/perf-<command>.txt")

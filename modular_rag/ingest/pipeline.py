@@ -311,6 +311,9 @@ def _chunker(chunker: OperatorSpec | Any | None, providers: Providers) -> Chunke
 FLUSH_CHUNKS = 4096
 """Chunks gathered before they are written (one catalog transaction, one BM25 segment): memory stays bounded by
 this, whatever the corpus size."""
+FIRST_FLUSH = 64
+"""The first write of a run holds this many chunks, each next one twice as many up to :data:`FLUSH_CHUNKS`, so the
+progress bar moves from the first files, not after the first 4,096 chunks are read and embedded."""
 
 
 def _index(
@@ -330,7 +333,7 @@ def _index(
     end of both indexing entry points); with ``sync``, remove afterwards what the index held and the run did not
     bring. ``before`` (the stored chunk ids by file, read before ``docs`` is consumed) and ``kept`` (files the run
     skips as unchanged, with their ids, filled while ``docs`` is consumed) come from a caller that skips files."""
-    flush = FLUSH_CHUNKS
+    flush = min(FIRST_FLUSH, FLUSH_CHUNKS)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -345,6 +348,7 @@ def _index(
     written: set[str] = set()  # files some of whose chunks this run wrote to the store
 
     def write() -> None:
+        nonlocal flush
         report = providers.index.add(pending, batch_size=batch_size, progress=bar.update if bar is not None else None)
         counts["added"] += report.added
         counts["existing"] += report.existing
@@ -352,6 +356,7 @@ def _index(
             stages[name] = stages.get(name, 0.0) + seconds
         written.update(str(c["metadata"].get("path", "")) for c in pending if c["chunk_id"] in report.added_ids)
         pending.clear()
+        flush = min(2 * flush, FLUSH_CHUNKS)
 
     try:
         t0 = time.perf_counter()

@@ -415,3 +415,28 @@ def test_a_json_lines_file_over_max_file_mb_is_streamed_not_refused(tmp_path: Pa
     assert by_path["export.jsonl"].notes == ["1 line skipped: not JSON (Expecting value) (line 61)"]
     assert "larger than max_file_mb=0.01" in str(by_path["big.txt"].skipped)  # a format read whole keeps the cap
     assert env.index.count() == 60
+
+
+@pytest.mark.integration
+def test_the_first_writes_are_small_so_progress_shows_from_the_first_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modular_rag.ingest.pipeline import FIRST_FLUSH, FLUSH_CHUNKS
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(40):
+        (docs / f"page{i:02d}.txt").write_text(" ".join(f"Sentence {i}.{j} about spoke tension." for j in range(40)))
+    env = Providers(ProvidersConfig(vectorstore=ChromaConfig(path=str(tmp_path / "index"), collection="ramp")))
+    sizes: list[int] = []
+    add = env.index.add
+
+    def recorded(chunks: Any, **kwargs: Any) -> Any:  # the index's own add, its batch sizes noted
+        sizes.append(len(chunks))
+        return add(chunks, **kwargs)
+
+    monkeypatch.setattr(env.index, "add", recorded)
+    chunker = OperatorSpec(name="recursive", params={"chunk_size": 200, "chunk_overlap": 0})
+    summary = index_paths([docs], env, chunker=chunker, progress=False)
+    assert sizes[0] <= FIRST_FLUSH + 20 and sizes[1] <= 2 * FIRST_FLUSH + 20  # a file's chunks may overshoot
+    assert sum(sizes) == summary.chunks and max(sizes) <= FLUSH_CHUNKS + 20

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from modular_rag.errors import OperatorError, ProviderError
+from modular_rag.index import chunk_vectors
 from modular_rag.providers import Providers
 from modular_rag.registry import Port, get_operator
 from modular_rag.text import estimate_tokens
@@ -25,7 +26,9 @@ def test_embedding_rerank_orders_by_cosine(demo_env: Providers, base_state: dict
     out = build(Port.REFINE, "embedding", demo_env, top_k=3)(base_state)["candidates"]
     assert len(out) == 3 and all(h["channel"] == "embedding" for h in out)
     q = demo_env.encoder.encode_query(base_state["query"])
-    expected = sorted(base_state["candidates"], key=lambda h: -float(demo_env.encoder.encode([h["text"]])[0] @ q))
+    stored = chunk_vectors(demo_env, list(base_state["candidates"]))  # the chunks' vectors as the store keeps them
+    order = sorted(range(len(stored)), key=lambda i: -float(stored[i] @ q))
+    expected = [base_state["candidates"][i] for i in order]
     assert [h["chunk_id"] for h in out] == [h["chunk_id"] for h in expected[:3]]
 
 

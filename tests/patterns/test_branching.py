@@ -16,6 +16,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from modular_rag.builder import build_flow
 from modular_rag.config import OperatorSpec, load_config
 from modular_rag.errors import ConfigError
+from modular_rag.index import chunk_vectors
 from operators.fusion import replug_weights
 from tests.conftest import fake_llm
 from tests.patterns.conftest import snapshot, template
@@ -126,7 +127,7 @@ def test_replug_weights_come_from_dense_similarity_and_decide_the_vote(demo_dir:
     )
     out = build_flow(config).invoke({"query": query})  # its own providers: the scripted reader over the demo index
     q = demo_env.encoder.encode_query(query)
-    sims = [float(demo_env.encoder.encode([h["text"]])[0] @ q) for h in docs]
+    sims = [float(v @ q) for v in chunk_vectors(demo_env, docs)]  # as the store keeps them (int8: batch-dependent)
     weights = replug_weights(sims, temperature=0.05)
     assert [round(e["score"], 4) for e in out["evidence"]] == [round(float(w), 4) for w in weights]
     assert int(weights.argmax()) == 2
