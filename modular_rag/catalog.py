@@ -274,6 +274,14 @@ class Catalog:
         (the next position), and what others keep there (``max_words``: the longest anchor's words)."""
         return {str(k): float(v) for k, v in self._read("SELECT key, value FROM stats")}
 
+    def terms_from(self, prefix: str, limit: int = 200) -> list[str]:
+        """Indexed terms that start with ``prefix`` (a range scan of the terms' key), at most ``limit``."""
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else ""
+        rows = self._read(
+            "SELECT term FROM terms WHERE term >= ? AND term < ? AND df > 0 LIMIT ?", (prefix, upper, limit)
+        )
+        return [str(r[0]) for r in rows]
+
     def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
         """The document frequency of each term (0 for a term no chunk has)."""
         found = dict(self._in(None, "SELECT term, df FROM terms WHERE term IN ({})", list(dict.fromkeys(terms))))

@@ -270,9 +270,27 @@ class KnowledgeIndex(IndexWrites):
         return {t: lucene_idf(df, n) for t, df in self.catalog.document_frequencies(terms).items()}
 
     def unseen(self, terms: Sequence[str]) -> set[str]:
-        """The analysed terms no indexed chunk holds."""
+        """The analysed terms no indexed chunk holds, nor one spelled nearly like it (a letter or two apart, as
+        ``Moncalm`` from ``Montcalm``, or a form of it: ``DSMs``), nor two held terms run together (``superbowl``)."""
+        import difflib
+
         self._prepare()
-        return {t for t, df in self.catalog.document_frequencies(list(terms)).items() if df == 0}
+        missing = [t for t, df in self.catalog.document_frequencies(list(terms)).items() if df == 0]
+        out = set()
+        for term in missing:
+            if len(term) < 4:
+                out.add(term)
+                continue
+            near = self.catalog.terms_from(term[:3])
+            suffixed = any(term.startswith(n) and term[len(n) :] in _SUFFIXES for n in near)  # DSMs: dsm
+            if suffixed or difflib.get_close_matches(term, near, n=1, cutoff=0.8):
+                continue
+            halves = [(term[:i], term[i:]) for i in range(3, len(term) - 2)]
+            found = self.catalog.document_frequencies([h for pair in halves for h in pair]) if halves else {}
+            if any(found.get(a) and found.get(b) for a, b in halves):
+                continue
+            out.add(term)
+        return out
 
     def idf(self, term: str) -> float:
         """Lucene's BM25 IDF of one analysed term; a term no chunk has gets the highest."""
@@ -388,6 +406,10 @@ class KnowledgeIndex(IndexWrites):
                 if self._links is None:
                     self._links = StoredLinks(self.catalog)
         return self._links
+
+
+_SUFFIXES = frozenset({"s", "es", "ed", "ing", "er", "ers", "an", "ian", "al", "ly", "ic", "ism", "ist"})
+"""Endings that make another form of a held term (``DSMs`` of ``DSM``), not another name (``graphql``)."""
 
 
 def _hit(chunk: StoredChunk) -> Hit:

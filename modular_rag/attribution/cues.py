@@ -185,7 +185,40 @@ def _numbers(text: str) -> set[str]:
     return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)} | words
 
 
-_NAME_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.+#-]*[A-Za-z0-9+#]|[A-Za-z]")
+_NAME_WORD = re.compile(r"[^\W\d_][\w.+#-]*[\w+#]|[^\W\d_]")
+_CONTRACTIONS = frozenset(
+    [
+        "cant",
+        "dont",
+        "doesnt",
+        "didnt",
+        "isnt",
+        "arent",
+        "wasnt",
+        "werent",
+        "wont",
+        "wouldnt",
+        "shouldnt",
+        "couldnt",
+        "hasnt",
+        "havent",
+        "hadnt",
+        "whats",
+        "whos",
+        "wheres",
+        "whens",
+        "hows",
+        "thats",
+        "theres",
+        "shes",
+        "hes",
+        "its",
+        "im",
+        "ive",
+        "youre",
+        "theyre",
+    ]
+)
 
 
 def named_words(question: str, pieces: Callable[[str], int] | None = None) -> list[str]:
@@ -198,7 +231,7 @@ def named_words(question: str, pieces: Callable[[str], int] | None = None) -> li
     cased = any(ch.isupper() for ch in question)
     out = []
     for i, word in enumerate(words):
-        if word.lower() in ENGLISH_STOPWORDS or len(word) < 2:
+        if word.lower() in ENGLISH_STOPWORDS or word.lower() in _CONTRACTIONS or len(word) < 3:
             continue
         if cased:
             capital_inside = any(ch.isupper() for ch in word[1:])
