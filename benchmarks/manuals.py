@@ -54,9 +54,25 @@ def load_questions(manual: str, split: str = "all") -> list[dict[str, Any]]:
     return [q for q in rows if int(q["id"].rsplit("-", 1)[1]) % 2 == parity]
 
 
+VARIANTS: dict[str, dict[str, Any]] = {
+    "multihop": {
+        "retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
+        "rerank": {"name": "link_hop", "params": {"k": 10}},
+    },
+    "dense": {"retrieve": {"name": "dense", "params": {"k": 10}}},
+    "bm25": {"retrieve": {"name": "bm25", "params": {"k": 10}}},
+    "narrow": {"context": {"name": "evidence_first", "params": {"max_chunks": 2, "sentences": 1}}},
+    "wide": {"context": {"name": "evidence_first", "params": {"max_chunks": 8, "sentences": 4}}},
+    "small": {"_chunker": {"name": "recursive", "params": {"chunk_size": 400, "chunk_overlap": 60}}},
+}
+"""Operator overrides of the default template a config name may add after a ``+`` (``default+dense``): LLM-free
+flows whose answers differ, the candidates ``benchmarks/manual_testset.py`` ranks."""
+
+
 def config_of(name: str, index: Path) -> dict[str, Any]:
-    """A config by name (``default``: the linear template; ``+int8``: with the int8 embedder; ``+alone``: sentence
-    vectors embedded one by one, not read from their chunk's pass), its Chroma index moved to ``index``."""
+    """A config by name (``default``: the linear template; ``+int8``/``+fp32``: that embedder; ``+alone``: sentence
+    vectors embedded one by one, not read from their chunk's pass; ``+<variant>``: :data:`VARIANTS`), its Chroma
+    index moved to ``index``."""
     import yaml
 
     from modular_rag import template_path
@@ -69,6 +85,12 @@ def config_of(name: str, index: Path) -> dict[str, Any]:
         config["providers"]["embeddings"] = {"name": "minilm", "precision": "int8"}
     if "fp32" in variants:
         config["providers"]["embeddings"] = {"name": "minilm", "precision": "fp32"}
+    for variant in variants:
+        for slot, operator in VARIANTS.get(variant, {}).items():
+            if slot == "_chunker":
+                config["indexing"] = {**config.get("indexing", {}), "chunker": operator}
+            else:
+                config["operators"][slot] = operator
     config["_alone"] = "alone" in variants
     config["providers"]["vectorstore"] = {"name": "chroma", "path": str(index), "collection": "manual"}
     return config
@@ -199,10 +221,21 @@ def _stage(row: Mapping[str, Any]) -> str:
     return "choice"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Index each manual per config, answer its questions, print the table (and the misses with --show-misses)."""
+def answer(config: Mapping[str, Any], questions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each question run through the config's flow (over its index, already made) and scored (:func:`score`)."""
     from modular_rag.builder import build_flow
 
+    flow = build_flow({k: v for k, v in config.items() if not k.startswith("_")})
+    return [score(q, flow.invoke({"query": q["question"]})) for q in questions]
+
+
+def right_share(results: Sequence[Mapping[str, Any]]) -> float:
+    """The share judged right: answerable questions answered right with a gold citation, unanswerable ones refused."""
+    return sum(bool(r.get("right")) if r["answerable"] else r["refused"] for r in results) / max(1, len(results))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Index each manual per config, answer its questions, print the table (and the misses with --show-misses)."""
     scratch = Path(args.scratch)
     manuals = [m for m in args.manuals.split(",") if m]
     configs = [c for c in args.configs.split(",") if c]
@@ -214,12 +247,8 @@ def run(args: argparse.Namespace) -> int:
             config = config_of(name, scratch)
             index, seconds = index_manual(manual, config, scratch, args.reindex)
             chunks = json.loads((index / "done.json").read_text())["chunks"]
-            flow = build_flow({k: v for k, v in config.items() if not k.startswith("_")})
-            results = []
             started = time.perf_counter()
-            for q in questions:
-                out = flow.invoke({"query": q["question"]})
-                results.append(score(q, out))
+            results = answer(config, questions)
             per_q = (time.perf_counter() - started) / max(1, len(questions)) * 1000
             answerable = [r for r in results if r["answerable"]]
             unanswerable = [r for r in results if not r["answerable"]]
@@ -276,4 +305,15 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__: Sequence[str] = ["load_questions", "score", "holds", "page_of", "main"]
+__all__: Sequence[str] = [
+    "load_questions",
+    "score",
+    "holds",
+    "page_of",
+    "main",
+    "answer",
+    "right_share",
+    "config_of",
+    "index_manual",
+    "VARIANTS",
+]

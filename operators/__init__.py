@@ -45,6 +45,7 @@ PROVIDES: dict[str, tuple[str, ...]] = {
     "pre_retrieval": ("condense", "decompose", "filter_extract", "hyde", "multi_query", "rewrite", "step_back"),
     "questions": ("answer_in_passage", "bridge", "dedup", "fact_question", "inverse_cloze", "not_verbatim"),
     "questions_llm": ("closed_book", "llm"),
+    "questions_manual": ("manual_question",),
     "retrieval": ("bm25", "dense", "given", "hybrid", "link_hop"),
     "routing": ("embedding", "hybrid", "keyword", "learned", "llm"),
 }

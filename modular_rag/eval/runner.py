@@ -410,10 +410,12 @@ def evaluate_flow(
 def answered_right(dataset: BeirDataset, records: Sequence[QueryRecord]) -> float:
     """The share of questions answered right, as a user judges an answer: a question with gold answers is right when
     the answer holds one (``contains``) and cites a passage of a gold document (when the dataset names gold
-    documents for it); a question with neither gold answers nor gold documents (unanswerable) when it is refused."""
+    documents for it); a question with neither gold answers nor gold documents (unanswerable) when it is refused. A
+    question with gold documents and no gold answer (a test set's inverse cloze: retrieval only) is not judged."""
     from modular_rag.eval.metrics import mean
 
     by_id = {q.id: q for q in dataset.queries}
+    judged = [r for r in records if r.qid not in by_id or by_id[r.qid].answers or not dataset.qrels.get(r.qid)]
 
     def right(r: QueryRecord) -> float:
         query, gold = by_id.get(r.qid), dataset.qrels.get(r.qid, {})
@@ -424,7 +426,7 @@ def answered_right(dataset: BeirDataset, records: Sequence[QueryRecord]) -> floa
         cited = any(gold.get(c.get("doc_id", ""), 0) > 0 for c in r.citations) if gold else True
         return float(bool(r.contains) and cited and not r.refused)
 
-    return mean(right(r) for r in records)
+    return mean(right(r) for r in judged)
 
 
 def _all_at(qrels: Mapping[str, Mapping[str, int]], records: Sequence[QueryRecord], k: int) -> float:

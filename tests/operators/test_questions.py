@@ -25,6 +25,7 @@ CASES: dict[str, dict[str, Any]] = {
     "inverse_cloze": {"drop": 0.3},
     "fact_question": {"form": "wh"},
     "bridge": {"anchor": "any"},  # the demo's manuals link by codes and names, not by whole titles
+    "manual_question": {},
     "llm": {"kinds": ["single", "multi", "comparison", "unanswerable"]},
     "answer_in_passage": {},
     "not_verbatim": {},
@@ -44,10 +45,18 @@ def _reply(prompt: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def passages() -> PassageSet:
+def passages(tmp_path_factory: pytest.TempPathFactory) -> PassageSet:
+    """The demo's passages and a manual page that defines options (what ``manual_question`` reads)."""
     from modular_rag.eval.testset.corpus import read_passages
 
-    found, _, _ = read_passages([DEMO])
+    page = tmp_path_factory.mktemp("manual") / "tidy-up.md"
+    page.write_text(
+        "## OPTIONS\n\n--prune=<date>: Prune loose files older than date (default is 2 weeks ago).\n\n"
+        "-q, --quiet: Suppress all progress reports.\n\ntidy.autoLimit: Run tidy-up when more than this many "
+        "loose files exist. The default value is 6700.\n",
+        encoding="utf-8",
+    )
+    found, _, _ = read_passages([DEMO, page])
     return found
 
 

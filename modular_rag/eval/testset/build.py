@@ -40,7 +40,7 @@ __all__ = [
     "DEFAULT_CHECKS",
 ]
 
-DEFAULT_MAKERS = ("inverse_cloze", "fact_question", "bridge")
+DEFAULT_MAKERS = ("inverse_cloze", "fact_question", "bridge", "manual_question")
 """The LLM-free makers a test set uses unless told otherwise."""
 DEFAULT_CHECKS = ("answer_in_passage", "not_verbatim", "dedup")
 """The checks every question passes unless told otherwise (add ``closed_book`` with an LLM maker)."""
@@ -78,9 +78,10 @@ class CheckSpec(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-DEFAULT_SHARES: dict[str, float | str] = {"bridge": "corpus"}
+DEFAULT_SHARES: dict[str, float | str] = {"bridge": "corpus", "manual_question": "corpus"}
 """Makers whose default share is not 1: bridge questions take the share of passages that link to another by its
-title (none in a corpus without such links)."""
+title (none in a corpus without such links), a manual's questions the share of passages that define an option or a
+setting (none in a corpus of articles)."""
 
 
 def default_spec(name: str) -> MakerSpec:
@@ -191,6 +192,8 @@ def _quotas(specs: Sequence[MakerSpec], size: int, fixed: dict[int, float] | Non
     """Questions per maker: ``fixed`` (maker -> share of the whole set, read from the corpus) first, the rest by
     the others' relative shares."""
     fixed = fixed or {}
+    if sum(fixed.values()) > 1.0:  # shares read from the corpus that overlap: each keeps its proportion
+        fixed = {k: v / sum(fixed.values()) for k, v in fixed.items()}
     rest = max(0.0, 1.0 - sum(fixed.values()))
     total = sum(float(s.share) for k, s in enumerate(specs) if k not in fixed) or 1.0
     raw = [size * (fixed[k] if k in fixed else rest * float(s.share) / total) for k, s in enumerate(specs)]
@@ -253,7 +256,8 @@ def make_testset(
             if not callable(getattr(maker, "corpus_share", None)):
                 raise ConfigError(
                     f"makers.{k}.share",
-                    f"{spec.name} cannot read its share from the corpus; give a number (makers that can: bridge)",
+                    f"{spec.name} cannot read its share from the corpus; give a number (makers that can: bridge, "
+                    "manual_question)",
                 )
             fixed[k] = float(maker.corpus_share(passages))  # type: ignore[attr-defined]
             notes.append(f"{spec.name} takes {fixed[k]:.0%} of the set, its share read from the corpus")

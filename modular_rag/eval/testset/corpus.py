@@ -120,12 +120,13 @@ def write_corpus(out: Path, passages: PassageSet, link: Path | None) -> None:
 
 
 def question_row(qid: str, q: Question, passages: PassageSet) -> dict[str, Any]:
-    """A ``queries.jsonl`` row: ``_id``, ``text``, ``answers`` (when the kind has one), ``kind``, ``answer_type``,
+    """A ``queries.jsonl`` row: ``_id``, ``text``, ``answers`` (when the kind has one; the answer first, then
+    the other names it goes by, ``meta["aliases"]``), ``kind``, ``answer_type``,
     ``gold``, ``evidence`` (each span with its passage, offsets and text) and, for a sentence held out of the set's
     corpus, ``held_out`` (``doc``, ``at``: where it was cut, ``text``)."""
     row: dict[str, Any] = {"_id": qid, "text": q.text}
     if q.answer:
-        row["answers"] = [q.answer]
+        row["answers"] = list(dict.fromkeys([q.answer, *q.meta.get("aliases", ())]))  # a name's other spellings
     evidence = [
         {"doc": s.doc, "start": s.start, "end": s.end, "text": passages[passages.position[s.doc]].text[s.start : s.end]}
         for s in q.evidence
