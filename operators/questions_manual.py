@@ -52,7 +52,9 @@ _NOT_VERB_WORDS = """
     the a an this that these those it its if when while with without for in on at by as to of from see
     note only usually default defaults number whether each every all any some other such one two there
     here also since because after before until unless although however then thus so not no yes same like
-    where which who what how why more most less many much few new old
+    where which who what how why more most less many much few new old similar deprecated obsolete instead
+    format alias synonym equivalent shorthand opposite alternative name path value string file directory list
+    type mode true false under over none null
 """
 _NOT_VERB = frozenset(_NOT_VERB_WORDS.split())  # first words of a description that are no verb
 _SYNTAX = re.compile(r"\.\s?\.\s?\.|[{}\[\];]|\s{3,}|==|=>|::")
@@ -218,6 +220,14 @@ def _unique_phrase(body: str, passage: str, words: int) -> str:
 
 class ManualParams(OperatorParams):
     kinds: list[str] = Field(list(KINDS), min_length=1, description=f"kinds of question asked, of {list(KINDS)}")
+    mix: dict[str, float] = Field(
+        {"default": 0.3, "which": 0.25, "how": 0.3, "what": 0.15},
+        description="each kind's share of the questions (the kinds written questions of manuals hold: users ask "
+        "how to do something and what a default is more than what a named option does)",
+    )
+    describe: float = Field(
+        0.5, ge=0.0, le=1.0, description="share of default questions that describe the setting rather than name it"
+    )
     lower: float = Field(0.3, ge=0.0, le=1.0, description="share of questions written in lower case, as users type")
     max_words: int = Field(7, ge=3, le=12, description="a description is cut to this many words in a question")
     phrase_words: int = Field(3, ge=2, le=6, description="words of a 'what' question's answer phrase")
@@ -227,9 +237,11 @@ class _ManualMaker:
     """The manual maker: a question maker that also says its share of a set read from the corpus."""
 
     def __init__(self, params: ManualParams) -> None:
-        unknown = sorted(set(params.kinds) - set(KINDS))
+        unknown = sorted((set(params.kinds) | set(params.mix)) - set(KINDS))
         if unknown:
             raise ValueError(f"unknown kinds {unknown}; allowed: {list(KINDS)}")
+        if any(v <= 0 for v in params.mix.values()):
+            raise ValueError(f"mix shares must be > 0 (got {params.mix})")
         self.params = params
 
     def corpus_share(self, passages: PassageSet) -> float:
@@ -245,6 +257,10 @@ class _ManualMaker:
             low = value.lower()
             if not value or (low in ENGLISH_STOPWORDS and low not in _VALUE_WORDS) or low == name.lower():
                 return None
+            clause = _first_clause(d.body, self.params.max_words)
+            head = clause.split(" ", 1)[0].lower() if clause else ""
+            if head in ("the", "a", "an") and rng.random() < self.params.describe:  # "The age of session cookies"
+                return f"What is the default {clause.split(' ', 1)[1]}{where}?", value
             form = rng.choice(
                 ("What is the default value of {n}{w}?", "What does {n} default to{w}?", "What is {n} by default{w}?")
             )
@@ -263,7 +279,7 @@ class _ManualMaker:
                     return None
                 action = ("decides " if first.lower() == "whether" else "sets ") + clause[:1].lower() + clause[1:]
             elif kind == "how":
-                if _third_person(first) == first:
+                if _third_person(first) == first or first.lower().endswith("ed") and len(first) > 5:
                     return None  # "Returns ...": not an instruction
                 return f"How do I {first.lower()} {rest} with {topic or 'it'}?", d.names[0]
             else:
@@ -290,8 +306,10 @@ class _ManualMaker:
             for i, found in queue:
                 p = passages[i]
                 for d in found[:2]:
-                    kind = min(params.kinds, key=lambda k: (per_kind[k], rng.random()))
-                    for k in sorted(params.kinds, key=lambda k: (k != kind, per_kind[k])):
+                    mix = {k: params.mix.get(k, 1.0 / len(params.kinds)) for k in params.kinds}
+                    for k in sorted(params.kinds, key=lambda k: (per_kind[k] / mix[k], rng.random())):
+                        if per_kind[k] > mix[k] / sum(mix.values()) * (len(out) + 1) + 1:
+                            continue  # this kind holds its share already: the definition waits for another kind
                         asked = self._ask(d, k, _topic(p.title), p.text, rng)
                         at = p.text.find(asked[1], d.term_at) if asked else -1
                         if asked is None or at < 0:

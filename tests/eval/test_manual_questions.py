@@ -99,6 +99,12 @@ def test_a_manuals_set_asks_its_users_questions_with_answers_on_their_pages(manu
 
 
 @pytest.mark.unit
+def test_a_maker_asked_for_alone_fills_the_set(manual: Path, tmp_path: Path) -> None:
+    result = make_testset([manual], tmp_path / "set", size=8, seed=0, makers=["manual_question"])
+    assert sum(c.get("kept", 0) for c in result.counts.values()) == 8, result.counts  # not its corpus share of 8
+
+
+@pytest.mark.unit
 def test_the_maker_takes_the_share_of_passages_that_define_something(manual: Path, tmp_path: Path) -> None:
     from modular_rag.eval.testset.corpus import read_passages
     from operators.questions_manual import defined_share, definitions

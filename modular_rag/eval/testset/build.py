@@ -192,7 +192,8 @@ def _quotas(specs: Sequence[MakerSpec], size: int, fixed: dict[int, float] | Non
     """Questions per maker: ``fixed`` (maker -> share of the whole set, read from the corpus) first, the rest by
     the others' relative shares."""
     fixed = fixed or {}
-    if sum(fixed.values()) > 1.0:  # shares read from the corpus that overlap: each keeps its proportion
+    if fixed and len(fixed) == len(specs) or sum(fixed.values()) > 1.0:  # no other maker to take the rest, or
+        # shares read from the corpus that overlap: each keeps its proportion of the whole set
         fixed = {k: v / sum(fixed.values()) for k, v in fixed.items()}
     rest = max(0.0, 1.0 - sum(fixed.values()))
     total = sum(float(s.share) for k, s in enumerate(specs) if k not in fixed) or 1.0
