@@ -41,6 +41,24 @@ ROUTES = ("hotpotqa-linear", "hotpotqa-multihop")
 TRAIN_FRACTION = 4 / 7  # 201 of SQuAD's 351 and 200 of HotpotQA's 350 train; 150 of each are held out
 
 
+def blind_mix(root: str, seed: int) -> tuple[Path, Any, Any]:
+    """The mix's folder for ``seed`` and its training and held-out parts; every seed's folder links one corpus file,
+    so they share one cached index."""
+    from modular_rag.eval.datasets import load_beir, mixed_dataset
+
+    parts = [load_beir(Path(root) / name) for name in SETS]
+    folder = ROOT / ".modular_rag" / "datasets" / f"mix-blind-{seed}"
+    link = folder / "corpus.jsonl"
+    if link.is_symlink():
+        link.unlink()
+    mixed_dataset(parts, folder, train_fraction=TRAIN_FRACTION, seed=seed)
+    corpus = ROOT / ".modular_rag" / "datasets" / "squad+hotpotqa" / "corpus.jsonl"
+    corpus.parent.mkdir(parents=True, exist_ok=True)
+    link.replace(corpus)
+    link.symlink_to(corpus)
+    return folder, load_beir(folder, split="train"), load_beir(folder, split="dev")
+
+
 def _train(dataset_dir: Path, split: str, out: Path, extra: str) -> None:
     """``modular-rag train-router`` on ``split`` of ``dataset_dir``, with its defaults and ``extra`` options."""
     from modular_rag.cli import main as cli
@@ -58,7 +76,8 @@ def _train(dataset_dir: Path, split: str, out: Path, extra: str) -> None:
         "--quiet",
         *shlex.split(extra),
     ]
-    print("$ modular-rag " + " ".join(a if a == shlex.quote(a) else shlex.quote(a) for a in argv))
+    argv = [os.path.relpath(a) if a.startswith(f"{ROOT}/") else a for a in argv]
+    print("$ modular-rag " + " ".join(shlex.quote(a) for a in argv))
     code = cli(argv)
     if code:
         raise SystemExit(f"train-router failed ({code})")
@@ -141,11 +160,9 @@ def _score(dataset: Any, routed: Path, label: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from modular_rag.eval.datasets import holdout_split, load_beir, mixed_dataset
+    from modular_rag.eval.datasets import holdout_split
 
-    parts = [load_beir(Path(args.root) / name) for name in SETS]
-    folder = ROOT / ".modular_rag" / "datasets" / f"mix-blind-{args.seed}"
-    train, held_out = mixed_dataset(parts, folder, train_fraction=TRAIN_FRACTION, seed=args.seed)
+    folder, train, held_out = blind_mix(args.root, args.seed)
     tag = args.tag or ("defaults" if not args.train_args else "custom")
     routers = ROOT / ".modular_rag" / "routers" / f"blind-{args.seed}-{tag}"
     print(
