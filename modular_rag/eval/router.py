@@ -10,10 +10,10 @@ cheapest flow that reached the best quality on it, Adaptive-RAG's own labels. Th
 over the embedding of the normalised question (:func:`modular_rag.text.normalize_question`: no letter case, no
 punctuation) and case-free lexical features, so a mix whose sources differ by letter case cannot teach it case.
 
-With ``features`` ``evidence`` the classifier also reads what the first retrieval found
-(:mod:`modular_rag.evidence`): the candidate flows must be linear flows making the same first retrieval (up to its
-``k``); the routed flow then retrieves once before the router, and each route starts from those candidates
-(``retrieve: given``), so a route that hops pays only the hop.
+With ``features`` ``evidence`` (by default, with ``question``, when the candidate flows share a first retrieval)
+the classifier also reads what the first retrieval found (:mod:`modular_rag.evidence`): the candidate flows must be
+linear flows making the same first retrieval (up to its ``k``); the routed flow then retrieves once before the
+router, and each route starts from those candidates (``retrieve: given``), so a route that hops pays only the hop.
 
 The L2 penalty, the cost weight and (under ``auto``) the kinds of questions are chosen by k-fold cross-validation over
 the training questions (every question is scored by a model that did not see it), then the model is fitted again on
