@@ -69,19 +69,19 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--features",
-        default="question",
+        default=None,
         help="what the router reads, comma-separated: question (its embedding and wording), wording (its "
         "length, digits, comparison words, first word: no embedding), evidence (what "
         "the candidates' shared first retrieval found: the routed flow retrieves once, before the "
-        "router); default question",
+        "router); default question,evidence (question when the flows share no first retrieval)",
     )
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds over the training questions (5)")
     p.add_argument(
         "--max-cost-ratio",
         type=float,
-        default=0.6,
+        default=None,
         help="spend at most this share of the costliest flow's cost on average; the best quality within it "
-        "by cross-validation, and the routed flow holds it over the questions it serves (0.6)",
+        "by cross-validation, and the routed flow holds it over the questions it serves (default 0.7)",
     )
     p.add_argument(
         "--max-quality-loss",
@@ -149,20 +149,23 @@ def _cmd_train_router(args: argparse.Namespace) -> int:
     for path in args.config:
         config = load_config(path)
         configs[config.name or Path(path).stem] = config
-    features = [f.strip() for f in args.features.split(",") if f.strip()]
+    given: dict[str, Any] = {}  # what the command line left out takes train_router's defaults
+    if args.features is not None:
+        given["features"] = [f.strip() for f in args.features.split(",") if f.strip()]
+    if args.max_cost_ratio is not None:
+        given["max_cost_ratio"] = args.max_cost_ratio
     report = train_router(
         dataset,
         configs,
         args.out,
         quality=args.quality,
         classes=args.classes,
-        features=features,
         folds=args.folds,
         seed=args.seed,
-        max_cost_ratio=args.max_cost_ratio,
         max_quality_loss=args.max_quality_loss,
         progress=not args.quiet,
         log=print,
+        **given,
     )
     print(
         f"cross-validated accuracy: routes {report.accuracy:.3f} (labels: the cheapest flow reaching the best "

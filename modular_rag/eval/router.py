@@ -10,10 +10,10 @@ cheapest flow that reached the best quality on it, Adaptive-RAG's own labels. Th
 over the embedding of the normalised question (:func:`modular_rag.text.normalize_question`: no letter case, no
 punctuation) and case-free lexical features, so a mix whose sources differ by letter case cannot teach it case.
 
-With ``features`` ``evidence`` the classifier also reads what the first retrieval found
-(:mod:`modular_rag.evidence`): the candidate flows must be linear flows making the same first retrieval (up to its
-``k``); the routed flow then retrieves once before the router, and each route starts from those candidates
-(``retrieve: given``), so a route that hops pays only the hop.
+With ``features`` ``evidence`` (by default, with ``question``, when the candidate flows share a first retrieval)
+the classifier also reads what the first retrieval found (:mod:`modular_rag.evidence`): the candidate flows must be
+linear flows making the same first retrieval (up to its ``k``); the routed flow then retrieves once before the
+router, and each route starts from those candidates (``retrieve: given``), so a route that hops pays only the hop.
 
 The L2 penalty, the cost weight and (under ``auto``) the kinds of questions are chosen by k-fold cross-validation over
 the training questions (every question is scored by a model that did not see it), then the model is fitted again on
@@ -47,7 +47,12 @@ __all__ = [
     "choose_operating_point",
     "shared_retrieval",
     "first_evidence",
+    "DEFAULT_FEATURES",
 ]
+
+DEFAULT_FEATURES = ("question", "evidence")
+"""What ``train-router`` reads by default: the question and its first retrieval's evidence (the question alone when
+the candidate flows share no first retrieval)."""
 
 
 def query_quality(record: QueryRecord, relevant: Mapping[str, int], metric: str) -> float:
@@ -231,10 +236,10 @@ def train_router(
     *,
     quality: str = "all@5",
     classes: ClassKind | None = None,
-    features: Features = ("question",),
+    features: Features | None = None,
     folds: int = 5,
     seed: int = 0,
-    max_cost_ratio: float | None = 0.6,
+    max_cost_ratio: float | None = 0.7,
     max_quality_loss: float | None = None,
     progress: bool = False,
     log: Any = None,
@@ -254,7 +259,8 @@ def train_router(
         features: What the classifier reads: ``question`` (its normalised embedding and lexical features) or
             ``wording`` (the lexical features alone), and/or
             ``evidence`` (:func:`~modular_rag.evidence.evidence_features` of the shared first retrieval: see
-            :func:`shared_retrieval`).
+            :func:`shared_retrieval`). By default :data:`DEFAULT_FEATURES` when the candidates share a first
+            retrieval, else the question alone (said in the log).
         folds: Cross-validation folds over the training questions, to choose the L2 penalty and the cost weight.
         seed: Seeds the folds.
         max_cost_ratio: The operating point is the best cross-validated quality whose mean cost is at most this
@@ -282,6 +288,13 @@ def train_router(
     names = list(configs)
     if len(names) < 2:
         raise ConfigError("--config", "a router needs at least two candidate flows")
+    if features is None:
+        features = DEFAULT_FEATURES
+        try:
+            shared_retrieval(configs)
+        except ConfigError as exc:
+            features = ("question",)
+            say(f"features: the question only ({exc})")
     if folds < 2 or len(dataset.queries) < folds:
         raise ConfigError(
             "--folds",

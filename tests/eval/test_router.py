@@ -86,7 +86,7 @@ def test_train_router_writes_a_model_and_a_routed_flow_that_runs(tmp_path: Path,
     assert report.costs == {"cheap": 1.0, "hopping": 4.0}  # retrievals per question, measured
     assert sum(report.labels.values()) == 24 and report.model_file.exists()
     assert set(report.validation) == {"cheap", "hopping", "routed"}
-    assert report.validation["routed"]["cost"] <= 0.6 * 4.0 + 1e-9  # the default operating point's cost ceiling
+    assert report.validation["routed"]["cost"] <= 0.7 * 4.0 + 1e-9  # the default operating point's cost ceiling
     config = load_config(report.config_file)
     assert config.pattern == "conditional" and config.operators["route"].name == "learned"
     config.providers.vectorstore.path = str(demo_dir)
@@ -471,3 +471,51 @@ def test_train_router_on_evidence_writes_a_flow_that_retrieves_once_before_routi
             features=["tone"],
             folds=3,
         )
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("own_eval_home")
+def test_train_router_by_default_reads_the_question_and_evidence_under_a_budget_of_70_percent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`modular-rag train-router` with no options trains the router docs/router.md measures: it reads the question and
+    the first retrieval's evidence and holds 70% of the costliest route's cost; flows that share no first retrieval
+    get a question-only router, and the log says why."""
+    import yaml
+
+    from modular_rag.cli import main
+
+    single = {
+        **HOPPING,
+        "name": "single",
+        "operators": {"retrieve": HOPPING["operators"]["retrieve"], "context": "none", "generate": "none"},
+    }
+    paths = []
+    for config in (single, HOPPING, CHEAP):
+        paths.append(tmp_path / f"{config['name']}.yaml")
+        paths[-1].write_text(yaml.safe_dump(config), encoding="utf-8")
+    argv = ["train-router", "--dataset", "demo", "--folds", "3", "--quiet", "--config"]
+    assert main([*argv, str(paths[0]), str(paths[1]), "--out", str(tmp_path / "shared")]) == 0
+    model = RouterModel.load(tmp_path / "shared")
+    assert model.blocks == ("question", "evidence") and model.budget == 0.7
+    assert load_config(tmp_path / "shared" / "routed.yaml").operators["retrieve"].name == "hybrid"
+    assert main([*argv, str(paths[2]), str(paths[1]), "--out", str(tmp_path / "apart")]) == 0
+    model = RouterModel.load(tmp_path / "apart")
+    assert model.blocks == ("question",) and model.budget == 0.7
+    assert "features: the question only" in capsys.readouterr().out
+
+
+@pytest.mark.unit
+def test_train_router_help_states_the_defaults_train_router_applies() -> None:
+    """The command line leaves out what the user did not give, so train_router's signature is the one source of
+    the defaults; the help says the same."""
+    import inspect
+
+    from modular_rag.cli import _parser
+    from modular_rag.eval.router import DEFAULT_FEATURES, train_router
+
+    defaults = inspect.signature(train_router).parameters
+    sub = next(a for a in _parser()._actions if a.dest == "command" or getattr(a, "choices", None))
+    helps = {a.dest: a.help or "" for a in sub.choices["train-router"]._actions}  # type: ignore[union-attr]
+    assert f"(default {defaults['max_cost_ratio'].default})" in helps["max_cost_ratio"]
+    assert f"default {','.join(DEFAULT_FEATURES)}" in helps["features"]
