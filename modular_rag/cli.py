@@ -220,10 +220,20 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     return 0
 
 
+_DEMO_STORE = "path: .modular_rag/demo, collection: demo"
+
+
 def _cmd_template(args: argparse.Namespace) -> int:
+    """Print a pattern's template; its index is a client's own folder (``--index``), not the demo's, so that
+    documents indexed with it never mix with the demo corpus."""
+    import json
+
     from modular_rag import template_path
 
-    print(template_path(args.pattern).read_text(encoding="utf-8"), end="")
+    text = template_path(args.pattern).read_text(encoding="utf-8")
+    if args.index != "demo":
+        text = text.replace(_DEMO_STORE, f"path: {json.dumps(args.index)}, collection: docs")
+    print(text, end="")
     return 0
 
 
@@ -415,6 +425,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("template", help="print a pattern's YAML template")
     p.add_argument("pattern")
+    p.add_argument(
+        "--index",
+        default=".modular_rag/index",
+        help="the index folder the printed config writes and reads (default: .modular_rag/index, its collection "
+        "'docs'; 'demo': the bundled demo's index, as the packaged template)",
+    )
     p.set_defaults(func=_cmd_template)
     return parser
 

@@ -55,6 +55,24 @@ def test_catalogue_lists_every_operator(capsys: pytest.CaptureFixture[str]) -> N
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("pattern", ["linear", "recursive"])
+def test_a_printed_template_indexes_a_clients_documents_apart_from_the_demo(
+    pattern: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from modular_rag.config import load_config
+
+    assert main(["template", pattern]) == 0
+    store = load_config(yaml.safe_load(capsys.readouterr().out)).providers.vectorstore
+    assert (str(store.path), store.collection) == (".modular_rag/index", "docs")  # not the demo's folder
+    assert main(["template", pattern, "--index", "clients/acme"]) == 0
+    assert str(load_config(yaml.safe_load(capsys.readouterr().out)).providers.vectorstore.path) == "clients/acme"
+    assert main(["template", pattern, "--index", "demo"]) == 0
+    assert str(load_config(yaml.safe_load(capsys.readouterr().out)).providers.vectorstore.path) == ".modular_rag/demo"
+
+
+@pytest.mark.unit
 def test_draw_prints_mermaid(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["draw", "linear"]) == 0
     assert capsys.readouterr().out.startswith("---\nconfig:")
