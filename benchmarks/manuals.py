@@ -63,6 +63,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "bm25": {"retrieve": {"name": "bm25", "params": {"k": 10}}},
     "narrow": {"context": {"name": "evidence_first", "params": {"max_chunks": 2, "sentences": 1}}},
     "wide": {"context": {"name": "evidence_first", "params": {"max_chunks": 8, "sentences": 4}}},
+    "quotes2": {"generate": {"name": "cited_answer", "params": {"mode": "extractive", "quotes": 2}}},
+    "quotes1": {"generate": {"name": "cited_answer", "params": {"mode": "extractive", "quotes": 1}}},
     "small": {"_chunker": {"name": "recursive", "params": {"chunk_size": 400, "chunk_overlap": 60}}},
 }
 """Operator overrides of the default template a config name may add after a ``+`` (``default+dense``): LLM-free

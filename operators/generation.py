@@ -89,6 +89,15 @@ class CitedAnswerParams(CheckParams):
         "does not say), sentence, or typed (the span when the question asks for a quantity, date "
         "or name, else the sentence)",
     )
+    quotes: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="extractive: sentences an answer quotes: the best, then up to quotes - 1 others that score "
+        "within quote_margin of it, each with its citation (when sentences compete, the reader sees both); an "
+        "answer span is quoted alone",
+    )
+    quote_margin: float = Field(0.8, gt=0.0, le=1.0, description="see quotes: a share of the best sentence's score")
     max_tokens: int = Field(256, gt=0, le=32768, description="completion cap")
     instructions: str = Field("", description="extra instructions appended to the system prompt")
     unsupported: Literal["refuse", "mark"] = Field(
@@ -297,22 +306,29 @@ def extractive_answer(
     best: ScoredSentence,
     evidence: Sequence[Evidence],
     extract: Literal["typed", "span", "sentence"] = "typed",
+    also: Sequence[ScoredSentence] = (),
 ) -> Answer:
     """An answer quoting the best-scored evidence sentence (or its answer span), citing the entry it comes from, led
     by what the sentence is about when it does not say (:func:`~modular_rag.attribution.lead_of`: the term its
     paragraph defines, or a heading that names a setting, function or option): ``Coalesce: Accepts a list of ...``.
-    A question about a tool (a default, an option's name, a how-to) gets the whole sentence."""
+    A question about a tool (a default, an option's name, a how-to) gets the whole sentence; ``also`` (sentences
+    that score nearly as well) follow it, each led and cited the same way, unless the answer is a span."""
     cues = question_cues(question)
     factoid = cues.expects in ("number", "date", "person", "place") and not cues.asks & {"default", "name", "how"}
     use_span = extract == "span" or (extract == "typed" and factoid)
-    text = best_span(question, best.sentence) if use_span else best.sentence
-    lead = lead_of(best)
-    if lead and not use_span:
-        text = f"{lead}: {text}"
-    chunk = next(e["chunk_id"] for e in evidence if e["ref"] == best.ref)
+    quoted = [best] if use_span else [best, *(s for s in also if s.sentence != best.sentence)]
+    parts, citations = [], {}
+    for s in quoted:
+        text = best_span(question, s.sentence) if use_span else s.sentence
+        lead = lead_of(s)
+        if lead and not use_span:
+            text = f"{lead}: {text}"
+        parts.append(_with_marker(text, s.ref))
+        chunk = next(e["chunk_id"] for e in evidence if e["ref"] == s.ref)
+        citations.setdefault(s.ref, Citation(ref=s.ref, chunk_id=chunk, method="quoted"))
     return Answer(
-        text=_with_marker(text, best.ref),
-        citations=[Citation(ref=best.ref, chunk_id=chunk, method="quoted")],
+        text=" ".join(parts),
+        citations=list(citations.values()),
         refused=False,
         source="extractive",
         quote=best.sentence,
@@ -453,10 +469,12 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
                 )
             }
         best = _best(scored, query, evidence) if scored else None
+        also = [s for s in scored if s is not best and s.score >= params.quote_margin * scored[0].score]
+        also = also[: params.quotes - 1]
         if params.mode == "extractive":
             if best is None:
                 return {"answer": _refusal("the evidence has no sentence to quote")}
-            answer = check(extractive_answer(query, best, evidence, params.extract), query, evidence)
+            answer = check(extractive_answer(query, best, evidence, params.extract, also), query, evidence)
             note("extractive: " + _verdict_note(answer))
             return {"answer": answer}
         if evidence:
@@ -476,7 +494,7 @@ def cited_answer(params: CitedAnswerParams, providers: Providers) -> Operator:
         answer = check(answer, query, evidence)
         note(_verdict_note(answer))
         if params.mode == "checked" and answer.get("supported", 0.0) < 1.0 and best is not None:
-            fallback = check(extractive_answer(query, best, evidence, params.extract), query, evidence)
+            fallback = check(extractive_answer(query, best, evidence, params.extract, also), query, evidence)
             note(
                 f"the model's answer is not fully supported: replaced by the extractive answer "
                 f"({_verdict_note(fallback)})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +302,20 @@ def test_a_question_about_something_no_document_mentions_is_refused_naming_it(tm
         assert answer["refused"] and answer["reason"] == f"no indexed document mentions '{name}'", question
     answer = flow.invoke({"query": "How are projects synced with Rsync?"})["answer"]
     assert not answer["refused"] and "Rsync" in answer["text"]
+
+
+@pytest.mark.integration
+def test_an_extractive_answer_quotes_the_sentences_that_compete_each_cited(demo_dir: Path) -> None:
+    env = fake_env(demo_dir, "must not be asked")
+    state = {"query": E07_QUESTION, "evidence": _evidence_for(env, E07_QUESTION)}
+    one = generate(env, state, mode="extractive", extract="sentence")
+    two = generate(env, state, mode="extractive", extract="sentence", quotes=2, quote_margin=0.01)
+    assert two["text"].startswith(one["text"] + " ") and two["quote"] == one["quote"]
+    second = two["text"][len(one["text"]) + 1 :]
+    assert re.search(r"\[\d+\]\.?$", second) and second.split(" [")[0] not in one["text"]
+    assert all(c["verdict"] == "supported" for c in two["citations"]) and len(two["citations"]) >= 1
+    none_close = generate(env, state, mode="extractive", extract="sentence", quotes=2, quote_margin=1.0)
+    assert none_close["text"] == one["text"]  # no other sentence scores as well as the best: one quote
+    weight = "How much does the TW-900 Carbon Road weigh?"
+    span = generate(env, {"query": weight, "evidence": _evidence_for(env, weight)}, mode="extractive", quotes=3)
+    assert span["text"].startswith("7.6 kg [") and span["text"].count("[") == 1  # a span is quoted alone
