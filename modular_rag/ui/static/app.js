@@ -127,7 +127,7 @@ async function openPassage(run, ref) {
     }
     box.replaceChildren(
       el("h3", {}, `[${p.ref}] ${p.title}`),
-      el("p", { class: `verdict ${p.verdict}` }, `attribution check: ${p.verdict}${p.reason ? ` (${p.reason})` : ""}; cited by ${p.method || "?"}; chunk ${p.chunk_id}`),
+      el("p", { class: `verdict ${p.verdict}` }, `attribution check: ${p.verdict}${p.reason ? ` (${p.reason})` : ""}; citation: ${p.method || "?"}; chunk ${p.chunk_id}`),
       text,
     );
     box.hidden = false;
