@@ -12,6 +12,7 @@
     modular-rag recommend --dataset DIR --max-llm-calls N --max-latency-ms M   the best config within a budget
     modular-rag train-router --dataset DIR --config A B --out DIR   learn which flow each question needs
     modular-rag schema                             the JSON Schema of flow configs, for editors
+    modular-rag ui [--index PATH] [--config FILE]  the workbench page: ask, compare, feedback (127.0.0.1:8765)
 
 The evaluation commands are in :mod:`modular_rag.eval.cli` (``tune`` and ``testset`` in their own packages); the
 ways a run is shown (streamed updates, the answer, the catalogue) are here.
@@ -295,6 +296,29 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ui(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from modular_rag.ui.app import create_app
+    except ImportError as exc:
+        from modular_rag.errors import MissingDependencyError
+
+        raise MissingDependencyError(
+            f"modular-rag ui needs {exc.name or 'starlette'}: pip install 'modular-rag[ui]' (starlette, uvicorn, "
+            "jinja2)"
+        ) from None
+    from modular_rag.errors import ConfigError
+    from modular_rag.ui.workbench import Workbench
+
+    if not 0 < args.port < 65536:
+        raise ConfigError("--port", f"{args.port}: a port is 1 to 65535")
+    app = create_app(Workbench.from_files(args.config or (), args.index or ()))
+    print(f"modular-rag workbench on http://{args.host}:{args.port}/ (Ctrl-C stops it)", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from modular_rag import __version__
 
@@ -414,6 +438,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--indent", action="store_true", help="pretty-print")
     p.set_defaults(func=_cmd_schema)
+
+    p = sub.add_parser(
+        "ui", help="the workbench page: ask with nodes shown as they run, compare configs, give and export feedback"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="the port (default 8765)")
+    p.add_argument(
+        "--index",
+        action="append",
+        metavar="PATH",
+        help="an index folder (Chroma) to offer, repeatable (default: the demo index, .modular_rag/demo, indexed on "
+        "the first question)",
+    )
+    p.add_argument(
+        "--config",
+        nargs="+",
+        metavar="FILE",
+        help="flow configs (YAML) to offer (default: every pattern's template)",
+    )
+    p.set_defaults(func=_cmd_ui)
 
     from modular_rag.eval.tune.cli import add_parser as add_tune
 

@@ -35,6 +35,8 @@ debs=()
 command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || debs+=(postgresql)
 command -v qemu-x86_64 >/dev/null || [ "$(uname -m)" != x86_64 ] || debs+=(qemu-user)
 command -v objdump >/dev/null || debs+=(binutils)
+command -v chromium >/dev/null || debs+=(chromium)          # the workbench's browser tests (tests/test_ui_browser.py)
+command -v chromedriver >/dev/null || debs+=(chromium-driver)
 if [ ${#debs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     step "installing ${debs[*]} (Debian's packages) for the tests"

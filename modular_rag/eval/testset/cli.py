@@ -17,9 +17,16 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "docs",
-        nargs="+",
+        nargs="*",
         help="files and folders of documents (.md .txt .jsonl .pdf .html .docx), or a BEIR folder (its corpus.jsonl)",
     )
+    p.add_argument(
+        "--from-feedback",
+        metavar="FEEDBACK.sqlite",
+        help="instead of documents: the feedback people gave in modular-rag ui (feedback.sqlite in the index's "
+        "folder), written as a labelled set of the questions they asked",
+    )
+    p.add_argument("--overwrite", action="store_true", help="with --from-feedback: replace a dataset in --out")
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--size", type=int, help="questions in the set, train and dev together (default 200)")
     p.add_argument(
@@ -38,7 +45,18 @@ def add_parser(sub: Any) -> None:
 
 
 def _cmd_testset(args: argparse.Namespace) -> int:
+    from modular_rag.errors import ConfigError
     from modular_rag.eval.testset import make_testset
+
+    if args.from_feedback:
+        if args.docs:
+            raise ConfigError("docs", "give documents or --from-feedback, not both")
+        from modular_rag.ui.feedback import export_feedback
+
+        print("\n".join(export_feedback(args.from_feedback, args.out, overwrite=args.overwrite).lines()))
+        return 0
+    if not args.docs:
+        raise ConfigError("docs", "no documents given: name files or folders of documents, or --from-feedback FILE")
 
     result = make_testset(args.docs, args.out, args.config, size=args.size, makers=args.kinds, seed=args.seed)
     print("\n".join(result.lines()))
