@@ -317,7 +317,8 @@ def extractive_answer(
     factoid = cues.expects in ("number", "date", "person", "place") and not cues.asks & {"default", "name", "how"}
     use_span = extract == "span" or (extract == "typed" and factoid)
     quoted = [best] if use_span else [best, *(s for s in also if s.sentence != best.sentence)]
-    parts, citations = [], {}
+    parts: list[str] = []
+    citations: dict[int, Citation] = {}
     for s in quoted:
         text = best_span(question, s.sentence) if use_span else s.sentence
         lead = lead_of(s)
