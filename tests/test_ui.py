@@ -351,3 +351,15 @@ def test_evaluate_refuses_bad_choices_with_what_is_allowed(client: Any, body: di
     response = client.post("/api/evaluate", json=body)
     assert response.status_code == 400 and says in response.json()["error"], response.json()
     assert client.get("/healthz").json() == {"ok": True}
+
+
+def test_a_run_that_fails_is_a_cell_that_says_so(client: Any, eval_home: Path) -> None:
+    body = {"dataset": "demo", "configs": ["dead-model"], "limit": 2}
+    status = wait_for(client, client.post("/api/evaluate", json=body).json())
+    assert status["state"] == "done" and status["report"]["configs"][0]["summary"]["errors"] == 2.0
+    cell = status["report"]["rows"][0]["cells"][0]
+    assert cell["label"] == "error" and cell["value"] == 0.0
+    params = {"config": "dead-model", "qid": status["report"]["rows"][0]["qid"]}
+    run = client.get(f"/api/evaluate/{status['id']}/run", params=params).json()
+    assert run["verdict"] == "wrong" and run["why"][0].startswith("the run failed: ")
+    assert "http://127.0.0.1:9/v1" in run["error"]
