@@ -26,6 +26,8 @@ __all__ = [
     "MAX_LIMIT",
     "DatasetChoice",
     "Evaluation",
+    "check_configs",
+    "check_limit",
     "dataset_choice",
     "demo_dataset",
 ]
