@@ -313,7 +313,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise ConfigError("--port", f"{args.port}: a port is 1 to 65535")
-    app = create_app(Workbench.from_files(args.config or (), args.index or ()))
+    app = create_app(Workbench.from_files(args.config or (), args.index or (), args.dataset or ()))
     print(f"modular-rag workbench on http://{args.host}:{args.port}/ (Ctrl-C stops it)", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
@@ -440,7 +440,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_schema)
 
     p = sub.add_parser(
-        "ui", help="the workbench page: ask with nodes shown as they run, compare configs, give and export feedback"
+        "ui",
+        help="the workbench page: ask with nodes shown as they run, compare configs, give and export feedback, "
+        "evaluate configs on a test set",
     )
     p.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="the port (default 8765)")
@@ -456,6 +458,13 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="FILE",
         help="flow configs (YAML) to offer (default: every pattern's template)",
+    )
+    p.add_argument(
+        "--dataset",
+        action="append",
+        metavar="PATH",
+        help="a test set (a BEIR folder: corpus.jsonl, queries.jsonl, qrels.tsv) to offer to Evaluate, repeatable "
+        "(the bundled demo set and the page's feedback exports are offered too)",
     )
     p.set_defaults(func=_cmd_ui)
 

@@ -1,7 +1,8 @@
 """The workbench as a person uses it, in a real browser: Debian's headless Chromium driven by Selenium (chromium and
 chromium-driver come from ``scripts/setup.sh``), against ``modular-rag ui``'s app served by uvicorn on a free
 loopback port. Asks a demo question, opens the cited passage, compares two configs, gives feedback, exports it and
-runs ``eval`` on the export; saves the screenshot the README shows (``docs/ui.png``)."""
+runs ``eval`` on the export; saves the screenshot the README shows (``docs/ui.png``). Evaluates two configs on the
+bundled demo set, reads the chart and opens a cell's run (``docs/ui-evaluate.png``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 QUESTION = "What does error code E07 mean on the e-bike display?"
 SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "ui.png"
+EVALUATE_SCREENSHOT = SCREENSHOT.with_name("ui-evaluate.png")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 
@@ -157,3 +159,41 @@ def test_ask_cite_compare_feedback_export_eval(
     assert main(["eval", "--dataset", str(out), "--config", str(template_path("linear")), "--out", str(report)]) == 0
     (row,) = json.loads((report / "results.json").read_text())["results"]
     assert row["queries"] == 1 and row["contains"] == 1.0  # the question a person judged right is answered again
+
+
+def test_evaluate_two_configs_read_the_chart_and_open_a_cell(
+    server: tuple[str, Path], browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    monkeypatch.setenv("MODULAR_RAG_HOME", str(tmp_path / "home"))  # the demo set's evaluation index
+    url, _ = server
+    browser.get(url + "/evaluate")
+    boxes = browser.find_elements(By.CSS_SELECTOR, "input[name=configs]")
+    for box in boxes:  # none chosen: a clear message, and the server serves on
+        if box.is_selected():
+            box.click()
+    browser.find_element(By.ID, "evaluate").click()
+    assert "0 distinct configs chosen; evaluate one to 4" in _wait(browser, "#message").text
+    for box in boxes:
+        box.click()
+    assert browser.find_element(By.ID, "dataset").get_attribute("value") == "demo"
+    assert browser.find_element(By.ID, "limit").get_attribute("value") == "20"
+    browser.find_element(By.ID, "evaluate").click()
+    _wait(browser, "#eval-chart svg.chart")
+    assert not browser.find_element(By.ID, "message").is_displayed()
+    dots = browser.find_elements(By.CSS_SELECTOR, "#eval-chart g.dot")
+    assert [d.get_attribute("data-config") for d in dots] == ["linear", "linear-bm25"]
+    summary = browser.find_elements(By.CSS_SELECTOR, "table.eval-summary tbody tr")
+    assert [r.get_attribute("data-config") for r in summary] == ["linear", "linear-bm25"]
+    heads = browser.find_element(By.CSS_SELECTOR, "table.eval-summary thead").text.split()
+    assert heads[:3] == ["config", "right", "nDCG@10"]
+    cells = browser.find_elements(By.CSS_SELECTOR, "#eval-questions button.cell")
+    assert len(cells) == 40 and {c.text for c in cells} <= {"right", "wrong", "error"}
+    cell = next((c for c in cells if c.text == "wrong"), cells[0])
+    cell.click()
+    run = _wait(browser, "#eval-run")
+    assert f"judged {cell.text}" in run.text and "Gold documents" in run.text
+    assert run.find_element(By.TAG_NAME, "h3").text.startswith(cell.get_attribute("data-config") + ": ")
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.save_screenshot(str(EVALUATE_SCREENSHOT))

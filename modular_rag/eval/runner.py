@@ -35,6 +35,8 @@ __all__ = [
     "QueryRecord",
     "FlowResult",
     "evaluate_flow",
+    "answered_right",
+    "judge_right",
 ]
 
 
@@ -257,6 +259,8 @@ class FlowResult:
     records: list[QueryRecord]
     retrieval: dict[str, float]
     seconds: float
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each query's retrieval metrics (nDCG@10, MRR@10, recall@5/10), whose means :attr:`retrieval` holds."""
 
     @property
     def scored(self) -> str:
@@ -347,6 +351,7 @@ def evaluate_flow(
     name: str | None = None,
     concurrency: int = 1,
     progress: bool = False,
+    on_record: Callable[[QueryRecord], None] | None = None,
 ) -> FlowResult:
     """Run a flow on every query of a dataset and score it.
 
@@ -361,6 +366,7 @@ def evaluate_flow(
         name: Label for reports (default: the config's name or pattern).
         concurrency: Queries in flight (``batch`` with ``max_concurrency``); 1 runs them one by one.
         progress: Show a progress bar.
+        on_record: Called with each query's record as it is scored (a page's progress).
     """
     from modular_rag.builder import build_flow
     from modular_rag.eval.metrics import retrieval_metrics
@@ -384,6 +390,8 @@ def evaluate_flow(
             except Exception as exc:  # recorded per query; the run goes on
                 out = exc
             records.append(_record(q, out, (time.perf_counter() - t0) * 1000))
+            if on_record:
+                on_record(records[-1])
             if bar:
                 bar.update(1)
     else:
@@ -395,38 +403,64 @@ def evaluate_flow(
         for q, out in zip(queries, outs, strict=True):
             ms = 0.0 if isinstance(out, BaseException) else totals(out.get("ledger"))["ms"]
             records.append(_record(q, out, ms))
+            if on_record:
+                on_record(records[-1])
         if bar:
             bar.update(len(queries))
     if bar:
         bar.close()
     run = {r.qid: {d: float(len(r.docs) - i) for i, d in enumerate(r.docs)} for r in records}
-    metrics = retrieval_metrics(dataset.qrels, run, recall_at=(5, 10))["mean"]
+    per_query = retrieval_metrics(dataset.qrels, run, recall_at=(5, 10))
+    metrics = per_query.pop("mean")
     metrics["all@5"] = _all_at(dataset.qrels, records, 5)
     if any(q.answers for q in queries):
         metrics["right"] = answered_right(dataset, records)
-    return FlowResult(label, cfg.pattern, records, metrics, time.perf_counter() - start)
+    return FlowResult(label, cfg.pattern, records, metrics, time.perf_counter() - start, per_query)
 
 
 def answered_right(dataset: BeirDataset, records: Sequence[QueryRecord]) -> float:
     """The share of questions answered right, as a user judges an answer: a question with gold answers is right when
     the answer holds one (``contains``) and cites a passage of a gold document (when the dataset names gold
     documents for it); a question with neither gold answers nor gold documents (unanswerable) when it is refused. A
-    question with gold documents and no gold answer (a test set's inverse cloze: retrieval only) is not judged."""
+    question with gold documents and no gold answer (a test set's inverse cloze: retrieval only) is not judged
+    (:func:`judge_right` judges each)."""
     from modular_rag.eval.metrics import mean
 
     by_id = {q.id: q for q in dataset.queries}
-    judged = [r for r in records if r.qid not in by_id or by_id[r.qid].answers or not dataset.qrels.get(r.qid)]
+    judged = [judge_right(by_id.get(r.qid), dataset.qrels.get(r.qid, {}), r)[0] for r in records]
+    return mean(v for v in judged if v is not None)
 
-    def right(r: QueryRecord) -> float:
-        query, gold = by_id.get(r.qid), dataset.qrels.get(r.qid, {})
-        if query is None or r.error is not None:
-            return 0.0
-        if not query.answers and not gold:
-            return float(r.refused)
-        cited = any(gold.get(c.get("doc_id", ""), 0) > 0 for c in r.citations) if gold else True
-        return float(bool(r.contains) and cited and not r.refused)
 
-    return mean(right(r) for r in judged)
+def judge_right(query: Query | None, gold: Mapping[str, int], record: QueryRecord) -> tuple[float | None, list[str]]:
+    """One question's part of :func:`answered_right`: 1.0 (right), 0.0 (wrong) or ``None`` (not judged: gold
+    documents and no gold answer), and why it is not right (empty when it is): the run failed, it refused an
+    answerable question, it answered an unanswerable one, the answer holds no gold value, no citation names a gold
+    document; when the gold documents are known and none was among those the run showed, that is said too.
+
+    Args:
+        query: The question (``None``: a record of a question the dataset does not hold, judged wrong).
+        gold: The question's gold documents (document id -> relevance).
+        record: The run's record.
+    """
+    if query is None:
+        return 0.0, [f"{record.qid} is not a question of the dataset"]
+    if not query.answers and gold:  # an inverse cloze: retrieval only
+        return None, []
+    if record.error is not None:
+        return 0.0, [f"the run failed: {record.error}"]
+    if not query.answers:  # neither gold answers nor gold documents: the corpus does not answer it
+        return (1.0, []) if record.refused else (0.0, ["answered a question the set says the corpus cannot answer"])
+    why: list[str] = []
+    if record.refused:
+        why.append("refused a question the set answers")
+    elif not record.contains:
+        why.append("no gold value: the answer holds none of the gold answers")
+    if gold and not any(gold.get(c.get("doc_id", ""), 0) > 0 for c in record.citations):
+        why.append("no gold citation: no citation names a passage of a gold document")
+    if why and gold and not any(gold.get(d, 0) > 0 for d in record.docs):
+        shown = "showed the model" if record.scored == "evidence" else "retrieved"
+        why.append(f"gold document not retrieved: none was among the {len(record.docs)} documents the run {shown}")
+    return (0.0 if why else 1.0), why
 
 
 def _all_at(qrels: Mapping[str, Mapping[str, int]], records: Sequence[QueryRecord], k: int) -> float:

@@ -1,4 +1,4 @@
-"""The workbench: ``modular-rag ui``, a web page over the kit's own runs (Ask, Compare, Feedback).
+"""The workbench: ``modular-rag ui``, a web page over the kit's own runs (Ask, Compare, Feedback, Evaluate).
 
 :func:`create_app` is the ASGI app (Starlette, the ``ui`` extra); :class:`Workbench` is what it asks of the kit, in
 Python; feedback is kept beside the index and exported as a labelled test set (:func:`export_feedback`).

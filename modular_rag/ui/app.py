@@ -1,17 +1,21 @@
 """The workbench's web app: a small Starlette (ASGI) app, pages rendered on the server from Jinja templates, a
 hand-written script for what must happen in the browser (nodes streamed as they run, a citation's passage, feedback,
-the comparison). Every asset is package data; nothing is fetched from the network.
+the comparison, an evaluation's progress and tables). Every asset is package data; nothing is fetched from the network.
 
 Routes:
 
     GET  /                          Ask: an index, a config, a question; nodes as they run, the answer, the ledger
     GET  /compare                   Compare: one question through two or three configs
     GET  /feedback                  Feedback given on the index, and its export as a labelled test set
+    GET  /evaluate                  Evaluate: a test set over one to four configs, chart and per-question table
     POST /api/ask                   {question, config, index} -> Server-Sent Events: start, node..., result | error
     GET  /api/passage/{run}/{ref}   a citation's passage, the sentence it rests on, the attribution verdict
     POST /api/compare               {question, configs, index} -> each config's run and where their evidence differs
     POST /api/feedback              {run_id, verdict, right_answer, right_passage} -> stored beside the index
-    POST /api/export                {index, out} -> the feedback written as a BEIR folder
+    POST /api/export                {index, out} -> the feedback written as a BEIR folder (then offered to Evaluate)
+    POST /api/evaluate              {dataset, configs, limit} -> {id, state ...}: runs in a worker thread
+    GET  /api/evaluate/{id}         how far it is: state, step, done/total; with its report once done
+    GET  /api/evaluate/{id}/run     ?config=&qid= -> the run behind a cell and why it was judged wrong
     GET  /healthz                   ok
 
 Bad input (an unknown config, an empty question) and failed runs (a model server that died) answer with a message
@@ -35,6 +39,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from modular_rag.errors import ModularRagError
+from modular_rag.ui.evaluation import DEFAULT_LIMIT, MAX_LIMIT
 from modular_rag.ui.workbench import Workbench, check_question, error_message
 
 __all__ = ["create_app"]
@@ -56,6 +61,7 @@ def create_app(workbench: Workbench | None = None) -> Starlette:
         context.update(
             configs=list(bench.configs),
             indexes=list(bench.indexes),
+            datasets=list(bench.datasets.values()),
             current=request.url.path,
         )
         return templates.TemplateResponse(request, name, context)
@@ -65,6 +71,9 @@ def create_app(workbench: Workbench | None = None) -> Starlette:
 
     async def compare_page(request: Request) -> Response:
         return page(request, "compare.html", title="Compare")
+
+    async def evaluate_page(request: Request) -> Response:
+        return page(request, "evaluate.html", title="Evaluate", default_limit=DEFAULT_LIMIT, max_limit=MAX_LIMIT)
 
     async def feedback_page(request: Request) -> Response:
         index = request.query_params.get("index") or None
@@ -118,15 +127,29 @@ def create_app(workbench: Workbench | None = None) -> Starlette:
         return JSONResponse({"id": item, "stored_in": str(path)})
 
     async def export(request: Request) -> Response:
-        from modular_rag.ui.feedback import export_feedback
-
         body = await _json(request)
         out = str(body.get("out") or "").strip()
         if not out:
             return _error("out: name the folder to write the test set to")
-        store = bench.feedback_store(str(body.get("index") or "") or None)
-        summary = await run_in_threadpool(export_feedback, store.path, out, overwrite=bool(body.get("overwrite")))
+        index = str(body.get("index") or "") or None
+        summary = await run_in_threadpool(bench.export_feedback, index, out, overwrite=bool(body.get("overwrite")))
         return JSONResponse({"out": str(summary.out), "questions": summary.questions, "lines": summary.lines()})
+
+    async def evaluate(request: Request) -> Response:
+        body = await _json(request)
+        dataset = str(body.get("dataset") or "") or None
+        configs: Any = body.get("configs")  # the workbench says what is wrong with it
+        job = bench.start_evaluation(dataset, configs, body.get("limit", DEFAULT_LIMIT))
+        return JSONResponse(job.status())
+
+    async def evaluation(request: Request) -> Response:
+        job = bench.evaluation(request.path_params["evaluation_id"])
+        return JSONResponse(await run_in_threadpool(job.status))
+
+    async def evaluation_run(request: Request) -> Response:
+        job = bench.evaluation(request.path_params["evaluation_id"])
+        config, qid = request.query_params.get("config", ""), request.query_params.get("qid", "")
+        return JSONResponse(await run_in_threadpool(job.run, config, qid))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -141,11 +164,15 @@ def create_app(workbench: Workbench | None = None) -> Starlette:
         Route("/", ask_page),
         Route("/compare", compare_page),
         Route("/feedback", feedback_page),
+        Route("/evaluate", evaluate_page),
         Route("/api/ask", ask, methods=["POST"]),
         Route("/api/passage/{run_id}/{ref}", passage),
         Route("/api/compare", compare, methods=["POST"]),
         Route("/api/feedback", feedback, methods=["POST"]),
         Route("/api/export", export, methods=["POST"]),
+        Route("/api/evaluate", evaluate, methods=["POST"]),
+        Route("/api/evaluate/{evaluation_id}", evaluation),
+        Route("/api/evaluate/{evaluation_id}/run", evaluation_run),
         Route("/healthz", healthz),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]

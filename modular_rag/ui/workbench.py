@@ -1,7 +1,8 @@
-"""What the page asks of the kit, in Python: the indexes and configs on offer, a question run node by node (the same
-``flow.stream`` the command line's ``run --stream`` makes), the runs kept for their passages and feedback, and one
-question through several configs. The web app (:mod:`modular_rag.ui.app`) only renders what this returns, so the page
-cannot answer differently from Python."""
+"""What the page asks of the kit, in Python: the indexes, configs and test sets on offer, a question run node by node
+(the same ``flow.stream`` the command line's ``run --stream`` makes), the runs kept for their passages and feedback,
+one question through several configs, and a test set through several (``evaluate_flow``, as ``modular-rag eval``).
+The web app (:mod:`modular_rag.ui.app`) only renders what this returns, so the page cannot answer or score
+differently from Python."""
 
 from __future__ import annotations
 
@@ -19,7 +20,16 @@ from typing import Any
 
 from modular_rag.config import ChromaConfig, FlowConfig, load_config
 from modular_rag.errors import ConfigError, ModularRagError
-from modular_rag.ui.feedback import FEEDBACK_FILE, Feedback, FeedbackStore
+from modular_rag.ui.evaluation import (
+    DEFAULT_LIMIT,
+    DatasetChoice,
+    Evaluation,
+    check_configs,
+    check_limit,
+    dataset_choice,
+    demo_dataset,
+)
+from modular_rag.ui.feedback import FEEDBACK_FILE, ExportSummary, Feedback, FeedbackStore
 
 __all__ = ["IndexChoice", "Run", "Workbench", "config_hash", "demo_index", "find_indexes", "highlight"]
 
@@ -156,21 +166,44 @@ def highlight(text: str, targets: Sequence[str]) -> tuple[int, int] | None:
 
 
 class Workbench:
-    """The indexes and configs a page offers, the flows built from them (each once), and the last runs.
+    """The indexes, configs and test sets a page offers, the flows built from them (each once), the last runs and
+    the last evaluations.
 
     Args:
         configs: Config name -> config (a file's, or a pattern's template).
         indexes: The index choices; the first is the default.
+        datasets: The test sets offered to Evaluate besides the bundled demo set (which comes after them), and the
+            feedback exports the page makes as they are made.
         keep: How many runs are kept for their passages and feedback (the oldest go first).
+        keep_evaluations: How many evaluations are kept for their tables and cells (the oldest go first).
     """
 
-    def __init__(self, configs: Mapping[str, FlowConfig], indexes: Sequence[IndexChoice], *, keep: int = 500) -> None:
+    def __init__(
+        self,
+        configs: Mapping[str, FlowConfig],
+        indexes: Sequence[IndexChoice],
+        *,
+        datasets: Sequence[DatasetChoice] = (),
+        keep: int = 500,
+        keep_evaluations: int = 20,
+    ) -> None:
         if not configs:
             raise ConfigError("--config", "no config to offer; give config files or leave --config out for templates")
         if not indexes:
             raise ConfigError("--index", "no index to offer")
         self.configs = dict(configs)
         self.indexes = {i.name: i for i in indexes}
+        self.datasets: dict[str, DatasetChoice] = {}
+        for choice in (*datasets, demo_dataset()):
+            if choice.name in self.datasets and self.datasets[choice.name].path != choice.path:
+                raise ConfigError(
+                    "--dataset", f"two test sets are named {choice.name!r}; give folders with other names"
+                )
+            self.datasets.setdefault(choice.name, choice)
+        self._evaluations: OrderedDict[str, Evaluation] = OrderedDict()
+        self._keep_evaluations = keep_evaluations
+        self._evaluating = threading.Lock()  # one evaluation at a time: they share the cores and the index cache
+        self._eval_envs: dict[tuple[str, str], Any] = {}
         self._providers: dict[str, Any] = {}
         self._flows: dict[tuple[str, str], tuple[FlowConfig, Any, Any]] = {}
         self._runs: OrderedDict[str, Run] = OrderedDict()
@@ -179,13 +212,20 @@ class Workbench:
         self._index_locks: dict[str, threading.Lock] = {}
 
     @classmethod
-    def from_files(cls, config_files: Sequence[str | Path] = (), index_paths: Sequence[str | Path] = ()) -> Workbench:
+    def from_files(
+        cls,
+        config_files: Sequence[str | Path] = (),
+        index_paths: Sequence[str | Path] = (),
+        dataset_paths: Sequence[str | Path] = (),
+    ) -> Workbench:
         """The workbench of ``modular-rag ui``: the given config files (by file stem) else every pattern's template,
         over the given index folders, else the demo index (with each config's own index offered after them when
-        config files are given).
+        config files are given), with the given test sets (BEIR folders; ``demo``: the bundled set, always offered).
 
         Raises:
-            ConfigError: If a config is invalid (the message names its path) or two files share a stem.
+            ConfigError: If a config is invalid (the message names its path), two files share a stem or two test
+                sets a folder name.
+            DatasetError: If a test set is not a BEIR folder (the message names the missing file).
         """
         from modular_rag import pattern_names, template_path
 
@@ -200,7 +240,8 @@ class Workbench:
         indexes = [c for path in index_paths for c in find_indexes(path)] or [demo_index()]
         if config_files:
             indexes.append(IndexChoice(OWN_INDEX))
-        return cls(configs, indexes)
+        datasets = [dataset_choice(path) for path in dataset_paths if str(path) != "demo"]
+        return cls(configs, indexes, datasets=datasets)
 
     def config(self, name: str) -> FlowConfig:
         """A config by name.
@@ -477,6 +518,129 @@ class Workbench:
             row["refs"] += [None] * (len(runs) - len(row["refs"]))
             row["shared"] = all(r is not None for r in row["refs"])
         return {"question": question, "configs": names, "runs": runs, "evidence": list(rows.values())}
+
+    def export_feedback(self, index_name: str | None, out: str | Path, *, overwrite: bool = False) -> ExportSummary:
+        """Write an index's feedback as a labelled BEIR folder (:func:`~modular_rag.ui.feedback.export_feedback`)
+        and offer it to Evaluate (named ``<folder> (feedback)``).
+
+        Raises:
+            DatasetError: If there is nothing to export or ``out`` holds a dataset and ``overwrite`` is off.
+        """
+        from modular_rag.ui.feedback import export_feedback
+
+        summary = export_feedback(self.feedback_store(index_name).path, out, overwrite=overwrite)
+        choice = dataset_choice(summary.out, "feedback export", f"{Path(summary.out).resolve().name} (feedback)")
+        with self._lock:
+            self.datasets[choice.name] = choice
+        return summary
+
+    def dataset(self, name: str | None) -> DatasetChoice:
+        """A test set by name (``None``: the first).
+
+        Raises:
+            ConfigError: If there is none of that name (the message lists the names).
+        """
+        if not name:
+            return next(iter(self.datasets.values()))
+        if name not in self.datasets:
+            raise ConfigError("dataset", f"unknown test set {name!r}; test sets: {', '.join(self.datasets)}")
+        return self.datasets[name]
+
+    def start_evaluation(
+        self, dataset_name: str | None, config_names: Sequence[str], limit: object = DEFAULT_LIMIT
+    ) -> Evaluation:
+        """Check the choices, then evaluate in a worker thread (see :meth:`evaluate`); the page polls
+        :meth:`evaluation` for how far it is.
+
+        Raises:
+            ConfigError: If the test set or a config is unknown, fewer than one or more than four configs are
+                named, or the limit is not 1 to 1000.
+        """
+        job = self._new_evaluation(dataset_name, config_names, limit)
+        threading.Thread(target=self._run_evaluation, args=(job,), name=f"evaluate-{job.id}", daemon=True).start()
+        return job
+
+    def evaluate(
+        self, dataset_name: str | None, config_names: Sequence[str], limit: object = DEFAULT_LIMIT
+    ) -> Evaluation:
+        """A test set's first ``limit`` questions (the demo set's evenly spaced, as ``modular-rag eval --limit``
+        takes them) through each config: ``evaluate_flow`` over the dataset's index, built and chunked as ``eval``
+        and ``recommend`` build it (``dataset_providers`` with ``config_chunker``), so every figure is the command
+        line's. A config that cannot run (its index or model fails to load) is reported and the others run.
+
+        Raises:
+            ConfigError: If the choices are bad (see :meth:`start_evaluation`).
+        """
+        job = self._new_evaluation(dataset_name, config_names, limit)
+        self._run_evaluation(job)
+        return job
+
+    def evaluation(self, evaluation_id: str) -> Evaluation:
+        """A kept evaluation.
+
+        Raises:
+            ConfigError: If none of that id is kept (an old one, or the server restarted).
+        """
+        with self._lock:
+            job = self._evaluations.get(evaluation_id)
+        if job is None:
+            raise ConfigError(
+                "evaluation",
+                f"no evaluation {evaluation_id!r} is kept (the last {self._keep_evaluations} are, since the server "
+                "started); run it again",
+            )
+        return job
+
+    def _new_evaluation(self, dataset_name: str | None, config_names: Sequence[str], limit: object) -> Evaluation:
+        choice = self.dataset(dataset_name)
+        names = check_configs(config_names, self.configs)
+        job = Evaluation(uuid.uuid4().hex[:12], choice, names, check_limit(limit))
+        with self._lock:
+            self._evaluations[job.id] = job
+            while len(self._evaluations) > self._keep_evaluations:
+                self._evaluations.popitem(last=False)
+        return job
+
+    def _run_evaluation(self, job: Evaluation) -> None:
+        from modular_rag.eval.runner import evaluate_flow
+
+        with self._evaluating:
+            start = time.perf_counter()
+            try:
+                data = job.dataset.load(job.limit)
+            except Exception as exc:  # the folder changed since it was offered: said on the page
+                with job.lock:
+                    job.state, job.error, job.step = "error", error_message(exc), ""
+                return
+            with job.lock:
+                job.data, job.state, job.total = data, "running", len(data.queries) * len(job.configs)
+            for n, name in enumerate(job.configs):
+                config = self.configs[name]
+                try:
+                    job.step = f"{name}: indexing {data.name} (once per corpus, embedder and chunker)"
+                    env = self._eval_env(data, config)
+                    job.step = f"{name}: {len(data.queries)} questions"
+                    result = evaluate_flow(config, data, env, name=name, on_record=job.advance)
+                except Exception as exc:  # this config's column says why; the others run
+                    job.failed[name] = error_message(exc)
+                else:
+                    job.results[name], job.envs[name] = result, env
+                with job.lock:
+                    job.done = (n + 1) * len(data.queries)
+            with job.lock:
+                job.state, job.step, job.seconds = "done", "", time.perf_counter() - start
+
+    def _eval_env(self, data: Any, config: FlowConfig) -> Any:
+        """Providers over the dataset's index for a config (``dataset_providers``, as ``eval`` and ``recommend``
+        call it), kept for the next evaluation of the same corpus, chunker and providers."""
+        from modular_rag.eval.runner import config_chunker, dataset_providers, index_folder
+
+        chunker = config_chunker(config, data.default_chunker)
+        key = (str(index_folder(data, config.providers, chunker)), config.providers.model_dump_json())
+        env = self._eval_envs.get(key)
+        if env is None:
+            env = self._eval_envs[key] = dataset_providers(data, config.providers, chunker=chunker, progress=False)
+        return env
 
 
 def _store_folder(config: FlowConfig, env: Any) -> tuple[Path, str]:

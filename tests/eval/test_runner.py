@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from modular_rag.eval.datasets import Query
@@ -92,3 +95,33 @@ def test_citation_markers_are_not_scored_as_answer_words() -> None:
         Query("q", "How much does it weigh?", ("7.6 kg",)), {"answer": answer, "evidence": evidence, "ledger": []}, 1.0
     )
     assert (rec.em, rec.f1, rec.contains) == (1.0, 1.0, 1.0)
+
+
+def test_each_question_is_judged_right_or_wrong_with_the_reason() -> None:
+    from modular_rag.eval.datasets import BeirDataset
+    from modular_rag.eval.runner import QueryRecord, answered_right, judge_right
+
+    def record(qid: str, *, contains: float = 1.0, refused: bool = False, cited: str = "d1", docs=("d1",)) -> Any:
+        citations = [{"doc_id": cited}] if cited else []
+        return QueryRecord(qid, "x", refused, 0, 0, list(docs), 0, 0, 0, 1, 1.0, None, contains, citations)
+
+    asked = Query("q", "What frames last?", ("steel",))
+    gold = {"d1": 1}
+    assert judge_right(asked, gold, record("q")) == (1.0, [])
+    assert judge_right(asked, gold, record("q", contains=0.0))[1] == [
+        "no gold value: the answer holds none of the gold answers"
+    ]
+    value, why = judge_right(asked, gold, record("q", cited="d2", docs=("d2", "d3")))
+    assert value == 0.0 and why == [
+        "no gold citation: no citation names a passage of a gold document",
+        "gold document not retrieved: none was among the 2 documents the run retrieved",
+    ]
+    assert (
+        judge_right(asked, gold, record("q", refused=True, contains=0.0))[1][0] == "refused a question the set answers"
+    )
+    unanswerable = Query("u", "Who won in 1850?")
+    assert judge_right(unanswerable, {}, record("u", refused=True)) == (1.0, [])
+    assert judge_right(unanswerable, {}, record("u"))[0] == 0.0
+    assert judge_right(Query("c", "a reworded sentence"), gold, record("c")) == (None, [])  # retrieval only
+    dataset = BeirDataset(Path("."), "dev", [asked, unanswerable], {"q": gold})
+    assert answered_right(dataset, [record("q"), record("u")]) == 0.5

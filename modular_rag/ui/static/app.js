@@ -35,6 +35,18 @@ async function postJSON(url, body) {
   return data;
 }
 
+async function getJSON(url) {
+  const response = await fetch(url);
+  let data;
+  try {
+    data = await response.json();
+  } catch (e) {
+    throw new Error(`the server answered ${response.status} without JSON`);
+  }
+  if (!response.ok || data.error) throw new Error(data.error || `the server answered ${response.status}`);
+  return data;
+}
+
 // Server-Sent Events over a POST (EventSource only GETs): "event: name\ndata: json\n\n" blocks.
 async function streamEvents(url, body, onEvent) {
   const response = await fetch(url, {
@@ -262,9 +274,119 @@ function setupExport() {
   });
 }
 
+// ---- Evaluate: a test set over configs, polled while it runs in the server's worker thread ----
+const fixed = (v, digits) => (typeof v === "number" ? v.toFixed(digits) : "–");
+
+function summaryTable(report) {
+  // the quality column first ("right" when the set has gold answers), then the figures modular-rag eval prints
+  const keys = [report.quality, ...["ndcg@10", "recall@5", "contains", "f1"].filter((k) => k !== report.quality)];
+  const names = { right: "right", "ndcg@10": "nDCG@10", "recall@5": "recall@5", contains: "contains", f1: "F1" };
+  const heads = ["config", ...keys.map((k) => names[k]), "LLM calls/q", "ms/q", "errors"];
+  const table = el("table", { class: "eval-summary" }, el("thead", {}, el("tr", {}, ...heads.map((h) => el("th", {}, h)))));
+  const body = el("tbody");
+  for (const c of report.configs) {
+    if (c.error) {
+      body.append(el("tr", { "data-config": c.config }, el("td", {}, c.config), el("td", { class: "warn", colspan: heads.length - 1 }, c.error)));
+      continue;
+    }
+    const s = c.summary;
+    const cells = [c.config, ...keys.map((k) => fixed(s[k], 3)), fixed(s.llm_calls, 2), fixed(s.ms, 0), s.errors];
+    body.append(el("tr", { "data-config": c.config, title: `pattern ${c.pattern}; retrieval scored on the ${c.scored}` }, ...cells.map((v) => el("td", {}, v))));
+  }
+  table.append(body);
+  return table;
+}
+
+function docList(items, line) {
+  const list = el("ul", { class: "docs" });
+  for (const item of items) list.append(line(item));
+  if (!items.length) list.append(el("li", { class: "muted" }, "none"));
+  return list;
+}
+
+function runBox(run) {
+  const verdict = el("p", { class: `verdict-line ${run.verdict === "right" ? "ok" : run.verdict === "wrong" ? "warn" : "muted"}` }, `judged ${run.verdict}`);
+  const why = el("ul", { class: "why" }, ...run.why.map((w) => el("li", {}, w)));
+  const parts = [el("h3", {}, `${run.config}: ${run.question}`), verdict, why];
+  if (run.error) parts.push(el("p", { class: "warn" }, run.error));
+  parts.push(answerBlock({ answer: run.answer }, null));
+  if (run.gold_answers.length) parts.push(el("p", { class: "muted" }, `gold answers: ${run.gold_answers.join(" | ")}`));
+  parts.push(el("h3", {}, "Citations"), docList(run.answer.citations, (c) => el("li", { class: c.gold ? "gold" : "" },
+    `[${c.ref}] ${c.title} (${c.doc_id || c.chunk_id}): ${c.gold ? "a gold document" : "not a gold document"}; ${[c.method, c.verdict].filter(Boolean).join(", ")}`)));
+  parts.push(el("h3", {}, `Documents the run ${run.scored === "evidence" ? "showed the model" : "retrieved"}`), docList(run.retrieved, (d) => el("li", { class: d.gold ? "gold" : "" }, `${d.rank}. ${d.doc_id}${d.gold ? " (gold)" : ""}`)));
+  parts.push(el("h3", {}, "Gold documents"), docList(run.gold, (d) => el("li", {}, `${d.doc_id}: ${d.rank ? `at rank ${d.rank}` : "not retrieved"}`)));
+  const m = run.metrics;
+  parts.push(el("p", { class: "total" }, `nDCG@10 ${fixed(m["ndcg@10"], 2)}, recall@5 ${fixed(m["recall@5"], 2)}, contains ${fixed(m.contains, 0)}, F1 ${fixed(m.f1, 2)}; ${run.cost.ms} ms, ${run.cost.llm_calls} LLM calls, ${run.cost.tokens} tokens, ${run.cost.retrievals} retrievals`));
+  return parts;
+}
+
+function questionTable(status, onOpen) {
+  const report = status.report;
+  const table = el("table", { class: "eval-questions" }, el("thead", {}, el("tr", {}, el("th", {}, "question"), ...status.configs.map((c) => el("th", {}, c)))));
+  const body = el("tbody");
+  for (const row of report.rows) {
+    const cells = row.cells.map((cell) => el("td", {}, el("button", {
+      type: "button", class: `cell ${cell.kind}`, "data-config": cell.config, "data-qid": row.qid,
+      onclick: (e) => onOpen(e.currentTarget, cell.config, row.qid),
+    }, cell.label)));
+    body.append(el("tr", { "data-qid": row.qid }, el("td", {}, row.question), ...cells));
+  }
+  table.append(body);
+  return table;
+}
+
+function setupEvaluate() {
+  const form = $("#evaluate-form");
+  if (!form) return;
+  const progress = $("#eval-progress");
+  async function openRun(button, config, qid, id) {
+    try {
+      const run = await getJSON(`/api/evaluate/${encodeURIComponent(id)}/run?config=${encodeURIComponent(config)}&qid=${encodeURIComponent(qid)}`);
+      for (const b of document.querySelectorAll("button.cell.open")) b.classList.remove("open");
+      button.classList.add("open");
+      const box = $("#eval-run");
+      box.replaceChildren(...runBox(run));
+      box.hidden = false;
+      box.scrollIntoView({ block: "nearest" });
+    } catch (err) {
+      showMessage(err.message);
+    }
+  }
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    showMessage("");
+    const configs = [...document.querySelectorAll("input[name=configs]:checked")].map((b) => b.value);
+    $("#eval-results").hidden = true;
+    $("#eval-run").hidden = true;
+    $("#evaluate").disabled = true;
+    progress.textContent = "starting ...";
+    try {
+      let status = await postJSON("/api/evaluate", { dataset: $("#dataset").value, configs, limit: $("#limit").value });
+      while (status.state === "queued" || status.state === "running") {
+        progress.textContent = `${status.state}: ${status.step || ""} (${status.done}/${status.total || "?"} runs, ${status.seconds} s)`;
+        await new Promise((resolve) => setTimeout(resolve, 400));
+        status = await getJSON(`/api/evaluate/${encodeURIComponent(status.id)}`);
+      }
+      if (status.state === "error") throw new Error(status.error);
+      const report = status.report;
+      progress.textContent = `${report.dataset}: ${report.questions} questions through ${status.configs.length} config(s) in ${status.seconds} s; quality: ${report.quality_label}`;
+      $("#eval-summary").replaceChildren(summaryTable(report));
+      $("#eval-chart").innerHTML = report.chart;  // SVG drawn by the server (modular_rag.ui.chart)
+      $("#eval-questions").replaceChildren(questionTable(status, (button, config, qid) => openRun(button, config, qid, status.id)));
+      $("#eval-results").hidden = false;
+    } catch (err) {
+      progress.textContent = "";
+      showMessage(err.message);
+    } finally {
+      $("#evaluate").disabled = false;
+    }
+  });
+}
+
 setupAsk();
 setupCompare();
 setupExport();
+setupEvaluate();
 // the page holds a passage box only on Ask; on Compare a citation opens it below the columns
 if (!$("#passage") && $("#comparison")) {
   $("#comparison").after(el("div", { id: "passage", class: "passage", hidden: "" }));
