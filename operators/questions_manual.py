@@ -302,15 +302,19 @@ class _ManualMaker:
             rng.shuffle(found)
             if found:
                 queue.append((i, found))
+        weights = {k: params.mix.get(k, 1.0 / len(params.kinds)) for k in params.kinds}
+        share = {k: w / sum(weights.values()) for k, w in weights.items()}  # each kind's share of the questions
         while queue and len(out) < n:
             for i, found in queue:
+                if len(out) >= n:
+                    break
                 p = passages[i]
+                topic = _topic(p.title)
                 for d in found[:2]:
-                    mix = {k: params.mix.get(k, 1.0 / len(params.kinds)) for k in params.kinds}
-                    for k in sorted(params.kinds, key=lambda k: (per_kind[k] / mix[k], rng.random())):
-                        if per_kind[k] > mix[k] / sum(mix.values()) * (len(out) + 1) + 1:
+                    for k in sorted(params.kinds, key=lambda k: (per_kind[k] / share[k], rng.random())):
+                        if per_kind[k] > share[k] * (len(out) + 1) + 1:
                             continue  # this kind holds its share already: the definition waits for another kind
-                        asked = self._ask(d, k, _topic(p.title), p.text, rng)
+                        asked = self._ask(d, k, topic, p.text, rng)
                         at = p.text.find(asked[1], d.term_at) if asked else -1
                         if asked is None or at < 0:
                             continue
