@@ -24,6 +24,7 @@ Configs: ``default`` (the linear template as shipped) and the names of YAML file
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import re
@@ -41,6 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "manuals"))
 
 from common import main as common_main  # noqa: E402
 
+from modular_rag.eval.recommend import VARIANTS as PATTERN_VARIANTS  # noqa: E402
+
 QUESTIONS = ROOT / "benchmarks" / "manuals"
 _TOK = re.compile(r"\w+")
 
@@ -55,10 +58,7 @@ def load_questions(manual: str, split: str = "all") -> list[dict[str, Any]]:
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "multihop": {
-        "retrieve": {"name": "hybrid", "params": {"k": 20, "pool": 20}},
-        "rerank": {"name": "link_hop", "params": {"k": 10}},
-    },
+    "multihop": PATTERN_VARIANTS["linear"]["linear-multihop"]["operators"],  # recommend's linear-multihop
     "dense": {"retrieve": {"name": "dense", "params": {"k": 10}}},
     "bm25": {"retrieve": {"name": "bm25", "params": {"k": 10}}},
     "narrow": {"context": {"name": "evidence_first", "params": {"max_chunks": 2, "sentences": 1}}},
@@ -92,7 +92,7 @@ def config_of(name: str, index: Path) -> dict[str, Any]:
             if slot == "_chunker":
                 config["indexing"] = {**config.get("indexing", {}), "chunker": operator}
             else:
-                config["operators"][slot] = operator
+                config["operators"][slot] = copy.deepcopy(operator)  # shared with recommend's variants
     config["_alone"] = "alone" in variants
     config["providers"]["vectorstore"] = {"name": "chroma", "path": str(index), "collection": "manual"}
     return config
