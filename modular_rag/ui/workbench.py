@@ -383,10 +383,7 @@ class Workbench:
             total,
             nodes=nodes,
         )
-        with self._lock:
-            self._runs[run.id] = run
-            while len(self._runs) > self._keep:
-                self._runs.popitem(last=False)
+        self._remember(self._runs, run.id, run, self._keep)
         return run
 
     def run(self, run_id: str) -> Run:
@@ -595,11 +592,15 @@ class Workbench:
         choice = self.dataset(dataset_name)
         names = check_configs(config_names, self.configs)
         job = Evaluation(uuid.uuid4().hex[:12], choice, names, check_limit(limit))
-        with self._lock:
-            self._evaluations[job.id] = job
-            while len(self._evaluations) > self._keep_evaluations:
-                self._evaluations.popitem(last=False)
+        self._remember(self._evaluations, job.id, job, self._keep_evaluations)
         return job
+
+    def _remember(self, kept: OrderedDict[str, Any], key: str, value: Any, limit: int) -> None:
+        """Keep ``value`` under ``key`` in ``kept``, forgetting the oldest beyond ``limit`` (under the lock)."""
+        with self._lock:
+            kept[key] = value
+            while len(kept) > limit:
+                kept.popitem(last=False)
 
     def _run_evaluation(self, job: Evaluation) -> None:
         from modular_rag.eval.runner import evaluate_flow
